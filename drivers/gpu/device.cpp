@@ -1,0 +1,227 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "gpu/device_impl.hpp"
+#include "npo/fw/pci.hpp"
+#include "npo/fw/regs.hpp"
+#include "npo/hal/backend/pci.hpp"
+#include "npo/hal/dma.hpp"
+#include "npo/hal/log.hpp"
+
+namespace npo {
+
+namespace regs = fw::regs;
+namespace mb = fw::mbox;
+using fw::load_le;
+
+namespace {
+
+std::string version_string(std::uint32_t v) { return fmt::format("{}.{}.{}", v >> 16, (v >> 8) & 0xff, v & 0xff); }
+
+Result<FirmwareVersions> parse_versions(const std::vector<std::byte>& p) {
+  if (p.size() != mb::versions::kSize) {
+    return fail(Code::kInternal, fmt::format("GET_VERSIONS reply has {} bytes, expected {}", p.size(), mb::versions::kSize));
+  }
+  FirmwareVersions v;
+  v.firmware_raw = load_le<std::uint32_t>(p.data(), mb::versions::kFirmware);
+  v.firmware = version_string(v.firmware_raw);
+  v.interface = load_le<std::uint32_t>(p.data(), mb::versions::kInterface);
+  v.protocol = load_le<std::uint32_t>(p.data(), mb::versions::kProtocol);
+  v.build_id = load_le<std::uint32_t>(p.data(), mb::versions::kBuildId);
+  return v;
+}
+
+std::string fixed_string(const std::vector<std::byte>& p, std::size_t off, std::size_t len) {
+  std::string s;
+  for (std::size_t i = 0; i < len && off + i < p.size(); ++i) {
+    const char c = static_cast<char>(p[off + i]);
+    if (c == '\0') break;
+    s.push_back(std::isprint(static_cast<unsigned char>(c)) ? c : '?');
+  }
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Device::Impl>> Device::Impl::probe(std::unique_ptr<backend::Device> dev, std::uint32_t index,
+                                                          std::uint64_t mailbox_timeout_ns) {
+  auto impl = std::make_unique<Impl>();
+  const ErrorContext ctx{.card = index};
+  const auto& fi = dev->info();
+  DeviceInfo& info = impl->info;
+  info.index = index;
+  info.bdf = fi.address.to_string();
+  info.numa_node = fi.numa_node;
+  info.iommu_group = fi.iommu_group;
+  info.driver = fi.driver;
+
+  auto vid = backend::config_read16(*dev, fw::pci::cfg::kVendorId);
+  auto did = backend::config_read16(*dev, fw::pci::cfg::kDeviceId);
+  if (!vid || !did) return std::unexpected(Error(!vid ? vid.error() : did.error()).with(ctx));
+  if (*vid != fw::pci::kVendorId || *did != fw::pci::kDeviceId) {
+    return fail(Code::kFailedPrecondition,
+                fmt::format("{} is {:04x}:{:04x}, not an NPO card ({:04x}:{:04x})", info.bdf, *vid, *did,
+                            fw::pci::kVendorId, fw::pci::kDeviceId),
+                ctx);
+  }
+  info.vendor_id = *vid;
+  info.device_id = *did;
+  for (unsigned b = 0; b < 6; ++b) {
+    auto ri = dev->region_info(b);
+    if (ri && ri->size != 0) info.bars.push_back(BarInfo{b, ri->size, ri->prefetchable, ri->is_64bit, ri->mappable});
+  }
+  auto caps = backend::walk_capabilities(*dev);
+  if (!caps) return std::unexpected(Error(caps.error()).with(ctx));
+  if (auto link = backend::read_pcie_link(*dev, *caps)) {
+    info.pcie = PcieLink{backend::pcie_speed_gts(link->max_speed_code), link->max_width,
+                         backend::pcie_speed_gts(link->speed_code), link->width};
+  }
+  // Memory space and bus mastering on (we own the function now).
+  auto cmd = backend::config_read16(*dev, fw::pci::cfg::kCommand);
+  if (!cmd) return std::unexpected(Error(cmd.error()).with(ctx));
+  if (auto r = backend::config_write16(*dev, fw::pci::cfg::kCommand,
+                                       static_cast<std::uint16_t>(*cmd | fw::pci::cfg::kCommandMemory |
+                                                                  fw::pci::cfg::kCommandBusMaster));
+      !r) {
+    return std::unexpected(Error(r.error()).with(ctx));
+  }
+  auto bar0 = dev->mmio(fw::pci::kBarRegs);
+  if (!bar0) return std::unexpected(Error(bar0.error()).with(ctx));
+  backend::Mmio& m = **bar0;
+  const std::uint32_t magic = m.read32(regs::global::kMagic);
+  if (magic != regs::kMagic) {
+    return fail(Code::kFailedPrecondition,
+                fmt::format("{}: BAR0 MAGIC reads 0x{:08x}, expected 0x{:08x} ('NPO1')", info.bdf, magic, regs::kMagic),
+                {.card = index, .reg = regs::global::kMagic, .value = magic});
+  }
+  const std::uint32_t ver = m.read32(regs::global::kVersion);
+  if ((ver >> 16) != (regs::kInterfaceVersion >> 16)) {
+    return fail(Code::kFailedPrecondition,
+                fmt::format("{}: register interface {} is not supported (driver speaks {}.x)", info.bdf,
+                            version_string(ver), regs::kInterfaceVersion >> 16),
+                {.card = index, .reg = regs::global::kVersion, .value = ver});
+  }
+  const std::uint32_t cap0 = m.read32(regs::global::kCap0);
+  info.num_engines = regs::global::kCap0NumEngines.get(cap0);
+  info.queues_per_engine = regs::global::kCap0QueuesPerEngine.get(cap0);
+  info.num_ports = regs::global::kCap0NumPorts.get(cap0);
+  info.lanes_per_port = regs::global::kCap0LanesPerPort.get(cap0);
+  info.hbm_bytes = m.read64(regs::global::kHbmSize);
+  info.max_transfer_bytes = m.read32(regs::global::kMaxXfer);
+  info.fabric_id = m.read32(regs::global::kFabricId);
+  info.serial = m.read64(regs::global::kSerial);
+
+  impl->bar0 = &m;
+  impl->mailbox = std::make_unique<gpu::MailboxClient>(m, index, mailbox_timeout_ns);
+  auto id = impl->mailbox->call(mb::Command::kIdentify, {});
+  if (!id) return std::unexpected(std::move(Error(id.error())).prefixed(fmt::format("{}: IDENTIFY", info.bdf)));
+  if (id->size() != mb::identify::kSize) {
+    return fail(Code::kInternal, fmt::format("{}: IDENTIFY reply has {} bytes, expected {}", info.bdf, id->size(),
+                                             mb::identify::kSize), ctx);
+  }
+  info.model = fixed_string(*id, mb::identify::kModel, 32);
+  const auto fw_fabric = load_le<std::uint32_t>(id->data(), mb::identify::kFabricId);
+  const auto fw_hbm = load_le<std::uint64_t>(id->data(), mb::identify::kHbmBytes);
+  if (fw_fabric != info.fabric_id || fw_hbm != info.hbm_bytes) {
+    return fail(Code::kInternal,
+                fmt::format("{}: firmware IDENTIFY (fabric {}, HBM {}) disagrees with BAR0 (fabric {}, HBM {})",
+                            info.bdf, fw_fabric, fw_hbm, info.fabric_id, info.hbm_bytes),
+                ctx);
+  }
+  auto vers = impl->mailbox->call(mb::Command::kGetVersions, {});
+  if (!vers) return std::unexpected(std::move(Error(vers.error())).prefixed(fmt::format("{}: GET_VERSIONS", info.bdf)));
+  auto pv = parse_versions(*vers);
+  if (!pv) return std::unexpected(Error(pv.error()).with(ctx));
+  info.firmware = *pv;
+  impl->dev = std::move(dev);
+  npo::log::get(npo::log::Subsystem::kCore)
+      .info("card {} {} fabric {} HBM {} MiB firmware {}", index, info.bdf, info.fabric_id, info.hbm_bytes >> 20,
+            info.firmware.firmware);
+  return impl;
+}
+
+Device::Device(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Device::~Device() = default;
+
+const DeviceInfo& Device::info() const noexcept { return impl_->info; }
+unsigned Device::port_count() const noexcept { return impl_->info.num_ports; }
+
+Result<FirmwareVersions> Device::firmware_versions() {
+  auto r = impl_->mailbox->call(mb::Command::kGetVersions, {});
+  if (!r) return std::unexpected(r.error());
+  return parse_versions(*r);
+}
+
+Result<Heartbeat> Device::heartbeat() {
+  static thread_local std::mt19937_64 rng(std::random_device{}());
+  const std::uint64_t cookie = rng();
+  std::array<std::byte, mb::heartbeat::kReqSize> req{};
+  fw::store_le(req.data(), mb::heartbeat::kCookie, cookie);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = impl_->mailbox->call(mb::Command::kHeartbeat, req);
+  const auto t1 = std::chrono::steady_clock::now();
+  if (!r) return std::unexpected(r.error());
+  if (r->size() != mb::heartbeat::kRspSize || load_le<std::uint64_t>(r->data(), mb::heartbeat::kCookie) != cookie) {
+    return fail(Code::kInternal, "HEARTBEAT reply does not echo the cookie", {.card = impl_->info.index});
+  }
+  Heartbeat hb;
+  hb.uptime_ns = load_le<std::uint64_t>(r->data(), mb::heartbeat::kUptimeNs);
+  hb.count = load_le<std::uint32_t>(r->data(), mb::heartbeat::kCount);
+  hb.round_trip_ns = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
+  return hb;
+}
+
+Result<std::vector<FirmwareLogEntry>> Device::error_log(std::size_t max_entries) {
+  namespace e = mb::errlog;
+  std::vector<FirmwareLogEntry> out;
+  while (out.size() < max_entries) {
+    std::array<std::byte, e::kReqSize> req{};
+    fw::store_le<std::uint16_t>(req.data(), e::kStart, static_cast<std::uint16_t>(out.size()));
+    fw::store_le<std::uint16_t>(req.data(), e::kMax, static_cast<std::uint16_t>(std::min<std::size_t>(max_entries - out.size(), e::kMaxPerReply)));
+    auto r = impl_->mailbox->call(mb::Command::kErrorLogRead, req);
+    if (!r) return std::unexpected(r.error());
+    if (r->size() < e::kEntries) return fail(Code::kInternal, "ERROR_LOG_READ reply too short", {.card = impl_->info.index});
+    const unsigned count = load_le<std::uint16_t>(r->data(), e::kCount);
+    if (r->size() != e::kEntries + count * e::kEntrySize) {
+      return fail(Code::kInternal, "ERROR_LOG_READ reply length disagrees with its count", {.card = impl_->info.index});
+    }
+    for (unsigned i = 0; i < count; ++i) {
+      const std::size_t b = e::kEntries + i * e::kEntrySize;
+      out.push_back(FirmwareLogEntry{load_le<std::uint64_t>(r->data(), b + e::kEntryTimestamp),
+                                     load_le<std::uint16_t>(r->data(), b + e::kEntryCode),
+                                     load_le<std::uint8_t>(r->data(), b + e::kEntrySeverity),
+                                     load_le<std::uint8_t>(r->data(), b + e::kEntrySource),
+                                     load_le<std::uint32_t>(r->data(), b + e::kEntryArg0),
+                                     load_le<std::uint64_t>(r->data(), b + e::kEntryArg1),
+                                     load_le<std::uint64_t>(r->data(), b + e::kEntryArg2)});
+    }
+    if (count == 0 || out.size() >= load_le<std::uint16_t>(r->data(), e::kTotal)) break;
+  }
+  return out;
+}
+
+Result<void> Device::reset() {
+  if (auto r = impl_->dev->reset(); !r) return std::unexpected(Error(r.error()).with({.card = impl_->info.index}));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  for (;;) {
+    const std::uint32_t st = impl_->bar0->read32(regs::global::kStatus);
+    if (st == 0xffffffffu) return fail(Code::kUnavailable, "card removed during reset", {.card = impl_->info.index});
+    if (regs::global::kStatusReady.get(st) && !regs::global::kStatusResetting.get(st)) return {};
+    if (std::chrono::steady_clock::now() > deadline) {
+      return fail(Code::kDeadlineExceeded, "card not READY 2 s after reset",
+                  {.card = impl_->info.index, .reg = regs::global::kStatus, .value = st});
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+Result<std::unique_ptr<DmaQueue>> Device::open_queue(const QueueOptions& /*options*/) {
+  return fail(Code::kUnimplemented, "DMA queues are not built yet (DMA issue)", {.card = impl_->info.index});
+}
+
+}  // namespace npo

@@ -1,0 +1,127 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gpu/mailbox.hpp"
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "npo/hal/log.hpp"
+
+namespace npo::gpu {
+
+namespace mb = fw::mbox;
+namespace m = fw::regs::mbox;
+using fw::load_le;
+using fw::store_le;
+
+namespace {
+Code map_status(mb::Status s) {
+  switch (s) {
+    case mb::Status::kBadArgument: return Code::kInvalidArgument;
+    case mb::Status::kBusy: return Code::kUnavailable;
+    case mb::Status::kNoModule: return Code::kNotFound;
+    case mb::Status::kPageNotSupported:
+    case mb::Status::kUnknownCommand: return Code::kUnimplemented;
+    case mb::Status::kReadOnly: return Code::kPermissionDenied;
+    case mb::Status::kBadCrc: return Code::kDataLoss;
+    default: return Code::kInternal;
+  }
+}
+}  // namespace
+
+Result<std::vector<std::byte>> MailboxClient::call(mb::Command cmd, std::span<const std::byte> payload) {
+  const ErrorContext ctx{.card = card_};
+  if (payload.size() > mb::kMaxPayload) {
+    return fail(Code::kInvalidArgument,
+                fmt::format("mailbox payload of {} bytes exceeds {}", payload.size(), mb::kMaxPayload), ctx);
+  }
+  std::lock_guard lock(mu_);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(timeout_ns_);
+  const auto reg = [](std::uint32_t r) { return fw::regs::kMailboxBase + r; };
+  // Polls `done(status)` with a short spin then 20 µs sleeps until the deadline.
+  auto poll = [&](auto&& done) -> Result<std::uint32_t> {
+    for (unsigned i = 0;; ++i) {
+      const std::uint32_t st = bar0_.read32(reg(m::kStatus));
+      if (st == 0xffffffffu) return fail(Code::kUnavailable, "card removed (mailbox reads all-ones)", ctx);
+      if (done(st)) return st;
+      if (std::chrono::steady_clock::now() >= deadline) return fail(Code::kDeadlineExceeded, "", ctx);
+      if (i < 64) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }
+    }
+  };
+  if (auto r = poll([](std::uint32_t st) { return !m::kStatusBusy.get(st); }); !r) {
+    if (r.error().code() == Code::kDeadlineExceeded) {
+      return fail(Code::kUnavailable,
+                  fmt::format("mailbox still busy with an earlier request after {} ms; reset the card",
+                              timeout_ns_ / 1'000'000),
+                  ctx);
+    }
+    return std::unexpected(r.error());
+  }
+  const std::uint32_t seq = ++seq_;
+  std::array<std::byte, m::kBufSize> buf{};
+  store_le<std::uint8_t>(buf.data(), mb::hdr::kVersion, mb::kProtocolVersion);
+  store_le<std::uint8_t>(buf.data(), mb::hdr::kFlags, 0);
+  store_le<std::uint16_t>(buf.data(), mb::hdr::kOpcode, static_cast<std::uint16_t>(cmd));
+  store_le<std::uint32_t>(buf.data(), mb::hdr::kSequence, seq);
+  store_le<std::uint16_t>(buf.data(), mb::hdr::kPayloadLen, static_cast<std::uint16_t>(payload.size()));
+  std::memcpy(buf.data() + mb::hdr::kSize, payload.data(), payload.size());
+  const std::size_t len = mb::hdr::kSize + payload.size();
+  store_le<std::uint32_t>(buf.data(), mb::hdr::kCrc, mb::message_crc(std::span<const std::byte>(buf.data(), len)));
+  for (std::size_t o = 0; o < len; o += 4) bar0_.write32(reg(m::kReqBuf + static_cast<std::uint32_t>(o)), load_le<std::uint32_t>(buf.data(), o));
+  bar0_.write32(reg(m::kReqLen), static_cast<std::uint32_t>(len));
+  bar0_.write32(reg(m::kStatus), m::kStatusDone.mask() | m::kStatusError.mask());  // RW1C: clear stale
+  bar0_.write32(reg(m::kCtrl), m::kCtrlSend.mask());
+  auto st = poll([](std::uint32_t s) { return m::kStatusDone.get(s) != 0; });
+  if (!st) {
+    if (st.error().code() == Code::kDeadlineExceeded) {
+      return fail(Code::kDeadlineExceeded,
+                  fmt::format("mailbox command 0x{:04x} seq {}: no reply within {} ms", static_cast<unsigned>(cmd), seq,
+                              timeout_ns_ / 1'000'000),
+                  ctx);
+    }
+    return std::unexpected(st.error());
+  }
+  bar0_.write32(reg(m::kStatus), m::kStatusDone.mask() | m::kStatusError.mask());
+  if (m::kStatusError.get(*st)) {
+    return fail(Code::kInternal, fmt::format("mailbox command 0x{:04x}: firmware could not read the request",
+                                             static_cast<unsigned>(cmd)), ctx);
+  }
+  const std::uint32_t rlen = bar0_.read32(reg(m::kRspLen));
+  if (rlen < mb::hdr::kSize || rlen > m::kBufSize) {
+    return fail(Code::kInternal, fmt::format("mailbox reply length {} outside [16, 1024]", rlen), ctx);
+  }
+  std::array<std::byte, m::kBufSize> rsp{};
+  for (std::uint32_t o = 0; o < rlen; o += 4) store_le<std::uint32_t>(rsp.data(), o, bar0_.read32(reg(m::kRspBuf + o)));
+  const auto crc = load_le<std::uint32_t>(rsp.data(), mb::hdr::kCrc);
+  if (crc != mb::message_crc(std::span<const std::byte>(rsp.data(), rlen))) {
+    return fail(Code::kDataLoss, fmt::format("mailbox reply to 0x{:04x} seq {}: CRC32C mismatch (got 0x{:08x})",
+                                             static_cast<unsigned>(cmd), seq, crc), ctx);
+  }
+  const auto ver = load_le<std::uint8_t>(rsp.data(), mb::hdr::kVersion);
+  const auto flags = load_le<std::uint8_t>(rsp.data(), mb::hdr::kFlags);
+  const auto op = load_le<std::uint16_t>(rsp.data(), mb::hdr::kOpcode);
+  const auto rseq = load_le<std::uint32_t>(rsp.data(), mb::hdr::kSequence);
+  const auto plen = load_le<std::uint16_t>(rsp.data(), mb::hdr::kPayloadLen);
+  if (ver != mb::kProtocolVersion || !(flags & mb::hdr::kFlagResponse) || op != static_cast<std::uint16_t>(cmd) ||
+      rseq != seq || std::size_t{plen} + mb::hdr::kSize != rlen) {
+    return fail(Code::kInternal,
+                fmt::format("mailbox reply breaks the protocol: version {} flags 0x{:x} opcode 0x{:04x} (sent 0x{:04x}) "
+                            "seq {} (sent {}) payload {} B in {} B",
+                            ver, flags, op, static_cast<unsigned>(cmd), rseq, seq, plen, rlen),
+                ctx);
+  }
+  const auto status = static_cast<mb::Status>(load_le<std::uint16_t>(rsp.data(), mb::hdr::kStatus));
+  if (status != mb::Status::kOk) {
+    return fail(map_status(status), fmt::format("firmware answered {} to mailbox command 0x{:04x}",
+                                                mb::status_name(status), static_cast<unsigned>(cmd)), ctx);
+  }
+  return std::vector<std::byte>(rsp.begin() + mb::hdr::kSize, rsp.begin() + rlen);
+}
+
+}  // namespace npo::gpu

@@ -1,0 +1,142 @@
+// SPDX-License-Identifier: Apache-2.0
+// npo-hal emulator: a register-level model of NPO reference cards (docs/spec/), their
+// IOMMU, firmware, DMA engines and optical ports, with a virtual clock and scripted,
+// replayable fault injection. Drivers reach it only through the backend interface
+// (npo/hal/backend/backend.hpp); this header is the control surface for tests and the
+// emulator's own tools (clock, faults, event log).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "npo/hal/backend/backend.hpp"
+#include "npo/hal/error.hpp"
+
+namespace npo::emu {
+
+class Card;
+class EmulatorImpl;
+
+/// How emulated time moves.
+enum class ClockMode : std::uint8_t {
+  kVirtual,   ///< only Emulator::advance() moves time: deterministic, replayable
+  kRealtime,  ///< time follows CLOCK_MONOTONIC from creation; a timer thread fires events
+};
+
+/// One optical cable between two card ports.
+struct Cable {
+  std::uint32_t card_a = 0;
+  unsigned port_a = 0;
+  std::uint32_t card_b = 0;
+  unsigned port_b = 0;
+};
+
+/// Per-card parameters.
+struct CardConfig {
+  std::uint64_t hbm_bytes = 16u << 20;  ///< bytes of HBM, multiple of 4 KiB, >= 1 MiB
+  unsigned num_ports = 8;               ///< optical ports, 1..16
+  std::string firmware_version = "1.2.0";
+};
+
+/// A whole emulated system.
+struct SystemConfig {
+  std::string name = "mesh8";           ///< for logs: "mesh8", "8", "file=..."
+  unsigned num_cards = 8;               ///< 1..1024
+  CardConfig card;
+  std::vector<Cable> cables;            ///< optical fabric
+  ClockMode clock = ClockMode::kRealtime;
+  std::uint64_t seed = 1;               ///< seeds every random choice (serials, noise)
+  unsigned workers = 1;                 ///< threads executing DMA and firmware work (1..4)
+  std::uint64_t watchdog_ns = 50'000'000;  ///< engine hang detection: no progress for this long
+  std::string scenario;                 ///< fault scenario file to load at creation ("" none)
+};
+
+/// Parses the part of an emulator URI after "emu:": "mesh8", "N" (1..1024), "file=PATH"
+/// (reserved for topology files: kUnimplemented until the topology issue), each optionally
+/// followed by "?key=value&...": clock=virtual|realtime, seed=N, hbm=BYTES[K|M|G],
+/// ports=N, workers=N, scenario=PATH. Errors: kInvalidArgument naming the accepted forms.
+Result<SystemConfig> parse_uri(std::string_view rest);
+
+/// Kinds of injectable faults. DESIGN.md "Emulator principles"; later issues add link faults.
+enum class FaultKind : std::uint8_t {
+  kIommuFault,        ///< the next `count` host DMA accesses of the card fault as if unmapped
+  kEngineHang,        ///< engine (all its queues, or `queue` only) stops making progress until queue reset
+  kCompletionError,   ///< the next `count` ops of engine/queue complete with kEngineError
+  kMailboxTimeout,    ///< firmware ignores the next `count` mailbox requests
+  kMailboxCorrupt,    ///< the next `count` mailbox replies have one byte flipped after the CRC
+  kSurpriseRemoval,   ///< the card vanishes: reads return all-ones, writes are dropped, DMA stops
+};
+
+/// Name used in scenario files and the event log: "iommu_fault", "engine_hang",
+/// "completion_error", "mailbox_timeout", "mailbox_corrupt", "surprise_removal".
+[[nodiscard]] std::string_view fault_name(FaultKind k) noexcept;
+/// Inverse of fault_name. Errors: kInvalidArgument listing the names.
+Result<FaultKind> parse_fault_kind(std::string_view name);
+
+/// One scheduled fault: at emulated time `at_ns`, to card/engine/queue/port/lane, do `kind`.
+struct Fault {
+  std::uint64_t at_ns = 0;
+  FaultKind kind = FaultKind::kIommuFault;
+  std::uint32_t card = 0;
+  std::optional<unsigned> engine;
+  std::optional<unsigned> queue;   ///< queue within the engine
+  std::optional<unsigned> port;
+  std::optional<unsigned> lane;
+  std::uint32_t count = 1;         ///< how many accesses/ops/requests it affects
+};
+
+/// The emulated system. Thread-safety: every method may be called from any thread.
+class Emulator : public std::enable_shared_from_this<Emulator> {
+ public:
+  /// Builds the cards (config space, registers, HBM in one memfd, firmware) and the fabric.
+  /// Errors: kInvalidArgument (bad config), kResourceExhausted (memfd/mmap failed).
+  static Result<std::shared_ptr<Emulator>> create(const SystemConfig& config);
+  ~Emulator();
+  Emulator(const Emulator&) = delete;
+  Emulator& operator=(const Emulator&) = delete;
+
+  [[nodiscard]] const SystemConfig& config() const noexcept;
+  [[nodiscard]] std::size_t card_count() const noexcept;
+  /// Model of card `index`; white-box access for tests. Precondition: index < card_count().
+  [[nodiscard]] Card& card(std::size_t index) noexcept;
+
+  /// A backend::Backend over this emulator (shares ownership).
+  [[nodiscard]] std::unique_ptr<backend::Backend> make_backend(std::string uri);
+
+  // ---- Time --------------------------------------------------------------------------
+  /// Emulated time in ns since creation.
+  [[nodiscard]] std::uint64_t now_ns() const noexcept;
+  /// Virtual clock: moves time forward by `ns`, firing every event due, in time order
+  /// (ties in scheduling order). Errors: kFailedPrecondition in realtime mode.
+  Result<void> advance(std::uint64_t ns);
+
+  // ---- Faults ------------------------------------------------------------------------
+  /// Schedules a fault. Errors: kOutOfRange (card/engine/queue/port beyond the system),
+  /// kInvalidArgument (missing target field the kind needs).
+  Result<void> inject(const Fault& fault);
+  /// Loads a scenario (YAML or JSON): {seed?: N, faults: [{at_ns|at_us|at_ms: T, kind: NAME,
+  /// card: N, engine?: N, queue?: N, port?: N, lane?: N, count?: N}]}. All faults are
+  /// validated before any is scheduled. Errors: kInvalidArgument with the entry index and field.
+  Result<void> load_scenario_text(std::string_view text);
+  Result<void> load_scenario_file(const std::filesystem::path& path);
+
+  // ---- Event log ---------------------------------------------------------------------
+  /// Every event so far, one line each: "t=<ns> card=<i> <event> key=value ...". Only
+  /// events driven by emulated time and register/mailbox actions are logged, so the same
+  /// scenario, seed and driver actions give a byte-identical log.
+  [[nodiscard]] std::vector<std::string> event_log() const;
+
+  /// Internal.
+  [[nodiscard]] EmulatorImpl& impl() noexcept { return *impl_; }
+
+ private:
+  explicit Emulator(std::unique_ptr<EmulatorImpl> impl);
+  std::unique_ptr<EmulatorImpl> impl_;
+};
+
+}  // namespace npo::emu

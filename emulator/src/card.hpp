@@ -1,0 +1,257 @@
+// SPDX-License-Identifier: Apache-2.0
+// Emulator internals: one NPO reference card -- PCI config space, BAR0 register file with
+// the side effects docs/spec/registers.md defines, BAR2 HBM aperture, BAR4 MSI-X table,
+// DMA queues, window translation table, optical ports and the firmware mailbox.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "iommu.hpp"
+#include "npo/emu/emulator.hpp"
+#include "npo/fw/dma.hpp"
+#include "npo/fw/mailbox.hpp"
+#include "npo/fw/pci.hpp"
+#include "npo/fw/regs.hpp"
+#include "sched.hpp"
+
+namespace npo::emu {
+
+class EmulatorImpl;
+class Card;
+
+/// One DMA queue (submission + completion ring) of one engine.
+class QueueModel final : public Runnable {
+ public:
+  QueueModel(Card& card, unsigned index) : card_(card), index_(index) {}
+  bool run_once() override;
+  [[nodiscard]] bool has_work() const noexcept override;
+
+  // Register access (BAR0 queue block).
+  std::uint64_t read(std::uint32_t reg, unsigned width);
+  void write(std::uint32_t reg, unsigned width, std::uint64_t value);
+  /// Returns the queue to its reset state (card reset). Waits for a running batch.
+  void reset_state();
+  /// Fault injection.
+  void inject_hang(std::uint64_t now);
+  void inject_completion_errors(std::uint32_t count) { inject_errors_.fetch_add(count); }
+  [[nodiscard]] bool hung() const noexcept { return hung_.load(); }
+  [[nodiscard]] bool pending() const noexcept;
+  [[nodiscard]] std::uint64_t hung_since() const noexcept { return hung_since_.load(); }
+  [[nodiscard]] std::uint32_t sq_head() const noexcept { return sq_head_.load(); }
+
+ private:
+  void queue_reset_locked();
+  /// Executes one descriptor; returns status and info.
+  fw::dma::Status execute(const fw::dma::Descriptor& d, std::uint64_t* info);
+  fw::dma::Status host_access(std::uint64_t iova, std::uint64_t len, bool write, std::byte* buf_or_null,
+                              std::byte* local, std::uint64_t* info);
+
+  Card& card_;
+  unsigned index_;
+  std::mutex mu_;  // config and processing
+  std::uint64_t sq_base_ = 0;
+  std::uint64_t cq_base_ = 0;
+  std::atomic<std::uint32_t> config_snapshot_{0};
+  std::atomic<std::uint32_t> status_{fw::regs::queue::kStatusIdle.mask()};
+  std::atomic<std::uint32_t> sq_tail_{0};
+  std::atomic<std::uint32_t> sq_head_{0};
+  std::atomic<std::uint32_t> cq_head_{0};
+  std::atomic<std::uint32_t> cq_tail_{0};
+  std::atomic<std::uint32_t> err_{0};
+  std::atomic<std::uint64_t> completed_{0};
+  std::atomic<bool> enabled_{false};
+  std::atomic<bool> hung_{false};
+  std::atomic<std::uint64_t> hung_since_{0};
+  std::atomic<std::uint32_t> inject_errors_{0};
+  bool failed_since_fence_ = false;
+};
+
+/// One window translation table entry.
+struct WindowEntry {
+  std::atomic<std::uint64_t> hbm_offset{0};
+  std::atomic<std::uint64_t> size{0};
+  std::atomic<std::uint64_t> key{0};
+  std::atomic<std::uint32_t> ctrl{0};
+  std::atomic<std::uint32_t> status{0};
+  std::atomic<std::uint32_t> inflight{0};
+};
+
+/// One optical port: cable end, link state machine, module memory map.
+struct PortModel {
+  std::uint32_t ctrl = 0;
+  fw::regs::port::LinkState state = fw::regs::port::LinkState::kDisabled;
+  bool cabled = false;
+  std::uint32_t peer_card = 0;
+  unsigned peer_port = 0;
+  std::uint32_t train_count = 0;
+  std::uint32_t flap_count = 0;
+  std::uint32_t train_timeout_ms = 500;
+  std::uint32_t events = 0;
+  std::uint64_t neighbor = 0;
+  std::uint64_t train_start_ns = 0;
+  std::uint64_t epoch = 0;  ///< bumps on every state-machine restart; stale timers check it
+  /// CMIS memory: lower page (0..127) and upper page 00h (128..255).
+  std::array<std::uint8_t, 256> cmis{};
+};
+
+/// Firmware model: the mailbox command processor.
+class Firmware final : public Runnable {
+ public:
+  explicit Firmware(Card& card) : card_(card) {}
+  bool run_once() override;
+  [[nodiscard]] bool has_work() const noexcept override { return pending_.load(); }
+  void reset_state();
+  void inject_timeout(std::uint32_t n) { drop_.fetch_add(n); }
+  void inject_corrupt(std::uint32_t n) { corrupt_.fetch_add(n); }
+  std::atomic<bool> pending_{false};
+  struct LogEntry {
+    std::uint64_t ts;
+    std::uint16_t code;
+    std::uint8_t severity;
+    std::uint8_t source;
+    std::uint32_t arg0;
+    std::uint64_t arg1;
+    std::uint64_t arg2;
+  };
+  void log_error(LogEntry e);
+
+ private:
+  /// Handles one request; fills `rsp` payload and returns the status.
+  fw::mbox::Status handle(fw::mbox::Command cmd, std::span<const std::byte> req, std::vector<std::byte>& rsp);
+  Card& card_;
+  std::atomic<std::uint32_t> drop_{0};
+  std::atomic<std::uint32_t> corrupt_{0};
+  std::uint32_t heartbeats_ = 0;
+  std::mutex log_mu_;
+  std::deque<LogEntry> log_;
+};
+
+/// The card.
+class Card {
+ public:
+  Card(EmulatorImpl& sys, std::uint32_t index, const CardConfig& cfg, std::uint64_t serial, std::byte* hbm,
+       std::uint64_t hbm_memfd_offset);
+  ~Card();
+
+  [[nodiscard]] std::uint32_t index() const noexcept { return index_; }
+  [[nodiscard]] std::uint32_t fabric_id() const noexcept { return index_ + 1; }
+  [[nodiscard]] const CardConfig& config() const noexcept { return cfg_; }
+  [[nodiscard]] backend::FunctionInfo function_info() const;
+  [[nodiscard]] EmulatorImpl& system() noexcept { return sys_; }
+
+  // ---- PCI configuration space -----------------------------------------------------------
+  /// Reads 1, 2 or 4 bytes (naturally aligned) of config space. Removed: all-ones.
+  std::uint32_t cfg_read(std::uint32_t off, unsigned size);
+  void cfg_write(std::uint32_t off, unsigned size, std::uint32_t value);
+
+  // ---- BARs -----------------------------------------------------------------------------
+  [[nodiscard]] std::uint64_t bar_size(unsigned bar) const noexcept;
+  std::uint64_t bar0_read(std::uint64_t off, unsigned width);
+  void bar0_write(std::uint64_t off, unsigned width, std::uint64_t value);
+  std::uint64_t bar4_read(std::uint64_t off, unsigned width);
+  void bar4_write(std::uint64_t off, unsigned width, std::uint64_t value);
+  [[nodiscard]] std::span<std::byte> hbm() noexcept { return {hbm_, cfg_.hbm_bytes}; }
+  [[nodiscard]] std::uint64_t hbm_memfd_offset() const noexcept { return hbm_memfd_offset_; }
+
+  // ---- Platform hooks ------------------------------------------------------------------
+  [[nodiscard]] Iommu& iommu() noexcept { return iommu_; }
+  void set_msix_eventfd(unsigned vector, int fd);
+  /// Raises an MSI-X vector: signals its eventfd unless masked (then sets the PBA bit).
+  void raise_msix(unsigned vector);
+  /// Device reset: every BAR0 register, queue, engine, window and port to reset state.
+  /// `rebuild_config` also returns config space to power-on values (a raw FLR); VFIO-style
+  /// resets keep it (the kernel saves and restores config space around the FLR).
+  void reset(const char* why, bool rebuild_config);
+  void remove();
+  [[nodiscard]] bool removed() const noexcept { return removed_.load(std::memory_order_acquire); }
+  [[nodiscard]] bool bus_master() const noexcept;
+
+  // ---- Used by queues, firmware, fabric -----------------------------------------------
+  /// Records an IOMMU fault (FAULT_IOVA/FAULT_INFO/ERR_STATUS) and raises vector 0.
+  void record_iommu_fault(std::uint64_t iova, unsigned queue, bool write, bool perm);
+  void set_error(std::uint32_t bits);
+  /// Consumes one injected IOMMU fault if any is pending.
+  bool take_injected_iommu_fault();
+  void inject_iommu_faults(std::uint32_t n) { inject_iommu_.fetch_add(n); }
+  [[nodiscard]] QueueModel& queue(unsigned q) { return *queues_[q]; }
+  [[nodiscard]] Firmware& firmware() { return firmware_; }
+  [[nodiscard]] WindowEntry& window(unsigned w) { return windows_[w]; }
+  [[nodiscard]] std::mutex& port_mutex() { return port_mu_; }
+  [[nodiscard]] PortModel& port(unsigned p) { return ports_[p]; }
+  /// Port p's STATUS register value. Caller holds port_mutex().
+  [[nodiscard]] std::uint32_t port_status_locked(unsigned p) const;
+  /// Link-control entry point (register CTRL writes and mailbox LINK_CONTROL). Holds port_mutex.
+  void port_set_ctrl(unsigned p, std::uint32_t ctrl);
+  /// Fires the next step of port p's training state machine if `epoch` is still current.
+  void port_step(unsigned p, std::uint64_t epoch);
+  void attach_cable(unsigned port, std::uint32_t peer_card, unsigned peer_port);
+  void log_event(const std::string& text);
+
+  // Mailbox transport state (guarded by mbox_mu_).
+  std::mutex mbox_mu_;
+  std::array<std::byte, fw::regs::mbox::kBufSize> mbox_req_{};
+  std::array<std::byte, fw::regs::mbox::kBufSize> mbox_rsp_{};
+  std::uint32_t mbox_req_len_ = 0;
+  std::uint32_t mbox_rsp_len_ = 0;
+  std::atomic<std::uint32_t> mbox_status_{0};
+
+ private:
+  void build_config_space();
+  void build_cmis(unsigned port);
+  std::uint64_t global_read(std::uint32_t off, unsigned width);
+  void global_write(std::uint32_t off, unsigned width, std::uint64_t value);
+  std::uint64_t mbox_read(std::uint32_t off, unsigned width);
+  void mbox_write(std::uint32_t off, unsigned width, std::uint64_t value);
+  std::uint64_t window_read(unsigned w, std::uint32_t reg, unsigned width);
+  void window_write(unsigned w, std::uint32_t reg, unsigned width, std::uint64_t value);
+  std::uint64_t port_read(unsigned p, std::uint32_t reg, unsigned width);
+  void port_write(unsigned p, std::uint32_t reg, unsigned width, std::uint64_t value);
+  void port_enter(unsigned p, fw::regs::port::LinkState s, std::uint64_t delay_ns);
+
+  EmulatorImpl& sys_;
+  std::uint32_t index_;
+  CardConfig cfg_;
+  std::uint64_t serial_;
+  std::byte* hbm_;
+  std::uint64_t hbm_memfd_offset_;
+  std::atomic<bool> removed_{false};
+
+  std::mutex cfg_mu_;
+  std::array<std::uint8_t, fw::pci::cfg::kConfigSize> space_{};
+  std::array<std::uint8_t, fw::pci::cfg::kConfigSize> space_wmask_{};  // writable bits
+  std::array<std::uint64_t, 6> bar_addr_{};  // programmed BAR addresses (sizing writes masked)
+  std::uint64_t bar2_size_ = 0;
+
+  // Global registers.
+  std::atomic<std::uint32_t> err_status_{0};
+  std::atomic<std::uint32_t> err_mask_{0};
+  std::atomic<std::uint32_t> scratch_{0};
+  std::atomic<std::uint64_t> scratch64_{0};
+  std::atomic<std::uint32_t> fault_count_{0};
+  std::atomic<std::uint32_t> inject_iommu_{0};
+  std::mutex fault_mu_;
+  std::deque<std::pair<std::uint64_t, std::uint32_t>> faults_;  // (iova, info), oldest first; max 16
+
+  Iommu iommu_;
+  std::vector<std::unique_ptr<QueueModel>> queues_;
+  std::unique_ptr<WindowEntry[]> windows_;
+  std::mutex port_mu_;
+  std::vector<PortModel> ports_;
+  Firmware firmware_;
+
+  // MSI-X (BAR4) and eventfds.
+  std::mutex msix_mu_;
+  std::array<std::array<std::uint32_t, 4>, fw::pci::kMsixVectors> msix_table_{};
+  std::array<std::atomic<int>, fw::pci::kMsixVectors> msix_fd_{};
+  std::array<std::atomic<bool>, fw::pci::kMsixVectors> msix_pending_{};
+};
+
+}  // namespace npo::emu

@@ -1,0 +1,490 @@
+// SPDX-License-Identifier: Apache-2.0
+// The DMA engine model: fetches descriptors from the host submission ring through the
+// IOMMU, executes them, and writes 16-byte completions with the phase bit into the host
+// completion ring (docs/spec/dma.md, docs/spec/registers.md §5).
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "card.hpp"
+#include "system.hpp"
+
+namespace npo::emu {
+
+namespace regs = fw::regs;
+namespace dma = fw::dma;
+namespace qr = fw::regs::queue;
+using dma::Status;
+
+namespace {
+constexpr unsigned kBatch = 64;                      // descriptors per run_once
+constexpr std::uint64_t kChunk = 256u << 10;          // bytes per remote-window revocation check
+}  // namespace
+
+bool QueueModel::pending() const noexcept {
+  return sq_tail_.load(std::memory_order_acquire) != sq_head_.load(std::memory_order_acquire);
+}
+
+bool QueueModel::has_work() const noexcept {
+  if (!enabled_.load(std::memory_order_acquire) || hung_.load(std::memory_order_acquire)) return false;
+  if (status_.load() & qr::kStatusHalted.mask()) return false;
+  if (!pending()) return false;
+  // Paused on a full completion ring until the host frees entries (CQ_HEAD doorbell).
+  const std::uint32_t depth = 1u << qr::kConfigDepthLog2.get(config_snapshot_.load());
+  return cq_tail_.load() - cq_head_.load() < depth;
+}
+
+std::uint64_t QueueModel::read(std::uint32_t reg, unsigned /*width*/) {
+  switch (reg) {
+    case qr::kSqBase: {
+      std::lock_guard lock(mu_);
+      return sq_base_;
+    }
+    case qr::kCqBase: {
+      std::lock_guard lock(mu_);
+      return cq_base_;
+    }
+    case qr::kConfig: return config_snapshot_.load();
+    case qr::kCtrl: return enabled_.load() ? qr::kCtrlEnable.mask() : 0;
+    case qr::kStatus: {
+      std::uint32_t s = status_.load() & (qr::kStatusHalted.mask() | qr::kStatusConfigError.mask());
+      if (enabled_.load()) s |= qr::kStatusEnabled.mask();
+      if (!pending()) s |= qr::kStatusIdle.mask();
+      return s;
+    }
+    case qr::kSqTail: return sq_tail_.load();
+    case qr::kSqHead: return sq_head_.load();
+    case qr::kCqHead: return cq_head_.load();
+    case qr::kCqTail: return cq_tail_.load();
+    case qr::kErr: return err_.load();
+    case qr::kCompleted: return completed_.load();
+    default: return 0;
+  }
+}
+
+void QueueModel::write(std::uint32_t reg, unsigned /*width*/, std::uint64_t value) {
+  const auto v32 = static_cast<std::uint32_t>(value);
+  switch (reg) {
+    case qr::kSqTail:  // doorbell: the hot path, no lock
+      sq_tail_.store(v32, std::memory_order_seq_cst);
+      if (has_work()) card_.system().workers.post(*this);
+      return;
+    case qr::kCqHead:
+      cq_head_.store(v32, std::memory_order_seq_cst);
+      err_.fetch_and(~qr::kErrCqOverflow.mask());
+      if (has_work()) card_.system().workers.post(*this);
+      return;
+    case qr::kErr: err_.fetch_and(~v32); return;
+    default: break;
+  }
+  std::lock_guard lock(mu_);
+  switch (reg) {
+    case qr::kSqBase:
+      if (!enabled_.load()) sq_base_ = value;
+      break;
+    case qr::kCqBase:
+      if (!enabled_.load()) cq_base_ = value;
+      break;
+    case qr::kConfig:
+      if (!enabled_.load()) {
+        config_snapshot_.store(v32 & (qr::kConfigDepthLog2.mask() | qr::kConfigPriority.mask() |
+                                      qr::kConfigIrqEnable.mask()));
+      }
+      break;
+    case qr::kCtrl: {
+      const bool en = qr::kCtrlEnable.get(v32) != 0;
+      if (en && !enabled_.load()) {
+        const std::uint32_t cfg = config_snapshot_.load();
+        const unsigned log2 = qr::kConfigDepthLog2.get(cfg);
+        const bool ok = log2 >= regs::kMinQueueDepthLog2 && log2 <= regs::kMaxQueueDepthLog2 && sq_base_ != 0 &&
+                        cq_base_ != 0 && sq_base_ % 64 == 0 && cq_base_ % 16 == 0;
+        if (!ok) {
+          status_.fetch_or(qr::kStatusConfigError.mask());
+          card_.log_event(fmt::format("queue={} enable refused: config error", index_));
+          break;
+        }
+        status_.fetch_and(~(qr::kStatusConfigError.mask() | qr::kStatusHalted.mask()));
+        failed_since_fence_ = false;
+        enabled_.store(true);
+        card_.log_event(fmt::format("queue={} enabled depth={}", index_, 1u << log2));
+      } else if (!en && enabled_.load()) {
+        enabled_.store(false);
+        card_.log_event(fmt::format("queue={} disabled", index_));
+      }
+      break;
+    }
+    case qr::kReset:
+      if (qr::kResetQueue.get(v32)) {
+        queue_reset_locked();
+        card_.log_event(fmt::format("queue={} reset", index_));
+      }
+      break;
+    default: break;
+  }
+}
+
+void QueueModel::queue_reset_locked() {
+  // Abort everything pending: the ring indexes return to 0, the queue is disabled, a hang
+  // injected on it is cleared. The driver completes aborted ops itself (status kAborted /
+  // kTimeout, which only software writes).
+  enabled_.store(false);
+  hung_.store(false);
+  sq_tail_.store(0);
+  sq_head_.store(0);
+  cq_head_.store(0);
+  cq_tail_.store(0);
+  err_.store(0);
+  completed_.store(0);
+  status_.store(0);
+  inject_errors_.store(0);
+  failed_since_fence_ = false;
+}
+
+void QueueModel::reset_state() {
+  std::lock_guard lock(mu_);
+  queue_reset_locked();
+  sq_base_ = 0;
+  cq_base_ = 0;
+  config_snapshot_.store(0);
+}
+
+void QueueModel::inject_hang(std::uint64_t now) {
+  hung_since_.store(now);
+  hung_.store(true);
+}
+
+Status QueueModel::host_access(std::uint64_t iova, std::uint64_t len, bool write, std::byte* /*unused*/,
+                               std::byte* local, std::uint64_t* info) {
+  // Copies between host memory at `iova` and `local` (device-side buffer), through the IOMMU,
+  // split at mapping boundaries. Nothing is touched past the first fault.
+  auto& mmu = card_.iommu();
+  if (card_.take_injected_iommu_fault()) {
+    *info = iova;
+    card_.record_iommu_fault(iova, index_, write, false);
+    return Status::kIommuFault;
+  }
+  // Pre-check the whole range so a fault in the middle leaves memory untouched.
+  for (std::uint64_t done = 0; done < len;) {
+    std::byte* host = nullptr;
+    std::uint64_t contig = 0, fault = 0;
+    const auto r = mmu.translate(iova + done, len - done, write, &host, &contig, &fault);
+    if (r != XlateResult::kOk) {
+      *info = fault;
+      card_.record_iommu_fault(fault, index_, write, r == XlateResult::kPermission);
+      return r == XlateResult::kPermission ? Status::kIommuPermission : Status::kIommuFault;
+    }
+    done += contig;
+  }
+  for (std::uint64_t done = 0; done < len;) {
+    std::byte* host = nullptr;
+    std::uint64_t contig = 0, fault = 0;
+    (void)mmu.translate(iova + done, len - done, write, &host, &contig, &fault);
+    if (write) {
+      std::memcpy(host, local + done, contig);
+    } else {
+      std::memcpy(local + done, host, contig);
+    }
+    done += contig;
+  }
+  return Status::kOk;
+}
+
+Status QueueModel::execute(const dma::Descriptor& d, std::uint64_t* info) {
+  *info = 0;
+  const auto op = d.opcode();
+  const std::uint8_t fl = d.op_flags();
+  if ((fl & ~dma::flags::kValidMask) != 0 || !d.reserved_zero()) return Status::kBadDescriptor;
+  if (static_cast<unsigned>(op) >= dma::kNumOpcodes) return Status::kBadOpcode;
+  if (op == dma::Opcode::kNop || op == dma::Opcode::kFence) return Status::kOk;
+  const std::uint32_t len = d.length();
+  if (len == 0 || len > regs::kMaxTransferBytes) return Status::kBadDescriptor;
+  if (inject_errors_.load() > 0) {
+    std::uint32_t n = inject_errors_.load();
+    while (n > 0 && !inject_errors_.compare_exchange_weak(n, n - 1)) {
+    }
+    if (n > 0) return Status::kEngineError;
+  }
+  auto hbm = card_.hbm();
+  auto hbm_range = [&](std::uint64_t off) -> std::byte* {
+    if (off > hbm.size() || len > hbm.size() - off) return nullptr;
+    return hbm.data() + off;
+  };
+  const bool src_hbm = (fl & dma::flags::kSrcHbm) != 0;
+  const bool dst_hbm = (fl & dma::flags::kDstHbm) != 0;
+
+  switch (op) {
+    case dma::Opcode::kCopy: {
+      if (src_hbm && dst_hbm) {
+        std::byte* s = hbm_range(d.src());
+        std::byte* t = hbm_range(d.dst());
+        if (!s || !t) {
+          *info = !s ? d.src() : d.dst();
+          return Status::kHbmRange;
+        }
+        std::memmove(t, s, len);
+      } else if (src_hbm) {  // HBM -> host
+        std::byte* s = hbm_range(d.src());
+        if (!s) {
+          *info = d.src();
+          return Status::kHbmRange;
+        }
+        const auto st = host_access(d.dst(), len, true, nullptr, s, info);
+        if (st != Status::kOk) return st;
+      } else if (dst_hbm) {  // host -> HBM
+        std::byte* t = hbm_range(d.dst());
+        if (!t) {
+          *info = d.dst();
+          return Status::kHbmRange;
+        }
+        const auto st = host_access(d.src(), len, false, nullptr, t, info);
+        if (st != Status::kOk) return st;
+      } else {  // host -> host: check both ranges first, then copy mapping by mapping
+        auto& mmu = card_.iommu();
+        for (int pass = 0; pass < 2; ++pass) {
+          const bool wr = pass == 1;
+          const std::uint64_t base = wr ? d.dst() : d.src();
+          for (std::uint64_t done = 0; done < len;) {
+            std::byte* h = nullptr;
+            std::uint64_t c = 0, f = 0;
+            const auto r = mmu.translate(base + done, len - done, wr, &h, &c, &f);
+            if (r != XlateResult::kOk) {
+              *info = f;
+              card_.record_iommu_fault(f, index_, wr, r == XlateResult::kPermission);
+              return r == XlateResult::kPermission ? Status::kIommuPermission : Status::kIommuFault;
+            }
+            done += c;
+          }
+        }
+        if (card_.take_injected_iommu_fault()) {
+          *info = d.src();
+          card_.record_iommu_fault(d.src(), index_, false, false);
+          return Status::kIommuFault;
+        }
+        for (std::uint64_t done = 0; done < len;) {
+          std::byte *hs = nullptr, *hd = nullptr;
+          std::uint64_t cs = 0, cd = 0, f = 0;
+          (void)mmu.translate(d.src() + done, len - done, false, &hs, &cs, &f);
+          (void)mmu.translate(d.dst() + done, len - done, true, &hd, &cd, &f);
+          const std::uint64_t n = std::min(cs, cd);
+          std::memmove(hd, hs, n);
+          done += n;
+        }
+      }
+      *info = len;
+      return Status::kOk;
+    }
+    case dma::Opcode::kFill: {
+      const std::uint64_t pat = d.src();
+      if (dst_hbm) {
+        std::byte* t = hbm_range(d.dst());
+        if (!t) {
+          *info = d.dst();
+          return Status::kHbmRange;
+        }
+        for (std::uint32_t i = 0; i < len; ++i) t[i] = static_cast<std::byte>(pat >> (8 * (i % 8)));
+      } else {
+        // Build the pattern in a bounded bounce buffer and stream it through the IOMMU.
+        std::array<std::byte, 4096> buf;
+        for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<std::byte>(pat >> (8 * (i % 8)));
+        for (std::uint64_t done = 0; done < len;) {
+          const std::uint64_t n = std::min<std::uint64_t>(buf.size(), len - done);
+          const auto st = host_access(d.dst() + done, n, true, nullptr, buf.data(), info);
+          if (st != Status::kOk) return st;
+          done += n;
+        }
+      }
+      *info = len;
+      return Status::kOk;
+    }
+    case dma::Opcode::kGather: {
+      const unsigned count = d.sg_count();
+      if (count == 0 || count > dma::sg::kMaxEntries) return Status::kSgError;
+      std::array<std::byte, dma::sg::kMaxEntries * dma::sg::kSize> list;
+      if (host_access(d.src(), std::uint64_t{count} * dma::sg::kSize, false, nullptr, list.data(), info) !=
+          Status::kOk) {
+        return Status::kSgError;
+      }
+      std::uint64_t total = 0;
+      for (unsigned i = 0; i < count; ++i) total += fw::load_le<std::uint32_t>(list.data(), i * dma::sg::kSize + dma::sg::kLength);
+      if (total != len) return Status::kSgError;
+      std::uint64_t out = 0;
+      for (unsigned i = 0; i < count; ++i) {
+        const auto a = fw::load_le<std::uint64_t>(list.data(), i * dma::sg::kSize + dma::sg::kAddr);
+        const auto n = fw::load_le<std::uint32_t>(list.data(), i * dma::sg::kSize + dma::sg::kLength);
+        if (dst_hbm) {
+          if (d.dst() > hbm.size() || len > hbm.size() - d.dst()) {
+            *info = d.dst();
+            return Status::kHbmRange;
+          }
+          const auto st = host_access(a, n, false, nullptr, hbm.data() + d.dst() + out, info);
+          if (st != Status::kOk) return st;
+        } else {
+          // host -> host gather through a bounce buffer
+          std::vector<std::byte> tmp(n);
+          auto st = host_access(a, n, false, nullptr, tmp.data(), info);
+          if (st == Status::kOk) st = host_access(d.dst() + out, n, true, nullptr, tmp.data(), info);
+          if (st != Status::kOk) return st;
+        }
+        out += n;
+      }
+      *info = len;
+      return Status::kOk;
+    }
+    case dma::Opcode::kRemoteWrite:
+    case dma::Opcode::kRemoteRead: {
+      const bool is_write = op == dma::Opcode::kRemoteWrite;
+      Card* target = card_.system().card_by_fabric_id(d.remote_card());
+      // Direct neighbours only (multi-hop routing arrives with the topology issue): some
+      // port of this card must be up with `target` as its neighbour.
+      bool reachable = false;
+      if (target != nullptr && !target->removed()) {
+        std::lock_guard lock(card_.port_mutex());
+        for (unsigned p = 0; p < card_.config().num_ports; ++p) {
+          const auto& pm = card_.port(p);
+          if (pm.state == regs::port::LinkState::kUp &&
+              regs::port::kNeighborFabricId.get(pm.neighbor) == d.remote_card()) {
+            reachable = true;
+            break;
+          }
+        }
+      }
+      if (!reachable) {
+        *info = d.remote_card();
+        return Status::kRemoteUnreachable;
+      }
+      const unsigned w = d.window();
+      if (w >= regs::kWindowEntries) return Status::kWindowInvalid;
+      WindowEntry& e = target->window(w);
+      e.inflight.fetch_add(1);
+      struct Release {
+        WindowEntry& e;
+        ~Release() { e.inflight.fetch_sub(1); }
+      } release{e};
+      namespace wr = regs::window;
+      auto check = [&]() -> Status {
+        const std::uint32_t ctrl = e.ctrl.load();
+        if (!wr::kCtrlValid.get(ctrl)) {
+          return wr::kCtrlGeneration.get(ctrl) != d.generation() ? Status::kWindowRevoked : Status::kWindowInvalid;
+        }
+        if (wr::kCtrlGeneration.get(ctrl) != d.generation()) return Status::kWindowRevoked;
+        return Status::kOk;
+      };
+      if (auto st = check(); st != Status::kOk) return st;
+      if (e.key.load() != d.key()) return Status::kWindowKey;
+      const std::uint32_t ctrl = e.ctrl.load();
+      if (is_write ? !wr::kCtrlWrite.get(ctrl) : !wr::kCtrlRead.get(ctrl)) return Status::kWindowRights;
+      const std::uint64_t woff = is_write ? d.dst() : d.src();
+      const std::uint64_t wsize = e.size.load();
+      if (woff > wsize || len > wsize - woff) {
+        *info = woff;
+        return Status::kWindowRange;
+      }
+      std::byte* remote = target->hbm().data() + e.hbm_offset.load() + woff;
+      const std::uint64_t local = is_write ? d.src() : d.dst();
+      const bool local_hbm = is_write ? src_hbm : dst_hbm;
+      if (local_hbm && (local > hbm.size() || len > hbm.size() - local)) {
+        *info = local;
+        return Status::kHbmRange;
+      }
+      for (std::uint64_t done = 0; done < len;) {
+        if (auto st = check(); st != Status::kOk) return st;  // revoked mid-transfer: stop here
+        const std::uint64_t n = std::min<std::uint64_t>(kChunk, len - done);
+        if (local_hbm) {
+          if (is_write) {
+            std::memmove(remote + done, hbm.data() + local + done, n);
+          } else {
+            std::memmove(hbm.data() + local + done, remote + done, n);
+          }
+        } else {
+          const auto st = host_access(local + done, n, !is_write, nullptr, remote + done, info);
+          if (st != Status::kOk) return st;
+        }
+        done += n;
+      }
+      *info = len;
+      return Status::kOk;
+    }
+    default: return Status::kBadOpcode;
+  }
+}
+
+bool QueueModel::run_once() {
+  std::lock_guard lock(mu_);
+  if (!enabled_.load() || hung_.load() || card_.removed() || !card_.bus_master()) return false;
+  if (status_.load() & qr::kStatusHalted.mask()) return false;
+  const std::uint32_t cfg = config_snapshot_.load();
+  const unsigned log2 = qr::kConfigDepthLog2.get(cfg);
+  const std::uint32_t depth = 1u << log2;
+  const std::uint32_t mask = depth - 1;
+  std::uint32_t head = sq_head_.load();
+  const std::uint32_t tail = sq_tail_.load(std::memory_order_acquire);
+  std::uint32_t ctail = cq_tail_.load();
+  unsigned done = 0;
+  bool irq = false;
+  auto mmu_guard = card_.iommu().guard();  // unmap waits for this batch
+  while (head != tail && done < kBatch) {
+    if (hung_.load()) break;
+    if (ctail - cq_head_.load(std::memory_order_acquire) >= depth) {
+      err_.fetch_or(qr::kErrCqOverflow.mask());
+      break;  // resumes on the CQ_HEAD doorbell
+    }
+    // Fetch the descriptor through the IOMMU.
+    dma::Descriptor d;
+    std::uint64_t finfo = 0;
+    if (host_access(sq_base_ + std::uint64_t{head & mask} * dma::desc::kSize, dma::desc::kSize, false, nullptr,
+                    d.raw.data(), &finfo) != Status::kOk) {
+      status_.fetch_or(qr::kStatusHalted.mask());
+      err_.fetch_or(qr::kErrFetch.mask());
+      card_.set_error(regs::global::kErrDescriptor.mask());
+      card_.log_event(fmt::format("queue={} halted: descriptor fetch fault iova=0x{:x}", index_, finfo));
+      break;
+    }
+    std::uint64_t info = 0;
+    Status st;
+    const bool fenced = (d.op_flags() & dma::flags::kFence) != 0 || d.opcode() == dma::Opcode::kFence;
+    if (fenced && failed_since_fence_) {
+      st = Status::kFenceSkipped;
+    } else {
+      st = execute(d, &info);
+    }
+    if (fenced) failed_since_fence_ = false;
+    if (st != Status::kOk) {
+      failed_since_fence_ = true;
+      err_.fetch_or(qr::kErrOpFailed.mask());
+    }
+    // Write the completion: body first, then the flags word carrying the phase bit.
+    dma::Completion c;
+    c.set_info(info);
+    c.set_sq_index(head);
+    c.set_status(st);
+    const bool phase = ((ctail >> log2) & 1u) == 0;  // first pass writes phase 1
+    c.set_phase(phase);
+    std::byte* host = nullptr;
+    std::uint64_t contig = 0, fault = 0;
+    const std::uint64_t ciova = cq_base_ + std::uint64_t{ctail & mask} * dma::cpl::kSize;
+    const auto r = card_.iommu().translate(ciova, dma::cpl::kSize, true, &host, &contig, &fault);
+    if (r != XlateResult::kOk || contig < dma::cpl::kSize) {
+      status_.fetch_or(qr::kStatusHalted.mask());
+      err_.fetch_or(qr::kErrFetch.mask());
+      card_.record_iommu_fault(fault, index_, true, r == XlateResult::kPermission);
+      break;
+    }
+    std::memcpy(host, c.raw.data(), dma::cpl::kFlags);
+    std::atomic_thread_fence(std::memory_order_release);
+    __atomic_store_n(reinterpret_cast<std::uint16_t*>(host + dma::cpl::kFlags),
+                     phase ? dma::cpl::kPhase : std::uint16_t{0}, __ATOMIC_RELEASE);
+    ++head;
+    ++ctail;
+    ++done;
+    irq = irq || (d.op_flags() & dma::flags::kInterrupt) != 0;
+  }
+  sq_head_.store(head, std::memory_order_release);
+  cq_tail_.store(ctail, std::memory_order_release);
+  completed_.fetch_add(done, std::memory_order_relaxed);
+  if (done > 0 && (irq || qr::kConfigIrqEnable.get(cfg))) card_.raise_msix(fw::pci::kMsixVectorQueueBase + index_);
+  return head != sq_tail_.load(std::memory_order_acquire) && !hung_.load() &&
+         !(status_.load() & qr::kStatusHalted.mask()) && ctail - cq_head_.load() < depth;
+}
+
+}  // namespace npo::emu

@@ -1,0 +1,286 @@
+// SPDX-License-Identifier: Apache-2.0
+// The firmware model: answers the mailbox command set of docs/spec/mailbox.md. Malformed
+// requests get error replies; nothing a host writes can crash or hang it.
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "card.hpp"
+#include "system.hpp"
+
+namespace npo::emu {
+
+namespace mb = fw::mbox;
+namespace regs = fw::regs;
+using fw::load_le;
+using fw::store_le;
+
+namespace {
+std::uint32_t parse_version(const std::string& v) {
+  unsigned a = 0, b = 0, c = 0;
+  if (std::sscanf(v.c_str(), "%u.%u.%u", &a, &b, &c) != 3) return 0;
+  return (a << 16) | ((b & 0xff) << 8) | (c & 0xff);
+}
+void put_str(std::vector<std::byte>& out, std::size_t off, std::size_t len, std::string_view s) {
+  for (std::size_t i = 0; i < len; ++i) out[off + i] = i < s.size() ? static_cast<std::byte>(s[i]) : std::byte{0};
+}
+}  // namespace
+
+void Firmware::reset_state() {
+  pending_.store(false);
+  drop_.store(0);
+  corrupt_.store(0);
+  heartbeats_ = 0;
+  std::lock_guard lock(log_mu_);
+  log_.clear();
+}
+
+void Firmware::log_error(LogEntry e) {
+  std::lock_guard lock(log_mu_);
+  if (log_.size() >= mb::errlog::kCapacity) log_.pop_front();
+  log_.push_back(e);
+}
+
+bool Firmware::run_once() {
+  if (!pending_.exchange(false)) return false;
+  namespace m = regs::mbox;
+  std::array<std::byte, m::kBufSize> req;
+  std::uint32_t req_len;
+  {
+    std::lock_guard lock(card_.mbox_mu_);
+    req = card_.mbox_req_;
+    req_len = card_.mbox_req_len_;
+  }
+  if (card_.removed()) return false;
+  // Injected timeout: the request is swallowed; BUSY stays set until the host resets the card.
+  if (std::uint32_t n = drop_.load(); n > 0 && drop_.compare_exchange_strong(n, n - 1)) {
+    card_.log_event("mailbox request dropped (injected timeout)");
+    return false;
+  }
+  auto finish_transport_error = [&] {
+    std::lock_guard lock(card_.mbox_mu_);
+    card_.mbox_rsp_len_ = 0;
+    card_.mbox_status_.store((card_.mbox_status_.load() & ~m::kStatusBusy.mask()) | m::kStatusError.mask() |
+                             m::kStatusDone.mask());
+  };
+  if (req_len < mb::hdr::kSize || req_len > m::kBufSize) {
+    card_.log_event(fmt::format("mailbox transport error req_len={}", req_len));
+    finish_transport_error();
+    card_.raise_msix(fw::pci::kMsixVectorGlobal);
+    return false;
+  }
+  const auto opcode = load_le<std::uint16_t>(req.data(), mb::hdr::kOpcode);
+  const auto seq = load_le<std::uint32_t>(req.data(), mb::hdr::kSequence);
+  const auto plen = load_le<std::uint16_t>(req.data(), mb::hdr::kPayloadLen);
+  std::vector<std::byte> payload;
+  mb::Status st = mb::Status::kOk;
+  if (load_le<std::uint8_t>(req.data(), mb::hdr::kVersion) != mb::kProtocolVersion) {
+    st = mb::Status::kBadVersion;
+  } else if (std::size_t{plen} + mb::hdr::kSize != req_len) {
+    st = mb::Status::kBadLength;
+  } else if (load_le<std::uint32_t>(req.data(), mb::hdr::kCrc) !=
+             mb::message_crc(std::span<const std::byte>(req.data(), req_len))) {
+    st = mb::Status::kBadCrc;
+  } else {
+    st = handle(static_cast<mb::Command>(opcode), std::span<const std::byte>(req.data() + mb::hdr::kSize, plen),
+                payload);
+    if (st != mb::Status::kOk) payload.clear();
+  }
+  card_.log_event(fmt::format("mailbox op=0x{:04x} seq={} status={}", opcode, seq, mb::status_name(st)));
+  if (st != mb::Status::kOk) {
+    log_error({card_.system().sched.now_ns(), static_cast<std::uint16_t>(0x0400 | static_cast<unsigned>(st)), 1, 4,
+               opcode, seq, 0});
+  }
+  // Build the response.
+  std::array<std::byte, m::kBufSize> rsp{};
+  store_le<std::uint8_t>(rsp.data(), mb::hdr::kVersion, mb::kProtocolVersion);
+  store_le<std::uint8_t>(rsp.data(), mb::hdr::kFlags, mb::hdr::kFlagResponse);
+  store_le<std::uint16_t>(rsp.data(), mb::hdr::kOpcode, opcode);
+  store_le<std::uint32_t>(rsp.data(), mb::hdr::kSequence, seq);
+  store_le<std::uint16_t>(rsp.data(), mb::hdr::kPayloadLen, static_cast<std::uint16_t>(payload.size()));
+  store_le<std::uint16_t>(rsp.data(), mb::hdr::kStatus, static_cast<std::uint16_t>(st));
+  std::memcpy(rsp.data() + mb::hdr::kSize, payload.data(), payload.size());
+  const std::size_t rlen = mb::hdr::kSize + payload.size();
+  store_le<std::uint32_t>(rsp.data(), mb::hdr::kCrc, mb::message_crc(std::span<const std::byte>(rsp.data(), rlen)));
+  if (std::uint32_t n = corrupt_.load(); n > 0 && corrupt_.compare_exchange_strong(n, n - 1)) {
+    rsp[rlen - 1] ^= std::byte{0x5a};  // after the CRC: the host must notice
+    card_.log_event("mailbox reply corrupted (injected)");
+  }
+  {
+    std::lock_guard lock(card_.mbox_mu_);
+    card_.mbox_rsp_ = rsp;
+    card_.mbox_rsp_len_ = static_cast<std::uint32_t>(rlen);
+    card_.mbox_status_.store((card_.mbox_status_.load() & ~m::kStatusBusy.mask()) | m::kStatusDone.mask());
+  }
+  card_.raise_msix(fw::pci::kMsixVectorGlobal);
+  if (opcode == static_cast<std::uint16_t>(mb::Command::kReset) && st == mb::Status::kOk) {
+    card_.reset("mailbox_reset", false);
+  }
+  return false;
+}
+
+mb::Status Firmware::handle(mb::Command cmd, std::span<const std::byte> req, std::vector<std::byte>& rsp) {
+  auto& sys = card_.system();
+  const auto need = [&](std::size_t n) { return req.size() == n; };
+  switch (cmd) {
+    case mb::Command::kIdentify: {
+      if (!need(0)) return mb::Status::kBadLength;
+      namespace id = mb::identify;
+      rsp.assign(id::kSize, std::byte{0});
+      store_le<std::uint16_t>(rsp.data(), id::kVendorId, fw::pci::kVendorId);
+      store_le<std::uint16_t>(rsp.data(), id::kDeviceId, fw::pci::kDeviceId);
+      store_le<std::uint32_t>(rsp.data(), id::kFabricId, card_.fabric_id());
+      store_le<std::uint64_t>(rsp.data(), id::kSerial, card_.bar0_read(regs::global::kSerial, 64));
+      store_le<std::uint64_t>(rsp.data(), id::kHbmBytes, card_.config().hbm_bytes);
+      store_le<std::uint8_t>(rsp.data(), id::kNumEngines, regs::kNumEngines);
+      store_le<std::uint8_t>(rsp.data(), id::kQueuesPerEngine, regs::kQueuesPerEngine);
+      store_le<std::uint8_t>(rsp.data(), id::kNumPorts, static_cast<std::uint8_t>(card_.config().num_ports));
+      store_le<std::uint8_t>(rsp.data(), id::kLanesPerPort, regs::kLanesPerPort);
+      put_str(rsp, id::kModel, 32, "NPO-REF-1 (emulated)");
+      return mb::Status::kOk;
+    }
+    case mb::Command::kGetVersions: {
+      if (!need(0)) return mb::Status::kBadLength;
+      namespace v = mb::versions;
+      rsp.assign(v::kSize, std::byte{0});
+      store_le<std::uint32_t>(rsp.data(), v::kFirmware, parse_version(card_.config().firmware_version));
+      store_le<std::uint32_t>(rsp.data(), v::kInterface, regs::kInterfaceVersion);
+      store_le<std::uint32_t>(rsp.data(), v::kProtocol, mb::kProtocolVersion);
+      store_le<std::uint32_t>(rsp.data(), v::kBuildId, 0x20261129);
+      put_str(rsp, v::kFirmwareString, 32, card_.config().firmware_version);
+      return mb::Status::kOk;
+    }
+    case mb::Command::kReset: {
+      if (!need(mb::reset::kSize)) return mb::Status::kBadLength;
+      const auto scope = load_le<std::uint32_t>(req.data(), mb::reset::kScope);
+      if (scope > 1) return mb::Status::kBadArgument;
+      return mb::Status::kOk;  // the reset runs after the reply is posted (run_once)
+    }
+    case mb::Command::kHeartbeat: {
+      namespace hb = mb::heartbeat;
+      if (!need(hb::kReqSize)) return mb::Status::kBadLength;
+      rsp.assign(hb::kRspSize, std::byte{0});
+      store_le<std::uint64_t>(rsp.data(), hb::kCookie, load_le<std::uint64_t>(req.data(), hb::kCookie));
+      store_le<std::uint64_t>(rsp.data(), hb::kUptimeNs, sys.sched.now_ns());
+      store_le<std::uint32_t>(rsp.data(), hb::kCount, ++heartbeats_);
+      return mb::Status::kOk;
+    }
+    case mb::Command::kXcvrRead:
+    case mb::Command::kXcvrWrite: {
+      namespace x = mb::xcvr;
+      if (req.size() < x::kHdrSize) return mb::Status::kBadLength;
+      const unsigned port = load_le<std::uint8_t>(req.data(), x::kPort);
+      const unsigned bank = load_le<std::uint8_t>(req.data(), x::kBank);
+      const unsigned page = load_le<std::uint8_t>(req.data(), x::kPage);
+      const unsigned off = load_le<std::uint8_t>(req.data(), x::kOffset);
+      const unsigned len = load_le<std::uint8_t>(req.data(), x::kLength);
+      const bool write = cmd == mb::Command::kXcvrWrite;
+      if (req.size() != x::kHdrSize + (write ? len : 0)) return mb::Status::kBadLength;
+      if (port >= card_.config().num_ports || len == 0 || len > x::kMaxLength || off + len > 256) {
+        return mb::Status::kBadArgument;
+      }
+      std::lock_guard lock(card_.port_mutex());
+      auto& pm = card_.port(port);
+      if (!pm.cabled) return mb::Status::kNoModule;
+      // Only bank 0 page 00h exists in this model; the lower page is reachable from any page.
+      if (off + len > 128 && (bank != 0 || page != 0)) return mb::Status::kPageNotSupported;
+      if (write) {
+        // Writable: lower-page control bytes 26..127 (CMIS 5.2 §8.2); everything else is RO.
+        for (unsigned i = 0; i < len; ++i) {
+          if (off + i < 26 || off + i >= 128) return mb::Status::kReadOnly;
+        }
+        for (unsigned i = 0; i < len; ++i) pm.cmis[off + i] = static_cast<std::uint8_t>(req[x::kData + i]);
+        return mb::Status::kOk;
+      }
+      rsp.resize(len);
+      for (unsigned i = 0; i < len; ++i) rsp[i] = static_cast<std::byte>(pm.cmis[off + i]);
+      return mb::Status::kOk;
+    }
+    case mb::Command::kLinkControl: {
+      namespace l = mb::link;
+      if (!need(l::kSize)) return mb::Status::kBadLength;
+      const unsigned port = load_le<std::uint8_t>(req.data(), l::kPort);
+      const unsigned action = load_le<std::uint8_t>(req.data(), l::kAction);
+      const unsigned arg = load_le<std::uint8_t>(req.data(), l::kArg);
+      if (port >= card_.config().num_ports || action >= l::kNumActions) return mb::Status::kBadArgument;
+      namespace pr = regs::port;
+      std::uint32_t ctrl;
+      {
+        std::lock_guard lock(card_.port_mutex());
+        ctrl = card_.port(port).ctrl;
+      }
+      switch (static_cast<l::Action>(action)) {
+        case l::Action::kDown: ctrl = pr::kCtrlEnable.set(ctrl, 0); break;
+        case l::Action::kUp: ctrl = pr::kCtrlEnable.set(ctrl, 1); break;
+        case l::Action::kRetrain: ctrl = pr::kCtrlEnable.set(ctrl, 1) | pr::kCtrlTrain.mask(); break;
+        case l::Action::kPrbsStart:
+          if (arg > 6) return mb::Status::kBadArgument;
+          ctrl = pr::kCtrlPrbsPattern.set(ctrl, arg) | pr::kCtrlPrbsGen.mask() | pr::kCtrlPrbsCheck.mask();
+          break;
+        case l::Action::kPrbsStop: ctrl &= ~(pr::kCtrlPrbsGen.mask() | pr::kCtrlPrbsCheck.mask()); break;
+        case l::Action::kLoopbackOn: ctrl |= pr::kCtrlLoopback.mask(); break;
+        case l::Action::kLoopbackOff: ctrl &= ~pr::kCtrlLoopback.mask(); break;
+      }
+      card_.port_set_ctrl(port, ctrl);
+      rsp.assign(l::kRspSize, std::byte{0});
+      std::lock_guard lock(card_.port_mutex());
+      store_le<std::uint32_t>(rsp.data(), l::kRspStatus, card_.port_status_locked(port));
+      return mb::Status::kOk;
+    }
+    case mb::Command::kTelemetry: {
+      namespace t = mb::telemetry;
+      if (!need(0) && !need(4)) return mb::Status::kBadLength;
+      const unsigned np = card_.config().num_ports;
+      rsp.assign(t::kPorts + np * t::kPortRecord, std::byte{0});
+      store_le<std::uint64_t>(rsp.data(), t::kTimestampNs, sys.sched.now_ns());
+      store_le<std::int16_t>(rsp.data(), t::kTempQ8, static_cast<std::int16_t>(55 * 256));
+      store_le<std::uint32_t>(rsp.data(), t::kPowerMw, 350'000);
+      std::lock_guard lock(card_.port_mutex());
+      for (unsigned p = 0; p < np; ++p) {
+        const std::size_t base = t::kPorts + p * t::kPortRecord;
+        const auto& pm = card_.port(p);
+        store_le<std::uint32_t>(rsp.data(), base + t::kPortStatus, card_.port_status_locked(p));
+        store_le<std::uint32_t>(rsp.data(), base + t::kPortFlaps, pm.flap_count);
+        if (pm.cabled) {
+          const auto temp = static_cast<std::int16_t>((pm.cmis[14] << 8) | pm.cmis[15]);
+          store_le<std::int16_t>(rsp.data(), base + t::kPortModTempQ8, temp);
+          store_le<std::uint16_t>(rsp.data(), base + t::kPortModVcc, static_cast<std::uint16_t>((pm.cmis[16] << 8) | pm.cmis[17]));
+        }
+      }
+      return mb::Status::kOk;
+    }
+    case mb::Command::kErrorLogRead: {
+      namespace e = mb::errlog;
+      if (!need(e::kReqSize)) return mb::Status::kBadLength;
+      const unsigned start = load_le<std::uint16_t>(req.data(), e::kStart);
+      const unsigned max = load_le<std::uint16_t>(req.data(), e::kMax);
+      std::lock_guard lock(log_mu_);
+      const std::size_t total = log_.size();
+      const std::size_t count = start >= total ? 0 : std::min<std::size_t>({max, total - start, e::kMaxPerReply});
+      rsp.assign(e::kEntries + count * e::kEntrySize, std::byte{0});
+      store_le<std::uint16_t>(rsp.data(), e::kTotal, static_cast<std::uint16_t>(total));
+      store_le<std::uint16_t>(rsp.data(), e::kCount, static_cast<std::uint16_t>(count));
+      for (std::size_t i = 0; i < count; ++i) {
+        const auto& le = log_[start + i];
+        const std::size_t b = e::kEntries + i * e::kEntrySize;
+        store_le<std::uint64_t>(rsp.data(), b + e::kEntryTimestamp, le.ts);
+        store_le<std::uint16_t>(rsp.data(), b + e::kEntryCode, le.code);
+        store_le<std::uint8_t>(rsp.data(), b + e::kEntrySeverity, le.severity);
+        store_le<std::uint8_t>(rsp.data(), b + e::kEntrySource, le.source);
+        store_le<std::uint32_t>(rsp.data(), b + e::kEntryArg0, le.arg0);
+        store_le<std::uint64_t>(rsp.data(), b + e::kEntryArg1, le.arg1);
+        store_le<std::uint64_t>(rsp.data(), b + e::kEntryArg2, le.arg2);
+      }
+      return mb::Status::kOk;
+    }
+    case mb::Command::kErrorLogClear: {
+      if (!need(0)) return mb::Status::kBadLength;
+      std::lock_guard lock(log_mu_);
+      log_.clear();
+      return mb::Status::kOk;
+    }
+    default: return mb::Status::kUnknownCommand;
+  }
+}
+
+}  // namespace npo::emu

@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "iommu.hpp"
+
+#include <fmt/format.h>
+
+namespace npo::emu {
+
+Result<void> Iommu::map(const void* vaddr, std::uint64_t iova, std::uint64_t length, backend::DmaAccess access) {
+  const auto va = reinterpret_cast<std::uintptr_t>(vaddr);
+  if (length == 0 || (va % kPage) != 0 || (iova % kPage) != 0 || (length % kPage) != 0) {
+    return fail(Code::kInvalidArgument,
+                fmt::format("dma_map: vaddr 0x{:x}, iova 0x{:x} and length {} must be non-zero multiples of 4 KiB",
+                            va, iova, length));
+  }
+  if (iova < kIovaFirst || length - 1 > kIovaLast - iova) {
+    return fail(Code::kOutOfRange, fmt::format("dma_map: IOVA range 0x{:x}+{} outside [0x{:x}, 0x{:x}]", iova,
+                                               length, kIovaFirst, kIovaLast));
+  }
+  std::unique_lock lock(mu_);
+  auto next = maps_.lower_bound(iova);
+  if (next != maps_.end() && next->first < iova + length) {
+    return fail(Code::kAlreadyExists, fmt::format("dma_map: IOVA 0x{:x}+{} overlaps the mapping at 0x{:x}", iova,
+                                                  length, next->first));
+  }
+  if (next != maps_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second.length > iova) {
+      return fail(Code::kAlreadyExists, fmt::format("dma_map: IOVA 0x{:x}+{} overlaps the mapping at 0x{:x}",
+                                                    iova, length, prev->first));
+    }
+  }
+  maps_.emplace(iova, Mapping{length, reinterpret_cast<std::byte*>(va), access});
+  return {};
+}
+
+Result<void> Iommu::unmap(std::uint64_t iova, std::uint64_t length) {
+  std::unique_lock lock(mu_);
+  auto it = maps_.find(iova);
+  if (it == maps_.end() || it->second.length != length) {
+    return fail(Code::kNotFound, fmt::format("dma_unmap: no mapping of exactly {} bytes at IOVA 0x{:x}", length, iova));
+  }
+  maps_.erase(it);
+  return {};
+}
+
+void Iommu::clear() {
+  std::unique_lock lock(mu_);
+  maps_.clear();
+}
+
+std::size_t Iommu::mapping_count() const {
+  std::shared_lock lock(mu_);
+  return maps_.size();
+}
+
+XlateResult Iommu::translate(std::uint64_t iova, std::uint64_t length, bool write, std::byte** host,
+                             std::uint64_t* contiguous, std::uint64_t* fault_iova) const {
+  auto it = maps_.upper_bound(iova);
+  if (it == maps_.begin()) {
+    *fault_iova = iova;
+    return XlateResult::kUnmapped;
+  }
+  --it;
+  const std::uint64_t off = iova - it->first;
+  if (off >= it->second.length) {
+    *fault_iova = iova;
+    return XlateResult::kUnmapped;
+  }
+  const auto need = write ? backend::DmaAccess::kWrite : backend::DmaAccess::kRead;
+  if ((static_cast<unsigned>(it->second.access) & static_cast<unsigned>(need)) == 0) {
+    *fault_iova = iova;
+    return XlateResult::kPermission;
+  }
+  *host = it->second.host + off;
+  *contiguous = std::min(length, it->second.length - off);
+  return XlateResult::kOk;
+}
+
+}  // namespace npo::emu

@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: Apache-2.0
+// Emulator internals: the IOMMU model. Every device access to host memory is translated
+// here; an access to an unmapped IOVA, or a write through a read-only mapping, is a fault
+// and touches no memory.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <shared_mutex>
+#include <vector>
+
+#include "npo/hal/backend/backend.hpp"
+
+namespace npo::emu {
+
+/// Result of translating one access.
+enum class XlateResult : std::uint8_t { kOk, kUnmapped, kPermission };
+
+/// One card's IOMMU domain: IOVA -> host virtual address mappings with access rights.
+/// Thread-safety: map/unmap take the lock exclusively and so wait for in-flight device
+/// accesses (which hold an AccessGuard) to finish; translations hold it shared.
+class Iommu {
+ public:
+  /// The IOVA aperture the model accepts: [4 KiB, 2^48 - 1] (page 0 is never mapped, so a
+  /// zero IOVA always faults, as on typical hardware).
+  static constexpr std::uint64_t kIovaFirst = 0x1000;
+  static constexpr std::uint64_t kIovaLast = (std::uint64_t{1} << 48) - 1;
+  static constexpr std::uint64_t kPage = 4096;
+
+  Result<void> map(const void* vaddr, std::uint64_t iova, std::uint64_t length, backend::DmaAccess access);
+  Result<void> unmap(std::uint64_t iova, std::uint64_t length);
+  /// Drops every mapping (device close).
+  void clear();
+  [[nodiscard]] std::size_t mapping_count() const;
+
+  /// Holds translations stable while a device access is in progress.
+  [[nodiscard]] std::shared_lock<std::shared_mutex> guard() const { return std::shared_lock(mu_); }
+
+  /// Translates [iova, iova+length) for a read (write=false) or write. Caller holds guard().
+  /// On success `*host` points at the first byte and the range is contiguous in host memory
+  /// (a range spanning two mappings with non-contiguous host addresses is split by the caller
+  /// via `*contiguous`, the number of bytes valid from `*host`). `*fault_iova` gets the first
+  /// faulting IOVA on failure.
+  XlateResult translate(std::uint64_t iova, std::uint64_t length, bool write, std::byte** host,
+                        std::uint64_t* contiguous, std::uint64_t* fault_iova) const;
+
+ private:
+  struct Mapping {
+    std::uint64_t length;
+    std::byte* host;
+    backend::DmaAccess access;
+  };
+  mutable std::shared_mutex mu_;
+  std::map<std::uint64_t, Mapping> maps_;  // key: first IOVA
+};
+
+}  // namespace npo::emu

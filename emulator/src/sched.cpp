@@ -1,0 +1,125 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sched.hpp"
+
+namespace npo::emu {
+
+Scheduler::Scheduler(ClockMode mode) : mode_(mode), start_(std::chrono::steady_clock::now()) {
+  if (mode_ == ClockMode::kRealtime) timer_ = std::thread([this] { timer_loop(); });
+}
+
+Scheduler::~Scheduler() { stop(); }
+
+void Scheduler::stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (timer_.joinable()) timer_.join();
+}
+
+std::uint64_t Scheduler::now_ns() const noexcept {
+  if (mode_ == ClockMode::kVirtual) return virtual_now_.load(std::memory_order_acquire);
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count());
+}
+
+void Scheduler::schedule_at(std::uint64_t at_ns, std::function<void(std::uint64_t)> fn) {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    events_.push(Event{at_ns, seq_++, std::move(fn)});
+  }
+  cv_.notify_all();
+}
+
+void Scheduler::advance(std::uint64_t ns) {
+  std::lock_guard serial(advance_mu_);
+  const std::uint64_t target = virtual_now_.load() + ns;
+  for (;;) {
+    std::unique_lock lock(mu_);
+    if (events_.empty() || events_.top().at > target) break;
+    Event ev = std::move(const_cast<Event&>(events_.top()));
+    events_.pop();
+    lock.unlock();
+    if (ev.at > virtual_now_.load()) virtual_now_.store(ev.at, std::memory_order_release);
+    ev.fn(virtual_now_.load());
+  }
+  virtual_now_.store(target, std::memory_order_release);
+}
+
+void Scheduler::timer_loop() {
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    if (events_.empty()) {
+      cv_.wait(lock);
+      continue;
+    }
+    const std::uint64_t now = now_ns();
+    if (events_.top().at > now) {
+      cv_.wait_for(lock, std::chrono::nanoseconds(events_.top().at - now));
+      continue;
+    }
+    Event ev = std::move(const_cast<Event&>(events_.top()));
+    events_.pop();
+    lock.unlock();
+    ev.fn(now_ns());
+    lock.lock();
+  }
+}
+
+WorkerPool::WorkerPool(unsigned threads) {
+  if (threads == 0) threads = 1;
+  for (unsigned i = 0; i < threads; ++i) threads_.emplace_back([this] { loop(); });
+}
+
+WorkerPool::~WorkerPool() { stop(); }
+
+void WorkerPool::stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+}
+
+void WorkerPool::post(Runnable& r) {
+  if (r.scheduled.exchange(true, std::memory_order_acq_rel)) return;
+  bool wake;
+  {
+    std::lock_guard lock(mu_);
+    ready_.push_back(&r);
+    wake = sleepers_ > 0;
+  }
+  if (wake) cv_.notify_one();
+}
+
+void WorkerPool::loop() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    while (ready_.empty() && !stopping_) {
+      ++sleepers_;
+      cv_.wait(lock);
+      --sleepers_;
+    }
+    if (stopping_) return;
+    Runnable* r = ready_.front();
+    ready_.pop_front();
+    lock.unlock();
+    bool more = r->run_once();
+    if (!more) {
+      // Clear the flag, then re-check: a doorbell after the clear posts the Runnable itself;
+      // one that landed between run_once() and the clear is caught by has_work().
+      r->scheduled.store(false, std::memory_order_seq_cst);
+      if (r->has_work() && !r->scheduled.exchange(true, std::memory_order_acq_rel)) more = true;
+    }
+    lock.lock();
+    if (more) ready_.push_back(r);
+  }
+}
+
+}  // namespace npo::emu

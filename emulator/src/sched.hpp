@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: Apache-2.0
+// Emulator internals: the clock with its event scheduler, and the worker pool that runs
+// DMA engines and firmware off the caller's thread (woken by doorbells, never spinning).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <queue>
+#include <thread>
+#include <vector>
+
+#include "npo/emu/emulator.hpp"
+
+namespace npo::emu {
+
+/// Time source and timed events. In kVirtual mode events fire inside advance(), on the
+/// caller's thread, in (time, scheduling order). In kRealtime mode a timer thread fires them.
+class Scheduler {
+ public:
+  explicit Scheduler(ClockMode mode);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  [[nodiscard]] ClockMode mode() const noexcept { return mode_; }
+  [[nodiscard]] std::uint64_t now_ns() const noexcept;
+  /// Runs `fn(now)` at time `at_ns` (immediately-due events fire on the next advance/tick).
+  void schedule_at(std::uint64_t at_ns, std::function<void(std::uint64_t)> fn);
+  void schedule_in(std::uint64_t delay_ns, std::function<void(std::uint64_t)> fn) {
+    schedule_at(now_ns() + delay_ns, std::move(fn));
+  }
+  /// Virtual mode only: moves time forward, firing due events.
+  void advance(std::uint64_t ns);
+  /// Stops the timer thread (realtime); pending events are dropped.
+  void stop();
+
+ private:
+  struct Event {
+    std::uint64_t at;
+    std::uint64_t seq;
+    std::function<void(std::uint64_t)> fn;
+    bool operator>(const Event& o) const { return at != o.at ? at > o.at : seq > o.seq; }
+  };
+  void timer_loop();
+
+  ClockMode mode_;
+  std::chrono::steady_clock::time_point start_;
+  std::atomic<std::uint64_t> virtual_now_{0};
+  std::mutex mu_;
+  std::mutex advance_mu_;  // serialises advance() callers
+  std::condition_variable cv_;
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
+  std::uint64_t seq_ = 0;
+  bool stopping_ = false;
+  std::thread timer_;
+};
+
+/// Something a worker can run: a DMA queue or a mailbox. At most one worker runs a given
+/// Runnable at a time (the `scheduled` flag stays set while it runs).
+class Runnable {
+ public:
+  virtual ~Runnable() = default;
+  /// Does a bounded amount of work. Returns true when more work is pending right now.
+  virtual bool run_once() = 0;
+  /// Cheap, lock-free probe: is there work that run_once() would do?
+  [[nodiscard]] virtual bool has_work() const noexcept = 0;
+  std::atomic<bool> scheduled{false};
+};
+
+/// A small pool of threads that sleep on a condition variable until a Runnable is posted.
+class WorkerPool {
+ public:
+  explicit WorkerPool(unsigned threads);
+  ~WorkerPool();
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+  /// Makes `r` run soon unless it is already scheduled. Cheap when already scheduled.
+  void post(Runnable& r);
+  void stop();
+
+ private:
+  void loop();
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Runnable*> ready_;
+  bool stopping_ = false;
+  unsigned sleepers_ = 0;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace npo::emu

@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: Apache-2.0
+// Emulator internals: the system -- cards, fabric, clock, workers, event log.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "card.hpp"
+#include "npo/emu/emulator.hpp"
+#include "sched.hpp"
+
+namespace npo::emu {
+
+class EmulatorImpl {
+ public:
+  explicit EmulatorImpl(SystemConfig cfg);
+  ~EmulatorImpl();
+  Result<void> init();
+
+  SystemConfig cfg;
+  Scheduler sched;
+  WorkerPool workers;
+  int memfd = -1;
+  std::byte* hbm_base = nullptr;
+  std::uint64_t hbm_total = 0;
+  std::uint64_t hbm_stride = 0;
+  std::vector<std::unique_ptr<Card>> cards;
+  std::mt19937_64 rng;
+
+  /// Card by fabric ID, or null.
+  Card* card_by_fabric_id(std::uint32_t fid) noexcept {
+    return (fid >= 1 && fid <= cards.size()) ? cards[fid - 1].get() : nullptr;
+  }
+  void log(std::uint32_t card, const std::string& text);
+  std::vector<std::string> log_lines() const;
+  /// Arms a fault at its time.
+  void fire(const Fault& f);
+
+ private:
+  mutable std::mutex log_mu_;
+  std::vector<std::string> log_;
+};
+
+}  // namespace npo::emu

@@ -1,0 +1,162 @@
+// SPDX-License-Identifier: Apache-2.0
+// npo-hal: the backend interface -- the one seam between device logic (drivers/) and the
+// platform (VFIO on a real kernel, or the in-process emulator). It is shaped like VFIO
+// (linux/vfio.h) so both paths run the same driver code. DESIGN.md "The backend interface".
+//
+// Every operation states its guarantee. Unless a method says otherwise, a backend object
+// may be used from several threads at once, except that one BAR's Mmio accessors order
+// only the accesses made from one thread (as MMIO does on real hardware).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "npo/hal/error.hpp"
+
+namespace npo::backend {
+
+/// A PCI function address: domain:bus:device.function, e.g. "0000:3b:00.0".
+struct PciAddress {
+  std::uint16_t domain = 0;
+  std::uint8_t bus = 0;
+  std::uint8_t device = 0;    ///< 0..31
+  std::uint8_t function = 0;  ///< 0..7
+  friend constexpr bool operator==(const PciAddress&, const PciAddress&) = default;
+  friend constexpr auto operator<=>(const PciAddress&, const PciAddress&) = default;
+  /// Canonical lower-case form "dddd:bb:dd.f".
+  [[nodiscard]] std::string to_string() const;
+  /// Parses "dddd:bb:dd.f" or "bb:dd.f" (domain 0). Errors: kInvalidArgument naming the accepted forms.
+  static Result<PciAddress> parse(std::string_view text);
+};
+
+/// What enumeration reports about one PCI function (sysfs on Linux).
+struct FunctionInfo {
+  PciAddress address;
+  std::uint16_t vendor_id = 0;
+  std::uint16_t device_id = 0;
+  std::uint16_t subsystem_vendor_id = 0;
+  std::uint16_t subsystem_id = 0;
+  std::uint32_t class_code = 0;  ///< 24-bit class/subclass/prog-if
+  int numa_node = -1;            ///< -1: unknown / no NUMA
+  int iommu_group = -1;          ///< -1: none (no IOMMU, or emulator without groups)
+  std::string driver;            ///< bound kernel driver ("vfio-pci"), "emulator" for emulated cards
+};
+
+/// A BAR or config region as the backend describes it (VFIO_DEVICE_GET_REGION_INFO).
+struct RegionInfo {
+  unsigned index = 0;          ///< BAR number 0..5
+  std::uint64_t size = 0;      ///< bytes; 0 = BAR not implemented
+  bool mappable = false;       ///< can be mapped for direct CPU access (map_aperture)
+  bool prefetchable = false;
+  bool is_64bit = false;
+};
+
+/// Ordered MMIO accessors for one BAR. Offsets are bytes from the BAR start and must be
+/// naturally aligned and inside the BAR; a violation returns all-ones on reads and drops
+/// writes (as a PCIe unsupported request would), and is logged once.
+/// Guarantee: accesses from one thread reach the device in program order; a write is
+/// visible to the device before a later read from the same thread returns
+/// (non-posted semantics are not guaranteed: read back to flush).
+/// Reads of a removed device return all-ones.
+class Mmio {
+ public:
+  virtual ~Mmio() = default;
+  [[nodiscard]] virtual std::uint32_t read32(std::uint64_t offset) noexcept = 0;
+  [[nodiscard]] virtual std::uint64_t read64(std::uint64_t offset) noexcept = 0;
+  virtual void write32(std::uint64_t offset, std::uint32_t value) noexcept = 0;
+  virtual void write64(std::uint64_t offset, std::uint64_t value) noexcept = 0;
+  /// Bytes of the BAR.
+  [[nodiscard]] virtual std::uint64_t size() const noexcept = 0;
+};
+
+/// Access rights of a DMA mapping, as seen from the device.
+enum class DmaAccess : std::uint8_t {
+  kRead = 1,       ///< the device may read host memory (host -> device)
+  kWrite = 2,      ///< the device may write host memory (device -> host)
+  kReadWrite = 3,
+};
+
+/// An IOVA range [first, last] (inclusive, like VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE).
+struct IovaRange {
+  std::uint64_t first = 0;
+  std::uint64_t last = 0;
+};
+
+/// One opened PCI function. Created by Backend::open; closing it (destruction) unmaps its
+/// DMA mappings and BARs and releases its interrupts.
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  [[nodiscard]] virtual const FunctionInfo& info() const noexcept = 0;
+
+  /// Reads `out.size()` bytes of configuration space at `offset` (0..4095).
+  /// Errors: kOutOfRange past 4096; kUnavailable if the device was removed (reads as all-ones
+  /// are still stored into `out`). Guarantee: 1, 2 and 4-byte aligned reads are single accesses.
+  virtual Result<void> config_read(std::uint32_t offset, std::span<std::byte> out) = 0;
+  /// Writes configuration space. Read-only bits are left unchanged by the device, as in hardware.
+  /// Errors: kOutOfRange, kUnavailable (removed), kPermissionDenied (VFIO refused the write).
+  virtual Result<void> config_write(std::uint32_t offset, std::span<const std::byte> data) = 0;
+
+  /// Describes BAR `index` (0..5). Errors: kInvalidArgument for index > 5.
+  virtual Result<RegionInfo> region_info(unsigned index) = 0;
+  /// MMIO accessors for BAR `index`, valid while the Device lives. Errors: kNotFound if the
+  /// BAR is not implemented; kUnavailable if it cannot be mapped (VFIO mmap failure).
+  virtual Result<Mmio*> mmio(unsigned index) = 0;
+  /// Direct CPU mapping of a mappable BAR (e.g. the HBM aperture), valid while the Device
+  /// lives. Stores and loads reach device memory; on real hardware the mapping is
+  /// write-combined for prefetchable BARs. Errors: kUnimplemented if not mappable.
+  virtual Result<std::span<std::byte>> map_aperture(unsigned index) = 0;
+
+  /// IOVA ranges the IOMMU accepts for this device, sorted, non-overlapping.
+  [[nodiscard]] virtual std::vector<IovaRange> iova_ranges() const = 0;
+  /// Maps host virtual range [vaddr, vaddr+length) at `iova` with `access`. The memory must
+  /// stay valid until dma_unmap. vaddr, iova and length must be 4 KiB aligned.
+  /// Errors: kInvalidArgument (alignment, zero length), kOutOfRange (IOVA outside
+  /// iova_ranges()), kAlreadyExists (overlaps a mapping), kResourceExhausted (ENOMEM/ENOSPC,
+  /// RLIMIT_MEMLOCK), kPermissionDenied. Guarantee: after return, device accesses to the
+  /// range translate to the memory; nothing is mapped on error.
+  virtual Result<void> dma_map(const void* vaddr, std::uint64_t iova, std::uint64_t length, DmaAccess access) = 0;
+  /// Removes the mapping that starts at `iova` with exactly `length` bytes.
+  /// Errors: kNotFound if no such mapping. Guarantee: after return the device can no longer
+  /// reach the memory (in-flight accesses have finished or faulted).
+  virtual Result<void> dma_unmap(std::uint64_t iova, std::uint64_t length) = 0;
+
+  /// Number of MSI-X vectors the function has.
+  [[nodiscard]] virtual unsigned msix_vectors() const noexcept = 0;
+  /// Routes MSI-X vectors [first, first+fds.size()) to eventfds (VFIO_DEVICE_SET_IRQS with
+  /// DATA_EVENTFD | ACTION_TRIGGER); an fd of -1 disconnects that vector. The backend does not
+  /// take ownership of the fds. Errors: kOutOfRange (vector past msix_vectors()),
+  /// kInvalidArgument (bad fd), kUnavailable.
+  virtual Result<void> set_msix_eventfds(unsigned first, std::span<const int> fds) = 0;
+
+  /// Function level reset (VFIO_DEVICE_RESET). Guarantee: on success every register, queue
+  /// and engine is in its reset state, and DMA mappings are kept (as VFIO keeps them).
+  /// Errors: kUnimplemented if the function cannot reset; kUnavailable if removed.
+  virtual Result<void> reset() = 0;
+};
+
+/// A platform: finds PCI functions and opens them. Thread-safety: enumerate() and open()
+/// may be called concurrently.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  /// Short name, e.g. "emulator" or "vfio".
+  [[nodiscard]] virtual std::string_view name() const noexcept = 0;
+  /// The URI this backend was opened from, e.g. "emu:mesh8".
+  [[nodiscard]] virtual const std::string& uri() const noexcept = 0;
+  /// Functions this backend can drive, sorted by address. Errors: kUnavailable when the
+  /// platform cannot be read (sysfs missing).
+  virtual Result<std::vector<FunctionInfo>> enumerate() = 0;
+  /// Opens one function for exclusive use. Errors: kNotFound (no such function),
+  /// kAlreadyExists (already open), kPermissionDenied, kFailedPrecondition (wrong driver bound,
+  /// IOMMU group not viable; the message names the fix).
+  virtual Result<std::unique_ptr<Device>> open(const PciAddress& address) = 0;
+};
+
+}  // namespace npo::backend

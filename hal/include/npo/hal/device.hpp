@@ -1,0 +1,128 @@
+// SPDX-License-Identifier: Apache-2.0
+// npo-hal public API: Device -- one accelerator card.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "npo/hal/error.hpp"
+
+namespace npo {
+
+class DmaQueue;
+struct QueueOptions;
+class MemoryRegion;
+class Port;
+
+/// One BAR of a card.
+struct BarInfo {
+  unsigned index = 0;        ///< BAR number 0..5
+  std::uint64_t size = 0;    ///< bytes
+  bool prefetchable = false;
+  bool is_64bit = false;
+  bool mappable = false;     ///< can be CPU-mapped (HBM aperture)
+};
+
+/// PCIe link as read from the PCI Express capability (PCIe 6.0 §7.5.3.6, §7.5.3.8).
+struct PcieLink {
+  double max_gts = 0;        ///< LnkCap max speed, GT/s (2.5, 5, 8, 16, 32, 64)
+  unsigned max_width = 0;    ///< LnkCap max width, lanes
+  double gts = 0;            ///< LnkSta current speed, GT/s
+  unsigned width = 0;        ///< LnkSta negotiated width, lanes
+};
+
+/// Firmware versions (mailbox GET_VERSIONS, docs/spec/mailbox.md §3.2).
+struct FirmwareVersions {
+  std::string firmware;      ///< "major.minor.patch"
+  std::uint32_t firmware_raw = 0;
+  std::uint32_t interface = 0;  ///< register interface version, major<<16|minor<<8|patch
+  std::uint32_t protocol = 0;   ///< mailbox protocol version
+  std::uint32_t build_id = 0;
+};
+
+/// What System::open learned about a card. All values were read from the card: PCI
+/// identity from config space, geometry from BAR0 CAP registers, the rest from the mailbox.
+struct DeviceInfo {
+  std::uint32_t index = 0;        ///< position in the System
+  std::string bdf;                ///< "dddd:bb:dd.f"
+  std::uint16_t vendor_id = 0;
+  std::uint16_t device_id = 0;
+  int numa_node = -1;             ///< -1 unknown
+  int iommu_group = -1;           ///< -1 none
+  std::string driver;             ///< bound driver ("vfio-pci", "emulator")
+  std::string model;              ///< mailbox IDENTIFY model string
+  std::uint64_t serial = 0;
+  std::uint32_t fabric_id = 0;    ///< identity on the optical fabric
+  std::uint64_t hbm_bytes = 0;    ///< device memory, bytes
+  unsigned num_engines = 0;
+  unsigned queues_per_engine = 0;
+  unsigned num_ports = 0;
+  unsigned lanes_per_port = 0;
+  std::uint32_t max_transfer_bytes = 0;  ///< largest single descriptor, bytes
+  std::vector<BarInfo> bars;      ///< implemented BARs only
+  PcieLink pcie;
+  FirmwareVersions firmware;
+};
+
+/// Heartbeat reply (mailbox HEARTBEAT, docs/spec/mailbox.md §3.4).
+struct Heartbeat {
+  std::uint64_t uptime_ns = 0;    ///< firmware uptime
+  std::uint32_t count = 0;        ///< heartbeats answered since firmware start
+  std::uint64_t round_trip_ns = 0;///< host-measured request->reply time
+};
+
+/// One entry of the firmware error log (docs/spec/mailbox.md §3.8).
+struct FirmwareLogEntry {
+  std::uint64_t timestamp_ns = 0;
+  std::uint16_t code = 0;
+  std::uint8_t severity = 0;  ///< 0 info, 1 warning, 2 error, 3 fatal
+  std::uint8_t source = 0;    ///< 0 firmware, 1 dma, 2 iommu, 3 port, 4 mailbox
+  std::uint32_t arg0 = 0;
+  std::uint64_t arg1 = 0;
+  std::uint64_t arg2 = 0;
+};
+
+/// One card. Owned by its System.
+/// Thread-safety: info() is immutable after open. Mailbox calls (firmware_versions,
+/// heartbeat, error_log, reset) are serialised internally and may be called from any thread.
+class Device {
+ public:
+  ~Device();
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  [[nodiscard]] const DeviceInfo& info() const noexcept;
+
+  /// Re-reads GET_VERSIONS. Errors: kDeadlineExceeded (no reply within the mailbox timeout),
+  /// kDataLoss (reply CRC mismatch), kUnavailable (card removed or busy), kInternal (reply
+  /// breaks the protocol).
+  Result<FirmwareVersions> firmware_versions();
+  /// Mailbox HEARTBEAT with a fresh cookie; checks the echoed cookie. Errors as above.
+  Result<Heartbeat> heartbeat();
+  /// Reads up to `max_entries` firmware error log entries, oldest first. Errors as above.
+  Result<std::vector<FirmwareLogEntry>> error_log(std::size_t max_entries = 256);
+
+  /// Resets the card (function level reset through the backend) and waits for STATUS.READY.
+  /// Every queue and window of the card is invalid afterwards. Errors: kDeadlineExceeded,
+  /// kUnimplemented (backend cannot reset), kUnavailable.
+  Result<void> reset();
+
+  /// Opens a DMA queue (DmaQueue). Not built yet: returns kUnimplemented.
+  Result<std::unique_ptr<DmaQueue>> open_queue(const QueueOptions& options);
+
+  /// Number of optical ports (0 .. info().num_ports - 1).
+  [[nodiscard]] unsigned port_count() const noexcept;
+
+  struct Impl;
+  /// Internal: the driver's state. Not part of the stable API.
+  [[nodiscard]] Impl& impl() noexcept { return *impl_; }
+  explicit Device(std::unique_ptr<Impl> impl);
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace npo

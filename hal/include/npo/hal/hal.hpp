@@ -1,0 +1,16 @@
+// SPDX-License-Identifier: Apache-2.0
+// npo-hal: umbrella header of the public API.
+#pragma once
+
+#include "npo/hal/device.hpp"
+#include "npo/hal/dma.hpp"
+#include "npo/hal/error.hpp"
+#include "npo/hal/link_monitor.hpp"
+#include "npo/hal/log.hpp"
+#include "npo/hal/memory.hpp"
+#include "npo/hal/port.hpp"
+#include "npo/hal/system.hpp"
+#include "npo/hal/topology.hpp"
+#include "npo/hal/transceiver.hpp"
+#include "npo/hal/version.hpp"
+#include "npo/hal/window.hpp"

@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: Apache-2.0
+// npo-hal public API: System -- every card a backend exposes, opened and identified.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "npo/hal/device.hpp"
+#include "npo/hal/error.hpp"
+
+namespace npo {
+
+namespace backend {
+class Backend;
+class Registry;
+}  // namespace backend
+
+/// The default backend URI of the tools and of System::open without a URI.
+inline constexpr std::string_view kDefaultUri = "emu:mesh8";
+
+/// Options of System::open.
+struct SystemOptions {
+  /// Registry to resolve the URI with; null: backend::builtin_registry().
+  const backend::Registry* registry = nullptr;
+  /// Mailbox reply timeout per command, in ns (default 1 s).
+  std::uint64_t mailbox_timeout_ns = 1'000'000'000;
+};
+
+/// A set of cards reached through one backend. Owns its backend and devices; destroying
+/// it closes every device (queues stopped, DMA unmapped) before the backend.
+/// Thread-safety: const methods may be called concurrently; devices have their own rules.
+class System {
+ public:
+  /// Opens the backend named by `uri` and every NPO card it enumerates, reading each card's
+  /// identity through config space, BAR0 and the firmware mailbox (IDENTIFY, GET_VERSIONS).
+  /// Accepted URIs: "emu:mesh8", "emu:N" (1..1024), "emu:file=PATH", "vfio:all", "vfio:BDF".
+  /// Errors: kInvalidArgument for an unknown URI (the message lists the accepted forms);
+  /// the backend's errors (kUnavailable, kPermissionDenied, kNotFound); errors of a card that
+  /// does not answer (kDeadlineExceeded with the card index in the context).
+  static Result<std::unique_ptr<System>> open(std::string_view uri = kDefaultUri, const SystemOptions& options = {});
+
+  ~System();
+  System(const System&) = delete;
+  System& operator=(const System&) = delete;
+
+  /// The URI the system was opened from.
+  [[nodiscard]] const std::string& uri() const noexcept;
+  /// The backend's name: "emulator" or "vfio".
+  [[nodiscard]] std::string_view backend_name() const noexcept;
+  /// Number of cards, in PCI address order.
+  [[nodiscard]] std::size_t device_count() const noexcept;
+  /// Card `index` (0 .. device_count()-1). Precondition: index in range (checked: out of
+  /// range aborts with a message, as std::vector::at would throw).
+  [[nodiscard]] Device& device(std::size_t index);
+  /// Card by fabric ID. Errors: kNotFound.
+  [[nodiscard]] Result<Device*> device_by_fabric_id(std::uint32_t fabric_id);
+
+  /// The backend (for tools that need platform facts). Valid while the System lives.
+  [[nodiscard]] backend::Backend& backend() noexcept;
+
+  struct Impl;
+
+ private:
+  explicit System(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace npo

@@ -1,0 +1,6 @@
+// fake source for tests/structure/check-deps-selftest.sh
+#include <linux/vfio.h>
+#include <sys/ioctl.h>
+
+#include "vfio/register.hpp"
+#include "gpu/device.hpp"

@@ -1,0 +1,3 @@
+// fake source for tests/structure/check-deps-selftest.sh
+#pragma once
+#include "npo/hal/backend/registry.hpp"

@@ -1,0 +1,5 @@
+// fake source for tests/structure/check-deps-selftest.sh
+#pragma once
+#include <spdlog/logger.h>
+
+#include "npo/hal/error.hpp"

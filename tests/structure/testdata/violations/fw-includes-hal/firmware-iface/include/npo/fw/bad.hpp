@@ -1,0 +1,2 @@
+// fake source for tests/structure/check-deps-selftest.sh
+#include "npo/hal/error.hpp"
