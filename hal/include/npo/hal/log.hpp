@@ -29,10 +29,10 @@ enum class Format { kText, kJsonLines };
 
 struct Options {
   /// Level name; unset: NPO_LOG_LEVEL or "warn".
-  std::optional<std::string> level;
+  std::optional<std::string> level{};
   Format format = Format::kText;
   /// Path of a file to append to; empty: stderr.
-  std::string file;
+  std::string file{};
 };
 
 /// (Re)configures every npo logger. Errors: kInvalidArgument for an unknown level name

@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "npo/hal/log.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> read_lines(const fs::path& p) {
+  std::ifstream in(p);
+  std::vector<std::string> out;
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+class LogTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = fs::temp_directory_path() / ("npo-log-test-" + std::to_string(::getpid()) + ".log");
+    fs::remove(path_);
+  }
+  void TearDown() override {
+    ASSERT_TRUE(npo::log::configure({.level = "warn"}).has_value());  // back to stderr
+    fs::remove(path_);
+  }
+  fs::path path_;
+};
+
+TEST_F(LogTest, LevelNames) {
+  EXPECT_EQ(npo::log::parse_level("warning").value(), spdlog::level::warn);
+  EXPECT_EQ(npo::log::parse_level("off").value(), spdlog::level::off);
+  auto bad = npo::log::parse_level("loud");
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_EQ(bad.error().code(), npo::Code::kInvalidArgument);
+  EXPECT_NE(bad.error().message().find("trace, debug, info, warn, error, critical, off"), std::string::npos);
+}
+
+TEST_F(LogTest, BadLevelIsRejectedAndConfigurationKept) {
+  ASSERT_TRUE(npo::log::configure({.level = "error"}).has_value());
+  auto r = npo::log::configure({.level = "chatty"});
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(npo::log::get(npo::log::Subsystem::kDma).level(), spdlog::level::err);
+}
+
+TEST_F(LogTest, OneLoggerPerSubsystemWithLevelFiltering) {
+  ASSERT_TRUE(npo::log::configure({.level = "info", .format = npo::log::Format::kText, .file = path_.string()}));
+  npo::log::get(npo::log::Subsystem::kDma).info("queue {} up", 3);
+  npo::log::get(npo::log::Subsystem::kOptics).debug("hidden at info");
+  npo::log::get(npo::log::Subsystem::kOptics).warn("lane {} degraded", 5);
+  npo::log::get(npo::log::Subsystem::kDma).flush();
+  const auto lines = read_lines(path_);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_NE(lines[0].find("[npo.dma] [info] queue 3 up"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[1].find("[npo.optics] [warning] lane 5 degraded"), std::string::npos) << lines[1];
+  EXPECT_EQ(npo::log::logger_name(npo::log::Subsystem::kVfio), "npo.vfio");
+}
+
+TEST_F(LogTest, JsonLinesAreValidJsonWithEscaping) {
+  ASSERT_TRUE(npo::log::configure({.level = "debug", .format = npo::log::Format::kJsonLines, .file = path_.string()}));
+  npo::log::get(npo::log::Subsystem::kMailbox).error("reply \"bad\"\n\tcrc=0x{:08x} \\ end", 0xdeadbeefu);
+  npo::log::get(npo::log::Subsystem::kMailbox).flush();
+  const auto lines = read_lines(path_);
+  ASSERT_EQ(lines.size(), 1u);
+  const auto j = nlohmann::json::parse(lines[0]);
+  EXPECT_EQ(j["logger"], "npo.mailbox");
+  EXPECT_EQ(j["level"], "error");
+  EXPECT_EQ(j["msg"], "reply \"bad\"\n\tcrc=0xdeadbeef \\ end");
+  EXPECT_TRUE(j["ts"].get<std::string>().ends_with("Z"));
+}
+
+TEST_F(LogTest, ReconfigureWhileLoggingFromThreads) {
+  ASSERT_TRUE(npo::log::configure({.level = "info", .file = path_.string()}));
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 2; ++t) {
+    ts.emplace_back([&stop, t] {
+      while (!stop.load()) npo::log::get(npo::log::Subsystem::kTopology).info("thread {}", t);
+    });
+  }
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(npo::log::configure({.level = i % 2 ? "info" : "warn", .file = path_.string()}));
+  }
+  stop = true;
+  for (auto& t : ts) t.join();
+  SUCCEED();  // the assertion is ThreadSanitizer's: no race between configure() and logging
+}
+
+TEST_F(LogTest, UnwritableFileIsUnavailable) {
+  auto r = npo::log::configure({.file = "/proc/npo-log-test/y.log"});
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code(), npo::Code::kUnavailable);
+}
+
+}  // namespace

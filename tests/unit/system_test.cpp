@@ -1,0 +1,137 @@
+// SPDX-License-Identifier: Apache-2.0
+// System::open end to end on the emulator: identity read through config space, BAR0 and the
+// firmware mailbox; values checked against the card's spec (firmware-iface).
+#include <gtest/gtest.h>
+
+#include "npo/fw/pci.hpp"
+#include "npo/fw/regs.hpp"
+#include "npo/hal/hal.hpp"
+
+namespace {
+
+using npo::Code;
+
+TEST(System, OpensMesh8WithIdentityFromTheCards) {
+  auto sys = npo::System::open("emu:mesh8?hbm=2M");
+  ASSERT_TRUE(sys.has_value()) << sys.error().to_string();
+  auto& s = **sys;
+  EXPECT_EQ(s.backend_name(), "emulator");
+  ASSERT_EQ(s.device_count(), 8u);
+  std::set<std::uint64_t> serials;
+  for (std::size_t i = 0; i < s.device_count(); ++i) {
+    const auto& d = s.device(i).info();
+    EXPECT_EQ(d.index, i);
+    EXPECT_EQ(d.vendor_id, npo::fw::pci::kVendorId);
+    EXPECT_EQ(d.device_id, npo::fw::pci::kDeviceId);
+    EXPECT_EQ(d.hbm_bytes, 2u << 20);
+    EXPECT_EQ(d.fabric_id, i + 1);
+    EXPECT_EQ(d.num_engines, npo::fw::regs::kNumEngines);
+    EXPECT_EQ(d.queues_per_engine, npo::fw::regs::kQueuesPerEngine);
+    EXPECT_EQ(d.num_ports, 8u);
+    EXPECT_EQ(d.lanes_per_port, 8u);
+    EXPECT_EQ(d.firmware.firmware, "1.2.0");
+    EXPECT_EQ(d.firmware.interface, npo::fw::regs::kInterfaceVersion);
+    EXPECT_EQ(d.pcie.gts, 32.0);
+    EXPECT_EQ(d.pcie.width, 16u);
+    ASSERT_EQ(d.bars.size(), 3u);
+    EXPECT_EQ(d.bars[0].size, npo::fw::pci::kBar0Size);
+    EXPECT_EQ(d.bars[1].index, 2u);
+    EXPECT_EQ(d.bars[1].size, 2u << 20);
+    EXPECT_TRUE(d.bars[1].prefetchable);
+    EXPECT_EQ(d.bars[2].size, npo::fw::pci::kBar4Size);
+    serials.insert(d.serial);
+  }
+  EXPECT_EQ(serials.size(), 8u);
+  EXPECT_EQ(s.device(0).info().bdf, "0000:01:00.0");
+  EXPECT_EQ(s.device(0).info().numa_node, 0);
+  EXPECT_EQ(s.device(7).info().numa_node, 1);
+  EXPECT_EQ(s.device_by_fabric_id(3).value()->info().index, 2u);
+  EXPECT_EQ(s.device_by_fabric_id(99).error().code(), Code::kNotFound);
+}
+
+TEST(System, MailboxCallsAndFirmwareLog) {
+  auto sys = npo::System::open("emu:2?hbm=1M");
+  ASSERT_TRUE(sys.has_value()) << sys.error().to_string();
+  auto& dev = (*sys)->device(1);
+  auto hb1 = dev.heartbeat();
+  auto hb2 = dev.heartbeat();
+  ASSERT_TRUE(hb1.has_value()) << hb1.error().to_string();
+  ASSERT_TRUE(hb2.has_value());
+  EXPECT_EQ(hb2->count, hb1->count + 1);
+  EXPECT_GE(hb2->uptime_ns, hb1->uptime_ns);
+  auto v = dev.firmware_versions();
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->firmware, "1.2.0");
+  EXPECT_EQ(v->firmware_raw, 0x010200u);
+  auto log = dev.error_log();
+  ASSERT_TRUE(log.has_value());
+  EXPECT_TRUE(log->empty());
+}
+
+TEST(System, TransceiverPagesThroughTheMailbox) {
+  auto sys = npo::System::open("emu:mesh8?hbm=1M");
+  ASSERT_TRUE(sys.has_value());
+  auto& dev = (*sys)->device(0);
+  std::array<std::byte, 16> name{};
+  ASSERT_TRUE(npo::read_transceiver(dev, 0, 0, 0, 129, name).has_value());  // CMIS 5.2 §8.3: vendor name 129..144
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(name.data()), 7), "NPO-EMU");
+  std::array<std::byte, 1> id{};
+  ASSERT_TRUE(npo::read_transceiver(dev, 0, 0, 0, 0, id).has_value());
+  EXPECT_EQ(static_cast<unsigned>(id[0]), 0x18u);  // SFF-8024: QSFP-DD
+  std::array<std::byte, 4> p{};
+  EXPECT_EQ(npo::read_transceiver(dev, 7, 0, 0, 128, p).error().code(), Code::kNotFound);       // port 7 has no cable
+  EXPECT_EQ(npo::read_transceiver(dev, 0, 0, 0x11, 128, p).error().code(), Code::kUnimplemented);  // page 11h absent
+  EXPECT_EQ(npo::read_transceiver(dev, 9, 0, 0, 0, p).error().code(), Code::kOutOfRange);
+  std::array<std::byte, 130> big{};
+  EXPECT_EQ(npo::read_transceiver(dev, 0, 0, 0, 0, big).error().code(), Code::kOutOfRange);
+  std::array<std::byte, 1> w{std::byte{0x10}};
+  EXPECT_EQ(npo::write_transceiver(dev, 0, 0, 0, 3, w).error().code(), Code::kPermissionDenied);  // module state is RO
+  ASSERT_TRUE(npo::write_transceiver(dev, 0, 0, 0, 26, w).has_value());
+  ASSERT_TRUE(npo::read_transceiver(dev, 0, 0, 0, 26, id).has_value());
+  EXPECT_EQ(id[0], std::byte{0x10});
+}
+
+TEST(System, PortSnapshotBeforeTraining) {
+  auto sys = npo::System::open("emu:mesh8?hbm=1M");
+  ASSERT_TRUE(sys.has_value());
+  auto ps = npo::read_port((*sys)->device(0), 0);
+  ASSERT_TRUE(ps.has_value());
+  EXPECT_EQ(ps->state, npo::LinkState::kDisabled);
+  EXPECT_TRUE(ps->module_present);
+  EXPECT_FALSE(ps->link_up);
+  EXPECT_EQ(ps->lanes.size(), 8u);
+  EXPECT_FALSE(ps->lanes[0].pre_fec_ber.has_value());  // no codewords yet: no BER, not 0
+  EXPECT_FALSE(npo::read_port((*sys)->device(0), 7)->module_present);
+  EXPECT_EQ(npo::read_port((*sys)->device(0), 8).error().code(), Code::kOutOfRange);
+}
+
+TEST(System, NotYetBuiltApiSaysSo) {
+  auto sys = npo::System::open("emu:1?hbm=1M");
+  ASSERT_TRUE(sys.has_value());
+  auto& dev = (*sys)->device(0);
+  EXPECT_EQ(dev.open_queue(npo::QueueOptions{}).error().code(), Code::kUnimplemented);
+  EXPECT_EQ(npo::allocate_host_memory(dev, 4096).error().code(), Code::kUnimplemented);
+  EXPECT_EQ(npo::export_window(dev, 0, 4096, {}).error().code(), Code::kUnimplemented);
+  EXPECT_EQ(npo::discover_topology(**sys).error().code(), Code::kUnimplemented);
+}
+
+TEST(System, BadUrisAndVfioWithoutVfio) {
+  auto bad = npo::System::open("emu:mesh9");
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_EQ(bad.error().code(), Code::kInvalidArgument);
+  EXPECT_NE(bad.error().message().find("emu:mesh8"), std::string::npos);
+  auto vb = npo::System::open("vfio:zz:00.0");
+  EXPECT_EQ(vb.error().code(), Code::kInvalidArgument);
+}
+
+TEST(System, DeviceResetWaitsForReady) {
+  auto sys = npo::System::open("emu:1?hbm=1M");
+  ASSERT_TRUE(sys.has_value());
+  auto& dev = (*sys)->device(0);
+  ASSERT_TRUE(dev.reset().has_value());
+  auto hb = dev.heartbeat();  // the mailbox works again after the reset
+  ASSERT_TRUE(hb.has_value()) << hb.error().to_string();
+  EXPECT_EQ(hb->count, 1u);
+}
+
+}  // namespace
