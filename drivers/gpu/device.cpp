@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "gpu/device_impl.hpp"
+#include "npo/fw/dma.hpp"
 #include "npo/fw/pci.hpp"
 #include "npo/fw/regs.hpp"
 #include "npo/hal/backend/pci.hpp"
@@ -138,6 +139,10 @@ Result<std::unique_ptr<Device::Impl>> Device::Impl::probe(std::unique_ptr<backen
   auto pv = parse_versions(*vers);
   if (!pv) return std::unexpected(Error(pv.error()).with(ctx));
   info.firmware = *pv;
+  for (const auto& r : dev->iova_ranges()) impl->mem.iova.add_range(r.first, r.last);
+  if (info.hbm_bytes > 0) impl->mem.hbm.add_range(0, info.hbm_bytes - 1);
+  impl->mem.hbm_total = info.hbm_bytes;
+  impl->queue_open.assign(std::size_t{info.num_engines} * info.queues_per_engine, false);
   impl->dev = std::move(dev);
   npo::log::get(npo::log::Subsystem::kCore)
       .info("card {} {} fabric {} HBM {} MiB firmware {}", index, info.bdf, info.fabric_id, info.hbm_bytes >> 20,
@@ -220,8 +225,25 @@ Result<void> Device::reset() {
   }
 }
 
-Result<std::unique_ptr<DmaQueue>> Device::open_queue(const QueueOptions& /*options*/) {
-  return fail(Code::kUnimplemented, "DMA queues are not built yet (DMA issue)", {.card = impl_->info.index});
+DmaCapabilities Device::dma_capabilities() const noexcept {
+  const std::uint32_t cap1 = impl_->bar0->read32(regs::global::kCap1);
+  const std::uint32_t ops = regs::global::kCap1OpMask.get(cap1);
+  auto has = [ops](fw::dma::Opcode op) { return (ops >> static_cast<unsigned>(op)) & 1u; };
+  DmaCapabilities c;
+  c.copy = has(fw::dma::Opcode::kCopy);
+  c.fill = has(fw::dma::Opcode::kFill);
+  c.gather = has(fw::dma::Opcode::kGather);
+  c.fence = has(fw::dma::Opcode::kFence);
+  c.remote_write = has(fw::dma::Opcode::kRemoteWrite);
+  c.remote_read = has(fw::dma::Opcode::kRemoteRead);
+  c.max_transfer_bytes = impl_->info.max_transfer_bytes;
+  c.alignment = 1;
+  c.min_depth = 1u << regs::kMinQueueDepthLog2;
+  c.max_depth = 1u << regs::global::kCap1MaxDepthLog2.get(cap1);
+  c.engines = impl_->info.num_engines;
+  c.queues_per_engine = impl_->info.queues_per_engine;
+  c.max_sg_entries = fw::dma::sg::kMaxEntries;
+  return c;
 }
 
 }  // namespace npo

@@ -3,8 +3,11 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
+#include <vector>
 
 #include "gpu/mailbox.hpp"
+#include "gpu/memory.hpp"
 #include "npo/hal/backend/backend.hpp"
 #include "npo/hal/device.hpp"
 
@@ -15,6 +18,9 @@ struct Device::Impl {
   backend::Mmio* bar0 = nullptr;
   DeviceInfo info;
   std::unique_ptr<gpu::MailboxClient> mailbox;
+  gpu::MemoryState mem;
+  std::mutex queues_mu;
+  std::vector<bool> queue_open;  ///< per global queue index
 
   /// Probes a freshly opened function: identity, BARs, capabilities, enables memory space
   /// and bus mastering, checks MAGIC/VERSION, reads geometry, asks firmware IDENTIFY and

@@ -2,18 +2,11 @@
 // Public API whose issue has not landed yet. Each returns kUnimplemented naming the issue;
 // nothing here pretends to work.
 #include "npo/hal/link_monitor.hpp"
-#include "npo/hal/memory.hpp"
 #include "npo/hal/topology.hpp"
 #include "npo/hal/window.hpp"
 
 namespace npo {
 
-Result<std::unique_ptr<MemoryRegion>> allocate_host_memory(Device&, std::size_t) {
-  return fail(Code::kUnimplemented, "host memory allocation is not built yet (DMA issue)");
-}
-Result<std::unique_ptr<MemoryRegion>> register_host_memory(Device&, std::span<std::byte>) {
-  return fail(Code::kUnimplemented, "host memory registration is not built yet (DMA issue)");
-}
 Result<std::unique_ptr<Window>> export_window(Device&, std::uint64_t, std::uint64_t, WindowRights) {
   return fail(Code::kUnimplemented, "windows are not built yet (windows issue)");
 }

@@ -614,6 +614,7 @@ constexpr std::uint64_t kDataPathInitNs = 10'000'000;
 constexpr std::uint64_t kTrainNs = 20'000'000;
 constexpr std::uint64_t kFecLockNs = 2'000'000;
 constexpr std::uint32_t kTrainAttempts = 3;  // retry budget before STATE = Fault
+constexpr std::uint64_t kLinkLossDebounceNs = 10'000'000;  // Up -> Training after losing the peer
 }  // namespace
 
 void Card::port_enter(unsigned p, LinkState s, std::uint64_t delay_ns) {
@@ -624,6 +625,21 @@ void Card::port_enter(unsigned p, LinkState s, std::uint64_t delay_ns) {
     ++pm.flap_count;
     pm.events |= regs::port::kEventLinkDown.mask();
     pm.neighbor = 0;
+    // The far end loses lock too: after the link-loss debounce it leaves Up for Training
+    // (a flap, spec §7.2). Scheduled, not done here: we hold our port_mu_, not the peer's.
+    if (pm.cabled) {
+      Card* peer = sys_.cards[pm.peer_card].get();
+      const unsigned pp = pm.peer_port;
+      sys_.sched.schedule_in(kLinkLossDebounceNs, [peer, pp](std::uint64_t now) {
+        std::lock_guard lock(peer->port_mu_);
+        auto& q = peer->ports_[pp];
+        if (q.state != LinkState::kUp || peer->removed()) return;
+        peer->log_event(fmt::format("port={} link lost", pp));
+        ++q.train_count;
+        q.train_start_ns = now;
+        peer->port_enter(pp, LinkState::kTraining, kTrainNs);
+      });
+    }
   }
   const std::uint64_t epoch = ++pm.epoch;
   if (delay_ns != 0) {

@@ -105,7 +105,6 @@ void QueueModel::write(std::uint32_t reg, unsigned /*width*/, std::uint64_t valu
           break;
         }
         status_.fetch_and(~(qr::kStatusConfigError.mask() | qr::kStatusHalted.mask()));
-        failed_since_fence_ = false;
         enabled_.store(true);
         card_.log_event(fmt::format("queue={} enabled depth={}", index_, 1u << log2));
       } else if (!en && enabled_.load()) {
@@ -138,7 +137,6 @@ void QueueModel::queue_reset_locked() {
   completed_.store(0);
   status_.store(0);
   inject_errors_.store(0);
-  failed_since_fence_ = false;
 }
 
 void QueueModel::reset_state() {
@@ -442,17 +440,15 @@ bool QueueModel::run_once() {
     }
     std::uint64_t info = 0;
     Status st;
-    const bool fenced = (d.op_flags() & dma::flags::kFence) != 0 || d.opcode() == dma::Opcode::kFence;
-    if (fenced && failed_since_fence_) {
+    // FENCE flag: skipped while QUEUE.ERR.OP_FAILED is set (registers.md §5.7); it stays set
+    // until the host writes 1 to it. A FENCE opcode without the flag is a pure barrier.
+    const bool fenced = (d.op_flags() & dma::flags::kFence) != 0;
+    if (fenced && (err_.load() & qr::kErrOpFailed.mask()) != 0) {
       st = Status::kFenceSkipped;
     } else {
       st = execute(d, &info);
     }
-    if (fenced) failed_since_fence_ = false;
-    if (st != Status::kOk) {
-      failed_since_fence_ = true;
-      err_.fetch_or(qr::kErrOpFailed.mask());
-    }
+    if (st != Status::kOk) err_.fetch_or(qr::kErrOpFailed.mask());
     // Write the completion: body first, then the flags word carrying the phase bit.
     dma::Completion c;
     c.set_info(info);

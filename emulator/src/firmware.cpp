@@ -65,6 +65,7 @@ bool Firmware::run_once() {
   };
   if (req_len < mb::hdr::kSize || req_len > m::kBufSize) {
     card_.log_event(fmt::format("mailbox transport error req_len={}", req_len));
+    card_.set_error(regs::global::kErrMailbox.mask());  // registers.md §4 step 4
     finish_transport_error();
     card_.raise_msix(fw::pci::kMsixVectorGlobal);
     return false;
@@ -87,6 +88,11 @@ bool Firmware::run_once() {
     if (st != mb::Status::kOk) payload.clear();
   }
   card_.log_event(fmt::format("mailbox op=0x{:04x} seq={} status={}", opcode, seq, mb::status_name(st)));
+  // mailbox.md §4: these replies also set GLOBAL.ERR_STATUS.MAILBOX.
+  if (st == mb::Status::kBadVersion || st == mb::Status::kBadCrc || st == mb::Status::kBadLength ||
+      st == mb::Status::kInternal) {
+    card_.set_error(regs::global::kErrMailbox.mask());
+  }
   if (st != mb::Status::kOk) {
     log_error({card_.system().sched.now_ns(), static_cast<std::uint16_t>(0x0400 | static_cast<unsigned>(st)), 1, 4,
                opcode, seq, 0});

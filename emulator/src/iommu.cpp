@@ -12,7 +12,7 @@ Result<void> Iommu::map(const void* vaddr, std::uint64_t iova, std::uint64_t len
                 fmt::format("dma_map: vaddr 0x{:x}, iova 0x{:x} and length {} must be non-zero multiples of 4 KiB",
                             va, iova, length));
   }
-  if (iova < kIovaFirst || length - 1 > kIovaLast - iova) {
+  if (iova < kIovaFirst || iova > kIovaLast || length - 1 > kIovaLast - iova) {
     return fail(Code::kOutOfRange, fmt::format("dma_map: IOVA range 0x{:x}+{} outside [0x{:x}, 0x{:x}]", iova,
                                                length, kIovaFirst, kIovaLast));
   }

@@ -69,7 +69,7 @@ void Scheduler::timer_loop() {
   }
 }
 
-WorkerPool::WorkerPool(unsigned threads) {
+WorkerPool::WorkerPool(unsigned threads, std::uint64_t spin_ns) : spin_ns_(spin_ns) {
   if (threads == 0) threads = 1;
   for (unsigned i = 0; i < threads; ++i) threads_.emplace_back([this] { loop(); });
 }
@@ -93,6 +93,7 @@ void WorkerPool::post(Runnable& r) {
   {
     std::lock_guard lock(mu_);
     ready_.push_back(&r);
+    ready_count_.store(ready_.size(), std::memory_order_release);
     wake = sleepers_ > 0;
   }
   if (wake) cv_.notify_one();
@@ -101,6 +102,17 @@ void WorkerPool::post(Runnable& r) {
 void WorkerPool::loop() {
   std::unique_lock lock(mu_);
   for (;;) {
+    if (ready_.empty() && !stopping_ && spin_ns_ > 0) {
+      lock.unlock();
+      const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(spin_ns_);
+      for (unsigned i = 0; ready_count_.load(std::memory_order_acquire) == 0; ++i) {
+        if ((i & 63u) == 0 && std::chrono::steady_clock::now() >= until) break;
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+      }
+      lock.lock();
+    }
     while (ready_.empty() && !stopping_) {
       ++sleepers_;
       cv_.wait(lock);
@@ -109,6 +121,7 @@ void WorkerPool::loop() {
     if (stopping_) return;
     Runnable* r = ready_.front();
     ready_.pop_front();
+    ready_count_.store(ready_.size(), std::memory_order_release);
     lock.unlock();
     bool more = r->run_once();
     if (!more) {
@@ -118,7 +131,10 @@ void WorkerPool::loop() {
       if (r->has_work() && !r->scheduled.exchange(true, std::memory_order_acq_rel)) more = true;
     }
     lock.lock();
-    if (more) ready_.push_back(r);
+    if (more) {
+      ready_.push_back(r);
+      ready_count_.store(ready_.size(), std::memory_order_release);
+    }
   }
 }
 

@@ -83,10 +83,10 @@ struct Fault {
   std::uint64_t at_ns = 0;
   FaultKind kind = FaultKind::kIommuFault;
   std::uint32_t card = 0;
-  std::optional<unsigned> engine;
-  std::optional<unsigned> queue;   ///< queue within the engine
-  std::optional<unsigned> port;
-  std::optional<unsigned> lane;
+  std::optional<unsigned> engine = std::nullopt;
+  std::optional<unsigned> queue = std::nullopt;   ///< queue within the engine
+  std::optional<unsigned> port = std::nullopt;
+  std::optional<unsigned> lane = std::nullopt;
   std::uint32_t count = 1;         ///< how many accesses/ops/requests it affects
 };
 

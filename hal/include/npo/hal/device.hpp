@@ -8,14 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "npo/hal/dma.hpp"
 #include "npo/hal/error.hpp"
 
 namespace npo {
 
-class DmaQueue;
-struct QueueOptions;
-class MemoryRegion;
-class Port;
 
 /// One BAR of a card.
 struct BarInfo {
@@ -110,7 +107,15 @@ class Device {
   /// kUnimplemented (backend cannot reset), kUnavailable.
   Result<void> reset();
 
-  /// Opens a DMA queue (DmaQueue). Not built yet: returns kUnimplemented.
+  /// What the card's DMA engines support, read from BAR0 CAP registers.
+  [[nodiscard]] DmaCapabilities dma_capabilities() const noexcept;
+
+  /// Opens queue `options.engine` x (first free queue of that engine): allocates its rings in
+  /// DMA-able host memory, programs SQ/CQ base, depth, priority and MSI-X, and enables it.
+  /// Errors: kInvalidArgument (engine out of range, depth not a power of two in 4..65536,
+  /// priority > 7); kResourceExhausted (every queue of the engine is open; memory budgets);
+  /// kFailedPrecondition (the card refused the configuration: QUEUE.STATUS.CONFIG_ERROR);
+  /// kUnavailable (card removed). Thread-safety: safe from any thread.
   Result<std::unique_ptr<DmaQueue>> open_queue(const QueueOptions& options);
 
   /// Number of optical ports (0 .. info().num_ports - 1).

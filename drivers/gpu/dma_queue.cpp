@@ -1,0 +1,379 @@
+// SPDX-License-Identifier: Apache-2.0
+// drivers/gpu: the DMA queue driver (docs/spec/dma.md, docs/spec/registers.md §5).
+//
+// Ring bookkeeping: every op gets a 64-bit handle (next_). The card's SQ index of an op is
+// (handle - dev_base_) mod 2^32, where dev_base_ is the first handle after the last queue
+// reset (the card restarts its indexes at 0). The SQ slot is that index & mask. The card
+// completes a queue's ops in order, writing completion k of the ring's pass p with phase
+// bit = (p even). The hot path (enqueue, submit, poll) touches only host memory plus one
+// MMIO write per submit and per non-empty poll.
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <bit>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "gpu/device_impl.hpp"
+#include "npo/fw/dma.hpp"
+#include "npo/fw/pci.hpp"
+#include "npo/fw/regs.hpp"
+#include "npo/hal/log.hpp"
+#include "npo/hal/memory.hpp"
+
+namespace npo {
+
+namespace regs = fw::regs;
+namespace qr = fw::regs::queue;
+namespace dma = fw::dma;
+
+std::string_view op_status_name(OpStatus s) noexcept { return dma::status_name(static_cast<dma::Status>(s)); }
+
+namespace {
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+std::uint64_t now_ns() noexcept {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+class QueueImpl final : public DmaQueue {
+ public:
+  QueueImpl(Device::Impl& d, unsigned qid, const QueueOptions& o) : d_(d), qid_(qid), opts_(o), bar0_(*d.bar0) {}
+
+  ~QueueImpl() override {
+    // Stop the queue before its rings go away: disable, reset (aborts anything pending on
+    // the card), unroute the interrupt. The rings' unmap then waits for any device access
+    // still in progress.
+    bar0_.write32(reg(qr::kCtrl), 0);
+    bar0_.write32(reg(qr::kReset), qr::kResetQueue.mask());
+    if (efd_ >= 0) {
+      const int none = -1;
+      (void)d_.dev->set_msix_eventfds(fw::pci::kMsixVectorQueueBase + qid_, std::span<const int>(&none, 1));
+      ::close(efd_);
+    }
+    std::lock_guard lock(d_.queues_mu);
+    d_.queue_open[qid_] = false;
+  }
+
+  Result<void> init(Device& device) {
+    const ErrorContext ctx = context();
+    depth_ = opts_.depth;
+    log2_ = static_cast<unsigned>(std::countr_zero(depth_));
+    mask_ = depth_ - 1;
+    const std::size_t sq_bytes = std::size_t{depth_} * dma::desc::kSize;
+    cq_off_ = (sq_bytes + 4095) & ~std::size_t{4095};
+    const std::size_t cq_bytes = std::size_t{depth_} * dma::cpl::kSize;
+    auto rings = allocate_host_memory(device, cq_off_ + cq_bytes);
+    if (!rings) return std::unexpected(Error(rings.error()).with(ctx));
+    rings_ = std::move(*rings);
+    sq_ = rings_->bytes().data();
+    cq_ = sq_ + cq_off_;
+    pending_.resize(depth_);
+    if (opts_.mode == CompletionMode::kInterrupt) {
+      efd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+      if (efd_ < 0) return fail_errno(errno, "eventfd for the queue's MSI-X vector", ctx);
+      if (auto r = d_.dev->set_msix_eventfds(fw::pci::kMsixVectorQueueBase + qid_, std::span<const int>(&efd_, 1)); !r) {
+        return std::unexpected(Error(r.error()).with(ctx));
+      }
+    }
+    bar0_.write32(reg(qr::kReset), qr::kResetQueue.mask());
+    return program();
+  }
+
+  // ---- hot path ---------------------------------------------------------------------------
+  Result<OpHandle> enqueue_copy(DmaAddress src, DmaAddress dst, std::uint32_t length) override {
+    if (length == 0 || length > d_.info.max_transfer_bytes) return bad_length(length);
+    std::uint8_t fl = 0;
+    if (src.space == AddressSpace::kHbm) fl |= dma::flags::kSrcHbm;
+    if (dst.space == AddressSpace::kHbm) fl |= dma::flags::kDstHbm;
+    return push(dma::Opcode::kCopy, fl, length, src.addr, dst.addr, 0);
+  }
+  Result<OpHandle> enqueue_fill(DmaAddress dst, std::uint64_t pattern, std::uint32_t length) override {
+    if (length == 0 || length > d_.info.max_transfer_bytes) return bad_length(length);
+    const std::uint8_t fl = dst.space == AddressSpace::kHbm ? dma::flags::kDstHbm : 0;
+    return push(dma::Opcode::kFill, fl, length, pattern, dst.addr, 0);
+  }
+  Result<OpHandle> enqueue_gather(std::uint64_t sg_list, std::uint16_t count, DmaAddress dst,
+                                  std::uint32_t length) override {
+    if (length == 0 || length > d_.info.max_transfer_bytes) return bad_length(length);
+    if (count == 0 || count > dma::sg::kMaxEntries) {
+      return fail(Code::kInvalidArgument, fmt::format("gather of {} entries: need 1..{}", count, dma::sg::kMaxEntries),
+                  context());
+    }
+    const std::uint8_t fl = dst.space == AddressSpace::kHbm ? dma::flags::kDstHbm : 0;
+    return push(dma::Opcode::kGather, fl, length, sg_list, dst.addr, count);
+  }
+  Result<OpHandle> enqueue_fence() override { return push(dma::Opcode::kFence, dma::flags::kFence, 0, 0, 0, 0); }
+
+  Result<void> submit() override {
+    if (dead_) return fail(Code::kUnavailable, "card removed", context());
+    if (next_ == submitted_) return {};
+    // Descriptors are plain stores to host memory; the doorbell must not pass them.
+    std::atomic_thread_fence(std::memory_order_release);
+    bar0_.write32(reg(qr::kSqTail), static_cast<std::uint32_t>(next_ - dev_base_));
+    submitted_ = next_;
+    return {};
+  }
+
+  std::size_t poll(std::span<OpCompletion> out) noexcept override {
+    std::size_t n = 0;
+    while (n < out.size() && pending_head_ < pending_count_) out[n++] = pending_[pending_head_++];
+    if (pending_head_ == pending_count_) pending_head_ = pending_count_ = 0;
+    std::size_t from_card = 0;
+    while (n < out.size() && reaped_ < submitted_) {
+      const std::byte* c = cq_ + std::size_t{cq_consumed_ & mask_} * dma::cpl::kSize;
+      const bool want = ((cq_consumed_ >> log2_) & 1u) == 0;
+      const auto flags = __atomic_load_n(reinterpret_cast<const std::uint16_t*>(c + dma::cpl::kFlags), __ATOMIC_ACQUIRE);
+      if (((flags & dma::cpl::kPhase) != 0) != want) break;
+      OpCompletion& oc = out[n++];
+      oc.info = fw::load_le<std::uint64_t>(c, dma::cpl::kInfo);
+      oc.status = static_cast<OpStatus>(fw::load_le<std::uint8_t>(c, dma::cpl::kStatus));
+      // In-order completion: the SQ index names the op; rebuild the 64-bit handle from it.
+      const auto idx = fw::load_le<std::uint32_t>(c, dma::cpl::kSqIndex);
+      oc.handle = dev_base_ + ((reaped_ - dev_base_) & ~std::uint64_t{0xffffffff}) + idx;
+      ++reaped_;
+      ++cq_consumed_;
+      ++from_card;
+    }
+    if (from_card > 0) {
+      bar0_.write32(reg(qr::kCqHead), cq_consumed_);
+      empty_polls_ = 0;
+      last_progress_ns_ = 0;
+    } else if (n == 0 && reaped_ < submitted_) {
+      watchdog();
+      while (n < out.size() && pending_head_ < pending_count_) out[n++] = pending_[pending_head_++];
+    }
+    return n;
+  }
+
+  Result<void> wait(std::chrono::nanoseconds timeout) override {
+    const std::uint64_t deadline = now_ns() + static_cast<std::uint64_t>(timeout.count());
+    if (ready()) return {};
+    if (reaped_ == next_) {
+      return fail(Code::kFailedPrecondition, "wait() with no op outstanding", context());
+    }
+    if (reaped_ == submitted_) {
+      return fail(Code::kFailedPrecondition, "wait() with ops enqueued but not submitted: call submit()", context());
+    }
+    for (unsigned spins = 0;; ++spins) {
+      if (efd_ >= 0) {
+        std::uint64_t cnt = 0;
+        [[maybe_unused]] auto rd = ::read(efd_, &cnt, sizeof cnt);  // drain before checking
+      }
+      if (ready() || watchdog_due()) return {};
+      const std::uint64_t now = now_ns();
+      if (now >= deadline) {
+        return fail(Code::kDeadlineExceeded,
+                    fmt::format("no completion within {} us ({} ops outstanding)", timeout.count() / 1000,
+                                submitted_ - reaped_),
+                    context());
+      }
+      if (efd_ >= 0) {
+        pollfd p{efd_, POLLIN, 0};
+        const auto ms = static_cast<int>(std::min<std::uint64_t>((deadline - now + 999'999) / 1'000'000, 100));
+        (void)::poll(&p, 1, ms);
+      } else if (spins < 2048) {
+        cpu_relax();
+      } else {
+        std::this_thread::yield();
+      }
+    }
+  }
+
+  std::uint64_t outstanding() const noexcept override { return next_ - reaped_ + (pending_count_ - pending_head_); }
+  unsigned depth() const noexcept override { return depth_; }
+  std::uint64_t resets() const noexcept override { return resets_; }
+
+ private:
+  [[nodiscard]] std::uint32_t reg(std::uint32_t r) const noexcept { return regs::queue_reg(qid_, r); }
+  [[nodiscard]] ErrorContext context() const {
+    return {.card = d_.info.index, .engine = qid_ / d_.info.queues_per_engine, .queue = qid_ % d_.info.queues_per_engine};
+  }
+  std::unexpected<Error> bad_length(std::uint32_t length) const {
+    return fail(Code::kInvalidArgument,
+                fmt::format("DMA length {} outside 1..{} bytes", length, d_.info.max_transfer_bytes), context());
+  }
+
+  Result<OpHandle> push(dma::Opcode op, std::uint8_t fl, std::uint32_t len, std::uint64_t src, std::uint64_t dst,
+                        std::uint16_t sg) {
+    if (next_ - reaped_ >= depth_) return fail(Code::kResourceExhausted, "queue full", context());
+    dma::Descriptor d;
+    d.set_opcode(op);
+    d.set_flags(fl);
+    d.set_sg_count(sg);
+    d.set_length(len);
+    d.set_src(src);
+    d.set_dst(dst);
+    std::memcpy(sq_ + std::size_t{static_cast<std::uint32_t>(next_ - dev_base_) & mask_} * dma::desc::kSize, d.raw.data(),
+                dma::desc::kSize);
+    return next_++;
+  }
+
+  [[nodiscard]] bool ready() const noexcept {
+    if (pending_head_ < pending_count_) return true;
+    if (reaped_ >= submitted_) return false;
+    const std::byte* c = cq_ + std::size_t{cq_consumed_ & mask_} * dma::cpl::kSize;
+    const bool want = ((cq_consumed_ >> log2_) & 1u) == 0;
+    const auto flags = __atomic_load_n(reinterpret_cast<const std::uint16_t*>(c + dma::cpl::kFlags), __ATOMIC_ACQUIRE);
+    return ((flags & dma::cpl::kPhase) != 0) == want;
+  }
+
+  [[nodiscard]] bool watchdog_due() noexcept {
+    if (reaped_ >= submitted_) return false;
+    const std::uint64_t now = now_ns();
+    if (last_progress_ns_ == 0) last_progress_ns_ = now;
+    return now - last_progress_ns_ >= static_cast<std::uint64_t>(opts_.hang_timeout.count());
+  }
+
+  // Called from poll() when ops are outstanding and none completed. Reads the clock only
+  // every 64 empty polls.
+  void watchdog() noexcept {
+    if ((++empty_polls_ & 63u) != 1u) return;
+    if (!watchdog_due()) {
+      // A removed card reads all-ones: fail everything now rather than after the timeout.
+      if (bar0_.read32(reg(qr::kStatus)) != 0xffffffffu) return;
+    }
+    recover();
+  }
+
+  // Hung engine (or removed card): reset the queue, salvage completions the card wrote,
+  // complete every other op with kTimeout (submitted) or kAborted (not submitted), re-enable.
+  void recover() noexcept {
+    const bool removed = bar0_.read32(reg(qr::kStatus)) == 0xffffffffu;
+    bar0_.write32(reg(qr::kCtrl), 0);
+    bar0_.write32(reg(qr::kReset), qr::kResetQueue.mask());
+    pending_head_ = pending_count_ = 0;
+    while (reaped_ < submitted_) {  // completions that landed before the reset
+      const std::byte* c = cq_ + std::size_t{cq_consumed_ & mask_} * dma::cpl::kSize;
+      const bool want = ((cq_consumed_ >> log2_) & 1u) == 0;
+      const auto flags = __atomic_load_n(reinterpret_cast<const std::uint16_t*>(c + dma::cpl::kFlags), __ATOMIC_ACQUIRE);
+      if (((flags & dma::cpl::kPhase) != 0) != want) break;
+      pending_[pending_count_++] = OpCompletion{reaped_, static_cast<OpStatus>(fw::load_le<std::uint8_t>(c, dma::cpl::kStatus)),
+                                                fw::load_le<std::uint64_t>(c, dma::cpl::kInfo)};
+      ++reaped_;
+      ++cq_consumed_;
+    }
+    const std::uint64_t timed_out = submitted_ - reaped_;
+    const std::uint64_t aborted = next_ - submitted_;
+    for (; reaped_ < next_; ++reaped_) {
+      pending_[pending_count_++] = OpCompletion{reaped_, reaped_ < submitted_ ? OpStatus::kTimeout : OpStatus::kAborted, 0};
+    }
+    submitted_ = next_;
+    dev_base_ = next_;
+    cq_consumed_ = 0;
+    std::memset(cq_, 0, std::size_t{depth_} * dma::cpl::kSize);
+    ++resets_;
+    last_progress_ns_ = 0;
+    empty_polls_ = 0;
+    auto& lg = npo::log::get(npo::log::Subsystem::kDma);
+    if (removed) {
+      dead_ = true;
+      lg.error("card {} engine {} queue {}: card removed; {} ops aborted", d_.info.index, qid_ / d_.info.queues_per_engine,
+               qid_ % d_.info.queues_per_engine, timed_out + aborted);
+      return;
+    }
+    lg.warn("card {} engine {} queue {}: no progress for {} ms; queue reset, {} ops timed out, {} aborted",
+            d_.info.index, qid_ / d_.info.queues_per_engine, qid_ % d_.info.queues_per_engine,
+            opts_.hang_timeout.count() / 1'000'000, timed_out, aborted);
+    if (auto r = program(); !r) {
+      dead_ = true;
+      lg.error("queue re-enable after reset failed: {}", r.error().to_string());
+    }
+  }
+
+  Result<void> program() {
+    bar0_.write64(reg(qr::kSqBase), rings_->iova());
+    bar0_.write64(reg(qr::kCqBase), rings_->iova() + cq_off_);
+    bar0_.write32(reg(qr::kConfig), qr::kConfigDepthLog2.make(log2_) | qr::kConfigPriority.make(opts_.priority) |
+                                        qr::kConfigIrqEnable.make(opts_.mode == CompletionMode::kInterrupt ? 1 : 0));
+    bar0_.write32(reg(qr::kCtrl), qr::kCtrlEnable.mask());
+    const std::uint32_t st = bar0_.read32(reg(qr::kStatus));
+    if (st == 0xffffffffu) return fail(Code::kUnavailable, "card removed", context());
+    if (qr::kStatusConfigError.get(st) || !qr::kStatusEnabled.get(st)) {
+      return fail(Code::kFailedPrecondition,
+                  fmt::format("card refused the queue configuration (QUEUE.STATUS 0x{:x})", st),
+                  [&] {
+                    auto c = context();
+                    c.reg = reg(qr::kStatus);
+                    c.value = st;
+                    return c;
+                  }());
+    }
+    return {};
+  }
+
+  Device::Impl& d_;
+  unsigned qid_;
+  QueueOptions opts_;
+  backend::Mmio& bar0_;
+  std::unique_ptr<MemoryRegion> rings_;
+  std::byte* sq_ = nullptr;
+  std::byte* cq_ = nullptr;
+  std::size_t cq_off_ = 0;
+  std::uint32_t depth_ = 0;
+  std::uint32_t mask_ = 0;
+  unsigned log2_ = 0;
+  std::uint64_t next_ = 0;       // handle of the next op to enqueue
+  std::uint64_t submitted_ = 0;  // ops covered by a doorbell
+  std::uint64_t reaped_ = 0;     // ops handed out by poll (or staged in pending_)
+  std::uint64_t dev_base_ = 0;   // handle at SQ index 0
+  std::uint32_t cq_consumed_ = 0;
+  std::vector<OpCompletion> pending_;  // completions staged by recover(), sized depth at open
+  std::size_t pending_head_ = 0;
+  std::size_t pending_count_ = 0;
+  std::uint64_t empty_polls_ = 0;
+  std::uint64_t last_progress_ns_ = 0;
+  std::uint64_t resets_ = 0;
+  bool dead_ = false;
+  int efd_ = -1;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<DmaQueue>> Device::open_queue(const QueueOptions& options) {
+  auto& d = *impl_;
+  const ErrorContext ctx{.card = d.info.index, .engine = options.engine};
+  if (options.engine >= d.info.num_engines) {
+    return fail(Code::kInvalidArgument, fmt::format("engine {} outside 0..{}", options.engine, d.info.num_engines - 1), ctx);
+  }
+  const auto caps = dma_capabilities();
+  if (!std::has_single_bit(options.depth) || options.depth < caps.min_depth || options.depth > caps.max_depth) {
+    return fail(Code::kInvalidArgument,
+                fmt::format("queue depth {} must be a power of two in {}..{}", options.depth, caps.min_depth, caps.max_depth),
+                ctx);
+  }
+  if (options.priority > 7) {
+    return fail(Code::kInvalidArgument, fmt::format("queue priority {} outside 0..7", options.priority), ctx);
+  }
+  if (options.hang_timeout.count() <= 0) return fail(Code::kInvalidArgument, "hang_timeout must be positive", ctx);
+  unsigned qid = 0;
+  {
+    std::lock_guard lock(d.queues_mu);
+    const unsigned first = options.engine * d.info.queues_per_engine;
+    unsigned q = 0;
+    while (q < d.info.queues_per_engine && d.queue_open[first + q]) ++q;
+    if (q == d.info.queues_per_engine) {
+      return fail(Code::kResourceExhausted,
+                  fmt::format("all {} queues of engine {} are open", d.info.queues_per_engine, options.engine), ctx);
+    }
+    qid = first + q;
+    d.queue_open[qid] = true;
+  }
+  auto q = std::make_unique<QueueImpl>(d, qid, options);
+  if (auto r = q->init(*this); !r) return std::unexpected(r.error());  // ~QueueImpl releases the slot
+  return std::unique_ptr<DmaQueue>(std::move(q));
+}
+
+}  // namespace npo
