@@ -143,6 +143,12 @@ Result<std::unique_ptr<Device::Impl>> Device::Impl::probe(std::unique_ptr<backen
   if (info.hbm_bytes > 0) impl->mem.hbm.add_range(0, info.hbm_bytes - 1);
   impl->mem.hbm_total = info.hbm_bytes;
   impl->queue_open.assign(std::size_t{info.num_engines} * info.queues_per_engine, false);
+  const std::uint32_t cap1 = m.read32(regs::global::kCap1);
+  impl->window_used.assign(std::size_t{1} << regs::global::kCap1WindowEntriesLog2.get(cap1), false);
+  impl->window_gen.assign(impl->window_used.size(), 1);
+  for (const auto& b : info.bars) {
+    if (b.index == fw::pci::kBarHbm) impl->aperture_bytes = b.size;
+  }
   impl->dev = std::move(dev);
   npo::log::get(npo::log::Subsystem::kCore)
       .info("card {} {} fabric {} HBM {} MiB firmware {}", index, info.bdf, info.fabric_id, info.hbm_bytes >> 20,

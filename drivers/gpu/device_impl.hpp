@@ -2,6 +2,7 @@
 // drivers/gpu: the driver state behind npo::Device, bound to one backend::Device.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -21,6 +22,12 @@ struct Device::Impl {
   gpu::MemoryState mem;
   std::mutex queues_mu;
   std::vector<bool> queue_open;  ///< per global queue index
+  // Window translation table bookkeeping (window.cpp).
+  std::mutex windows_mu;
+  std::vector<bool> window_used;             ///< per table slot
+  std::vector<std::uint16_t> window_gen;     ///< next generation per slot (survives revokes)
+  std::atomic<std::uint64_t> aperture_used{0};
+  std::uint64_t aperture_bytes = 0;
 
   /// Probes a freshly opened function: identity, BARs, capabilities, enables memory space
   /// and bus mastering, checks MAGIC/VERSION, reads geometry, asks firmware IDENTIFY and

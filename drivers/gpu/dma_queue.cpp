@@ -24,6 +24,7 @@
 #include "npo/fw/regs.hpp"
 #include "npo/hal/log.hpp"
 #include "npo/hal/memory.hpp"
+#include "npo/hal/window.hpp"
 
 namespace npo {
 
@@ -114,6 +115,18 @@ class QueueImpl final : public DmaQueue {
     }
     const std::uint8_t fl = dst.space == AddressSpace::kHbm ? dma::flags::kDstHbm : 0;
     return push(dma::Opcode::kGather, fl, length, sg_list, dst.addr, count);
+  }
+  Result<OpHandle> enqueue_remote_write(DmaAddress src, const WindowHandle& dst, std::uint64_t dst_offset,
+                                        std::uint32_t length) override {
+    if (length == 0 || length > d_.info.max_transfer_bytes) return bad_length(length);
+    const std::uint8_t fl = src.space == AddressSpace::kHbm ? dma::flags::kSrcHbm : 0;
+    return push_remote(dma::Opcode::kRemoteWrite, fl, length, src.addr, dst_offset, dst);
+  }
+  Result<OpHandle> enqueue_remote_read(const WindowHandle& src, std::uint64_t src_offset, DmaAddress dst,
+                                       std::uint32_t length) override {
+    if (length == 0 || length > d_.info.max_transfer_bytes) return bad_length(length);
+    const std::uint8_t fl = dst.space == AddressSpace::kHbm ? dma::flags::kDstHbm : 0;
+    return push_remote(dma::Opcode::kRemoteRead, fl, length, src_offset, dst.addr, src);
   }
   Result<OpHandle> enqueue_fence() override { return push(dma::Opcode::kFence, dma::flags::kFence, 0, 0, 0, 0); }
 
@@ -206,10 +219,21 @@ class QueueImpl final : public DmaQueue {
                 fmt::format("DMA length {} outside 1..{} bytes", length, d_.info.max_transfer_bytes), context());
   }
 
+  Result<OpHandle> push_remote(dma::Opcode op, std::uint8_t fl, std::uint32_t len, std::uint64_t src,
+                               std::uint64_t dst, const WindowHandle& w) {
+    return push(op, fl, len, src, dst, 0, &w);
+  }
+
   Result<OpHandle> push(dma::Opcode op, std::uint8_t fl, std::uint32_t len, std::uint64_t src, std::uint64_t dst,
-                        std::uint16_t sg) {
+                        std::uint16_t sg, const WindowHandle* w = nullptr) {
     if (next_ - reaped_ >= depth_) return fail(Code::kResourceExhausted, "queue full", context());
     dma::Descriptor d;
+    if (w != nullptr) {
+      d.set_remote_card(w->fabric_id);
+      d.set_window(w->window_id);
+      d.set_generation(w->generation);
+      d.set_key(w->key);
+    }
     d.set_opcode(op);
     d.set_flags(fl);
     d.set_sg_count(sg);

@@ -1,10 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // drivers/optics: port register snapshots and raw transceiver access.
+#include <chrono>
+#include <thread>
+
 #include <fmt/format.h>
 
 #include "gpu/device_impl.hpp"
 #include "npo/fw/regs.hpp"
 #include "npo/hal/port.hpp"
+#include "npo/hal/system.hpp"
 #include "npo/hal/transceiver.hpp"
 
 namespace npo {
@@ -72,6 +76,62 @@ Result<PortStatus> read_port(Device& device, unsigned port) {
     }
   }
   return ps;
+}
+
+Result<void> enable_port(Device& device, unsigned port, bool enable) {
+  auto& impl = device.impl();
+  const auto& info = impl.info;
+  if (port >= info.num_ports) {
+    return fail(Code::kOutOfRange, fmt::format("port {} outside 0..{}", port, info.num_ports - 1),
+                {.card = info.index, .port = port});
+  }
+  backend::Mmio& m = *impl.bar0;
+  const std::uint32_t ctrl = m.read32(regs::port_reg(port, pr::kCtrl));
+  if (ctrl == 0xffffffffu) return fail(Code::kUnavailable, "card removed", {.card = info.index, .port = port});
+  m.write32(regs::port_reg(port, pr::kCtrl), pr::kCtrlEnable.set(ctrl, enable ? 1 : 0));
+  return {};
+}
+
+Result<LinkBringUp> bring_up_links(System& system, std::uint64_t timeout_ns) {
+  const auto t0 = std::chrono::steady_clock::now();
+  LinkBringUp out;
+  std::vector<std::pair<std::size_t, unsigned>> pending;
+  for (std::size_t c = 0; c < system.device_count(); ++c) {
+    auto& dev = system.device(c);
+    for (unsigned p = 0; p < dev.info().num_ports; ++p) {
+      const std::uint32_t st = dev.impl().bar0->read32(regs::port_reg(p, pr::kStatus));
+      if (st == 0xffffffffu) return fail(Code::kUnavailable, "card removed", {.card = dev.info().index});
+      if (!pr::kStatusModulePresent.get(st)) continue;
+      ++out.ports_with_module;
+      if (auto r = enable_port(dev, p, true); !r) return std::unexpected(r.error());
+      pending.emplace_back(c, p);
+    }
+  }
+  while (!pending.empty()) {
+    std::erase_if(pending, [&](const auto& cp) {
+      const std::uint32_t st = system.device(cp.first).impl().bar0->read32(regs::port_reg(cp.second, pr::kStatus));
+      const auto state = static_cast<LinkState>(pr::kStatusState.get(st));
+      if (state == LinkState::kUp) {
+        ++out.up;
+        return true;
+      }
+      if (state == LinkState::kFault || st == 0xffffffffu) {
+        ++out.failed;
+        return true;
+      }
+      return false;
+    });
+    const auto el = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+    if (el >= timeout_ns) {
+      out.failed += static_cast<unsigned>(pending.size());
+      break;
+    }
+    if (!pending.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  out.elapsed_ns = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+  return out;
 }
 
 namespace {

@@ -154,6 +154,12 @@ class EmuDevice final : public backend::Device {
     }
     return card_.hbm();
   }
+  Result<ApertureFd> aperture_fd(unsigned index) override {
+    if (index != pci::kBarHbm) {
+      return fail(Code::kUnimplemented, fmt::format("BAR{} cannot be shared", index), {.card = card_.index()});
+    }
+    return ApertureFd{card_.system().memfd, card_.hbm_memfd_offset(), card_.config().hbm_bytes};
+  }
   std::vector<backend::IovaRange> iova_ranges() const override { return {{Iommu::kIovaFirst, Iommu::kIovaLast}}; }
   Result<void> dma_map(const void* vaddr, std::uint64_t iova, std::uint64_t length, backend::DmaAccess access) override {
     if (card_.removed()) return fail(Code::kUnavailable, "card removed", {.card = card_.index()});

@@ -335,8 +335,8 @@ Status QueueModel::execute(const dma::Descriptor& d, std::uint64_t* info) {
       Card* target = card_.system().card_by_fabric_id(d.remote_card());
       // Direct neighbours only (multi-hop routing arrives with the topology issue): some
       // port of this card must be up with `target` as its neighbour.
-      bool reachable = false;
-      if (target != nullptr && !target->removed()) {
+      bool reachable = target == &card_;  // a card's own windows: loopback, no link needed
+      if (!reachable && target != nullptr && !target->removed()) {
         std::lock_guard lock(card_.port_mutex());
         for (unsigned p = 0; p < card_.config().num_ports; ++p) {
           const auto& pm = card_.port(p);
@@ -363,7 +363,9 @@ Status QueueModel::execute(const dma::Descriptor& d, std::uint64_t* info) {
       auto check = [&]() -> Status {
         const std::uint32_t ctrl = e.ctrl.load();
         if (!wr::kCtrlValid.get(ctrl)) {
-          return wr::kCtrlGeneration.get(ctrl) != d.generation() ? Status::kWindowRevoked : Status::kWindowInvalid;
+          // Generation 0: the entry was never used since reset. Otherwise it was revoked.
+          const auto g = wr::kCtrlGeneration.get(ctrl);
+          return g != 0 && g != d.generation() ? Status::kWindowRevoked : Status::kWindowInvalid;
         }
         if (wr::kCtrlGeneration.get(ctrl) != d.generation()) return Status::kWindowRevoked;
         return Status::kOk;

@@ -3,6 +3,9 @@
 // poll, and a full batch round trip, each beside a memcpy of the same bytes in the same
 // process. Issue target: 64 B copies in batches of 32 cost <= 50 ns per op of HAL time
 // (enqueue + submit + poll on the caller's thread).
+#include <sys/mman.h>
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cstring>
 
@@ -40,14 +43,13 @@ void Enqueue(benchmark::State& state) {
   auto& f = fx();
   const auto src = npo::DmaAddress::host(f.buf->iova());
   const auto dst = npo::DmaAddress::hbm(0);
+  using C = std::chrono::steady_clock;
   for (auto _ : state) {
-    state.PauseTiming();
-    drain(*f.q);
-    state.ResumeTiming();
+    const auto t0 = C::now();
     for (int i = 0; i < 32; ++i) benchmark::DoNotOptimize(f.q->enqueue_copy(src, dst, 64));
-    state.PauseTiming();
+    state.SetIterationTime(std::chrono::duration<double>(C::now() - t0).count());
     (void)f.q->submit();
-    state.ResumeTiming();
+    drain(*f.q);
   }
   state.SetItemsProcessed(state.iterations() * 32);
 }
@@ -99,7 +101,72 @@ void MemcpyBaseline(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * batch);
 }
 
-BENCHMARK(Enqueue);
+/// Page faults taken by this process so far (minor + major), from getrusage(2).
+double page_faults() {
+  rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_minflt + ru.ru_majflt);
+}
+
+/// allocate_host_memory of `range(0)` MiB: hugetlbfs, else transparent huge pages (this
+/// machine reserves no hugetlbfs pages), populated and IOMMU-mapped. Reports time and the
+/// page faults taken.
+void AllocateHuge(benchmark::State& state) {
+  auto& f = fx();
+  const std::size_t bytes = static_cast<std::size_t>(state.range(0)) << 20;
+  double faults = 0;
+  int kind = -1;
+  for (auto _ : state) {
+    const double f0 = page_faults();
+    auto r = npo::allocate_host_memory(f.sys->device(0), bytes);
+    if (!r) {
+      state.SkipWithError(r.error().to_string().c_str());
+      return;
+    }
+    faults = page_faults() - f0;
+    kind = static_cast<int>((*r)->page_kind());
+    state.PauseTiming();
+    r->reset();
+    state.ResumeTiming();
+  }
+  state.counters["page_faults"] = faults;
+  state.counters["page_kind"] = kind;  // 0 hugetlb, 1 THP, 2 4 KiB
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(bytes));
+}
+
+/// The same amount with 4 KiB pages: anonymous memory with MADV_NOHUGEPAGE, touched, then
+/// register_host_memory.
+void Register4K(benchmark::State& state) {
+  auto& f = fx();
+  const std::size_t bytes = static_cast<std::size_t>(state.range(0)) << 20;
+  double faults = 0;
+  for (auto _ : state) {
+    const double f0 = page_faults();
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      state.SkipWithError("mmap failed");
+      return;
+    }
+    ::madvise(p, bytes, MADV_NOHUGEPAGE);
+    std::memset(p, 0, bytes);
+    auto r = npo::register_host_memory(f.sys->device(0), std::span(static_cast<std::byte*>(p), bytes));
+    if (!r) {
+      state.SkipWithError(r.error().to_string().c_str());
+      return;
+    }
+    faults = page_faults() - f0;
+    state.PauseTiming();
+    r->reset();
+    ::munmap(p, bytes);
+    state.ResumeTiming();
+  }
+  state.counters["page_faults"] = faults;
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(bytes));
+}
+
+BENCHMARK(AllocateHuge)->Arg(1024)->Iterations(3)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(Register4K)->Arg(1024)->Iterations(3)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(Enqueue)->UseManualTime();
 BENCHMARK(BatchRoundTrip)->Arg(1)->Arg(32)->Arg(256)->UseRealTime();
 BENCHMARK(MemcpyBaseline)->Arg(32);
 

@@ -120,4 +120,18 @@ step "pkg-config: ${flags}"
 run "${work}/pkgconfig-build.log" "${cxx}" "${san_flags[@]}" "${here}/consumer/main.cpp" -o "${work}/consumer-pc" ${flags}
 check_output "pkg-config consumer" "${work}/consumer-pc"
 
-echo "install_consume: 2 consumers built against ${prefix} and ran"
+# 4. Every installed header compiles on its own (a user may include any one of them first).
+mapfile -t headers < <(cd "${prefix}/include" && find npo -name '*.hpp' | sort)
+step "${#headers[@]} installed headers compile alone"
+mkdir -p "${work}/headers"
+for h in "${headers[@]}"; do
+  printf '#include <%s>\n#include <%s>\n' "${h}" "${h}" >"${work}/headers/${h//\//_}.cpp"
+done
+cflags="$(pkg-config --cflags npo-hal)"
+# shellcheck disable=SC2086 # flags list
+if ! find "${work}/headers" -name '*.cpp' -print0 | sort -z |
+  xargs -0 -P 2 -I{} sh -c "${cxx} -fsyntax-only -Wall -Wextra -Werror ${cflags} {} 2>{}.log || { echo FAILED: {}; cat {}.log; exit 1; }"; then
+  die "an installed header does not compile on its own (or twice: missing #pragma once)"
+fi
+
+echo "install_consume: 2 consumers built against ${prefix} and ran; ${#headers[@]} headers self-contained"

@@ -124,9 +124,10 @@ namespace acs {
 inline constexpr std::uint32_t kCap = 0x04;
 inline constexpr std::uint32_t kCtl = 0x06;
 inline constexpr std::uint32_t kSize = 0x08;
-/// The card advertises Source Validation, Request Redirect, Completion Redirect,
-/// Upstream Forwarding and Direct Translated P2P.
-inline constexpr std::uint16_t kCardCaps = 0x005f;
+/// The card advertises P2P Request Redirect (bit 2), P2P Completion Redirect (bit 3) and
+/// Direct Translated P2P (bit 6). Source Validation, Translation Blocking and Upstream
+/// Forwarding are hardwired to 0 on an endpoint (PCIe 6.0 §7.7.8.2).
+inline constexpr std::uint16_t kCardCaps = 0x004c;
 }  // namespace acs
 
 /// ATS extended capability (PCIe 6.0 §10.5.1): capability at +4 (16 bit), control at +6.

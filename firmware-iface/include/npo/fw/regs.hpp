@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // npo-hal firmware interface: the BAR0 register map of the NPO reference card.
 // Spec: docs/spec/registers.md (this header and that document are checked against
-// each other by tests/unit/spec_agreement_test.cpp: every row of kRegisters and
+// each other by tests/spec/spec_agreement_test.cpp: every row of kRegisters and
 // kFields appears in the document with the same offset, width, access and bits).
 //
 // Conventions (spec registers.md §1):

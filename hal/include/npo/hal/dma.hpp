@@ -18,6 +18,8 @@
 
 namespace npo {
 
+struct WindowHandle;
+
 /// How completions are noticed.
 enum class CompletionMode : std::uint8_t {
   kPolled,     ///< the caller polls; wait() spins (yielding) on the completion ring
@@ -116,6 +118,17 @@ class DmaQueue {
   /// with kSgError). Errors as enqueue_copy.
   virtual Result<OpHandle> enqueue_gather(std::uint64_t sg_list, std::uint16_t count, DmaAddress dst,
                                           std::uint32_t length) = 0;
+  /// Enqueues a remote write of `length` bytes from local `src` into window `dst` at
+  /// `dst_offset`, routed over the fabric to the window's card (a card's own windows work
+  /// too). The owner card checks key, range, rights and generation: a failed check completes
+  /// the op with kWindowKey / kWindowRange / kWindowRights / kWindowRevoked / kWindowInvalid,
+  /// an unreachable card with kRemoteUnreachable; no byte moves. Errors as enqueue_copy.
+  virtual Result<OpHandle> enqueue_remote_write(DmaAddress src, const WindowHandle& dst,
+                                                std::uint64_t dst_offset, std::uint32_t length) = 0;
+  /// Enqueues a remote read of `length` bytes from window `src` at `src_offset` into local
+  /// `dst`. Checks and errors as enqueue_remote_write.
+  virtual Result<OpHandle> enqueue_remote_read(const WindowHandle& src, std::uint64_t src_offset,
+                                               DmaAddress dst, std::uint32_t length) = 0;
   /// Enqueues a fence: it completes after every earlier op of the queue, and completes with
   /// kFenceSkipped if one of them failed since the previous fence.
   virtual Result<OpHandle> enqueue_fence() = 0;

@@ -15,6 +15,7 @@
 namespace npo {
 
 class Device;
+class System;
 
 /// Port training state (docs/spec/registers.md §7.2).
 enum class LinkState : std::uint8_t { kDisabled = 0, kModuleWait, kDataPathInit, kTraining, kFecLock, kUp, kFault };
@@ -49,6 +50,25 @@ struct PortStatus {
   std::uint32_t flap_count = 0;
   std::vector<LaneCounters> lanes;
 };
+
+/// Enables (or disables) port `port`: with a module present the card then runs link
+/// training (registers.md §7.2: ModuleWait -> DataPathInit -> Training -> FecLock -> Up, each
+/// step with its published timeout and a budget of 3 training attempts before Fault).
+/// Errors: kOutOfRange (port), kUnavailable (card removed). Thread-safety: safe from any thread.
+Result<void> enable_port(Device& device, unsigned port, bool enable = true);
+
+/// Outcome of bring_up_links.
+struct LinkBringUp {
+  unsigned ports_with_module = 0;  ///< cabled ports found
+  unsigned up = 0;                 ///< of those, trained and Up
+  unsigned failed = 0;             ///< in Fault, or not Up when the timeout expired
+  std::uint64_t elapsed_ns = 0;
+};
+
+/// Enables every port with a module on every card of `system` at once and waits until each
+/// is Up or in Fault, or `timeout_ns` passes. Errors: kUnavailable (a card was removed).
+/// Links still training at the timeout are counted as failed, not an error.
+Result<LinkBringUp> bring_up_links(System& system, std::uint64_t timeout_ns = 2'000'000'000);
 
 /// Reads every register of port `port` of `device` in one pass.
 /// Errors: kOutOfRange (port >= num_ports), kUnavailable (card removed).

@@ -113,6 +113,17 @@ class Device {
   /// write-combined for prefetchable BARs. Errors: kUnimplemented if not mappable.
   virtual Result<std::span<std::byte>> map_aperture(unsigned index) = 0;
 
+  /// A file descriptor another process can mmap to reach mappable BAR `index` (the VFIO
+  /// device fd for real cards, the HBM memfd for the emulator), with the BAR's offset in it.
+  /// The fd stays owned by the backend (SCM_RIGHTS duplicates it when sent).
+  /// Errors: kUnimplemented if the BAR cannot be shared.
+  struct ApertureFd {
+    int fd = -1;
+    std::uint64_t offset = 0;  ///< mmap offset of the BAR's first byte
+    std::uint64_t size = 0;    ///< bytes
+  };
+  virtual Result<ApertureFd> aperture_fd(unsigned index) = 0;
+
   /// IOVA ranges the IOMMU accepts for this device, sorted, non-overlapping.
   [[nodiscard]] virtual std::vector<IovaRange> iova_ranges() const = 0;
   /// Maps host virtual range [vaddr, vaddr+length) at `iova` with `access`. The memory must
