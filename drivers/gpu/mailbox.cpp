@@ -70,7 +70,7 @@ Result<std::vector<std::byte>> MailboxClient::call(mb::Command cmd, std::span<co
   store_le<std::uint16_t>(buf.data(), mb::hdr::kOpcode, static_cast<std::uint16_t>(cmd));
   store_le<std::uint32_t>(buf.data(), mb::hdr::kSequence, seq);
   store_le<std::uint16_t>(buf.data(), mb::hdr::kPayloadLen, static_cast<std::uint16_t>(payload.size()));
-  std::memcpy(buf.data() + mb::hdr::kSize, payload.data(), payload.size());
+  if (!payload.empty()) std::memcpy(buf.data() + mb::hdr::kSize, payload.data(), payload.size());  // data() may be null
   const std::size_t len = mb::hdr::kSize + payload.size();
   store_le<std::uint32_t>(buf.data(), mb::hdr::kCrc, mb::message_crc(std::span<const std::byte>(buf.data(), len)));
   for (std::size_t o = 0; o < len; o += 4) bar0_.write32(reg(m::kReqBuf + static_cast<std::uint32_t>(o)), load_le<std::uint32_t>(buf.data(), o));

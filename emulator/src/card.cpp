@@ -614,7 +614,8 @@ constexpr std::uint64_t kDataPathInitNs = 10'000'000;
 constexpr std::uint64_t kTrainNs = 20'000'000;
 constexpr std::uint64_t kFecLockNs = 2'000'000;
 constexpr std::uint32_t kTrainAttempts = 3;  // retry budget before STATE = Fault
-constexpr std::uint64_t kLinkLossDebounceNs = 10'000'000;  // Up -> Training after losing the peer
+// Up -> Training after losing the peer (spec §7.2 link-loss debounce).
+constexpr std::uint64_t kLinkLossDebounceNs = 10'000'000;
 }  // namespace
 
 void Card::port_enter(unsigned p, LinkState s, std::uint64_t delay_ns) {

@@ -71,6 +71,7 @@ class QueueModel final : public Runnable {
   std::atomic<bool> hung_{false};
   std::atomic<std::uint64_t> hung_since_{0};
   std::atomic<std::uint32_t> inject_errors_{0};
+  bool failed_since_fence_ = false;  ///< the failure latch of registers.md §5.7 (guarded by mu_)
 };
 
 /// One window translation table entry.

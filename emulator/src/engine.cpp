@@ -67,13 +67,19 @@ void QueueModel::write(std::uint32_t reg, unsigned /*width*/, std::uint64_t valu
   const auto v32 = static_cast<std::uint32_t>(value);
   switch (reg) {
     case qr::kSqTail:  // doorbell: the hot path, no lock
+      // Dekker with the worker (sched.cpp): it clears `scheduled` then re-checks the tail;
+      // we store the tail then read `scheduled`. One of the two sees the other's write.
       sq_tail_.store(v32, std::memory_order_seq_cst);
-      if (has_work()) card_.system().workers.post(*this);
+      if (!scheduled.load(std::memory_order_seq_cst)) card_.system().workers.post(*this);
       return;
     case qr::kCqHead:
       cq_head_.store(v32, std::memory_order_seq_cst);
-      err_.fetch_and(~qr::kErrCqOverflow.mask());
-      if (has_work()) card_.system().workers.post(*this);
+      // Only a queue paused on a full CQ needs waking (run_once sets CQ_OVERFLOW before it
+      // gives up; same Dekker pairing as above).
+      if ((err_.load(std::memory_order_seq_cst) & qr::kErrCqOverflow.mask()) != 0) {
+        err_.fetch_and(~qr::kErrCqOverflow.mask());
+        card_.system().workers.post(*this);
+      }
       return;
     case qr::kErr: err_.fetch_and(~v32); return;
     default: break;
@@ -105,6 +111,7 @@ void QueueModel::write(std::uint32_t reg, unsigned /*width*/, std::uint64_t valu
           break;
         }
         status_.fetch_and(~(qr::kStatusConfigError.mask() | qr::kStatusHalted.mask()));
+        failed_since_fence_ = false;
         enabled_.store(true);
         card_.log_event(fmt::format("queue={} enabled depth={}", index_, 1u << log2));
       } else if (!en && enabled_.load()) {
@@ -137,6 +144,7 @@ void QueueModel::queue_reset_locked() {
   completed_.store(0);
   status_.store(0);
   inject_errors_.store(0);
+  failed_since_fence_ = false;
 }
 
 void QueueModel::reset_state() {
@@ -442,14 +450,16 @@ bool QueueModel::run_once() {
     }
     std::uint64_t info = 0;
     Status st;
-    // FENCE flag: skipped while QUEUE.ERR.OP_FAILED is set (registers.md §5.7); it stays set
-    // until the host writes 1 to it. A FENCE opcode without the flag is a pure barrier.
-    const bool fenced = (d.op_flags() & dma::flags::kFence) != 0;
-    if (fenced && (err_.load() & qr::kErrOpFailed.mask()) != 0) {
+    // Fenced op (FENCE flag, or the FENCE opcode): skipped if the queue's failure latch is set;
+    // either way the latch clears. FENCE_SKIPPED does not set it (registers.md §5.7).
+    const bool fenced = (d.op_flags() & dma::flags::kFence) != 0 || d.opcode() == dma::Opcode::kFence;
+    if (fenced && failed_since_fence_) {
       st = Status::kFenceSkipped;
     } else {
       st = execute(d, &info);
     }
+    if (fenced) failed_since_fence_ = false;
+    if (st != Status::kOk && st != Status::kFenceSkipped) failed_since_fence_ = true;
     if (st != Status::kOk) err_.fetch_or(qr::kErrOpFailed.mask());
     // Write the completion: body first, then the flags word carrying the phase bit.
     dma::Completion c;

@@ -105,7 +105,7 @@ bool Firmware::run_once() {
   store_le<std::uint32_t>(rsp.data(), mb::hdr::kSequence, seq);
   store_le<std::uint16_t>(rsp.data(), mb::hdr::kPayloadLen, static_cast<std::uint16_t>(payload.size()));
   store_le<std::uint16_t>(rsp.data(), mb::hdr::kStatus, static_cast<std::uint16_t>(st));
-  std::memcpy(rsp.data() + mb::hdr::kSize, payload.data(), payload.size());
+  if (!payload.empty()) std::memcpy(rsp.data() + mb::hdr::kSize, payload.data(), payload.size());  // data() may be null
   const std::size_t rlen = mb::hdr::kSize + payload.size();
   store_le<std::uint32_t>(rsp.data(), mb::hdr::kCrc, mb::message_crc(std::span<const std::byte>(rsp.data(), rlen)));
   if (std::uint32_t n = corrupt_.load(); n > 0 && corrupt_.compare_exchange_strong(n, n - 1)) {

@@ -226,12 +226,14 @@ std::optional<std::vector<std::byte>> BackendConformance::raw_heartbeat(std::uin
   EXPECT_EQ(rlen, mb::hdr::kSize + mb::heartbeat::kRspSize);
   if (rlen < mb::hdr::kSize || rlen > m::kBufSize) return std::nullopt;
   std::vector<std::byte> rsp((rlen + 3) / 4 * 4);
-  for (std::uint32_t o = 0; o < rsp.size(); o += 4) fw::store_le<std::uint32_t>(rsp.data(), o, b.read32(regs::mbox_reg(m::kRspBuf + o)));
+  for (std::uint32_t o = 0; o < rsp.size(); o += 4)
+    fw::store_le<std::uint32_t>(rsp.data(), o, b.read32(regs::mbox_reg(m::kRspBuf + o)));
   rsp.resize(rlen);
   b.write32(regs::mbox_reg(m::kStatus), m::kStatusDone.mask());
   EXPECT_EQ(fw::load_le<std::uint8_t>(rsp.data(), mb::hdr::kVersion), mb::kProtocolVersion);
   EXPECT_EQ(fw::load_le<std::uint8_t>(rsp.data(), mb::hdr::kFlags) & mb::hdr::kFlagResponse, mb::hdr::kFlagResponse);
-  EXPECT_EQ(fw::load_le<std::uint16_t>(rsp.data(), mb::hdr::kOpcode), static_cast<std::uint16_t>(mb::Command::kHeartbeat));
+  EXPECT_EQ(fw::load_le<std::uint16_t>(rsp.data(), mb::hdr::kOpcode),
+            static_cast<std::uint16_t>(mb::Command::kHeartbeat));
   EXPECT_EQ(fw::load_le<std::uint32_t>(rsp.data(), mb::hdr::kSequence), seq);
   EXPECT_EQ(fw::load_le<std::uint16_t>(rsp.data(), mb::hdr::kPayloadLen), rlen - mb::hdr::kSize);
   EXPECT_EQ(fw::load_le<std::uint16_t>(rsp.data(), mb::hdr::kStatus), static_cast<std::uint16_t>(mb::Status::kOk));
@@ -272,7 +274,8 @@ TEST_P(BackendConformance, ConfigIdentity) {
   // Enumeration lists the open function; a second open of it is refused (exclusive use).
   auto fns = backend().enumerate();
   ASSERT_TRUE(fns.has_value());
-  EXPECT_TRUE(std::any_of(fns->begin(), fns->end(), [&](const be::FunctionInfo& f) { return f.address == fi.address; }));
+  EXPECT_TRUE(
+      std::any_of(fns->begin(), fns->end(), [&](const be::FunctionInfo& f) { return f.address == fi.address; }));
   auto second = backend().open(fi.address);
   ASSERT_FALSE(second.has_value());
   EXPECT_EQ(second.error().code(), Code::kAlreadyExists);
@@ -546,8 +549,16 @@ TEST_P(BackendConformance, MmioReadOnlyAndReservedRegisters) {
   EXPECT_EQ(b.read64(g::kHbmSize), hbm) << "HBM_SIZE is RO";
 
   const unsigned ports = g::kCap0NumPorts.get(b.read32(g::kCap0));
-  std::vector<std::uint32_t> reserved = {0x078, 0x07c, 0x0fc, 0x800, 0xffc, regs::kMailboxBase + 0x010,
-                                         0x3000, 0xf000, regs::queue_reg(0, 0x34), regs::queue_reg(31, 0xfc),
+  std::vector<std::uint32_t> reserved = {0x078,
+                                         0x07c,
+                                         0x0fc,
+                                         0x800,
+                                         0xffc,
+                                         regs::kMailboxBase + 0x010,
+                                         0x3000,
+                                         0xf000,
+                                         regs::queue_reg(0, 0x34),
+                                         regs::queue_reg(31, 0xfc),
                                          regs::kPortBase - 4};
   if (ports < regs::kMaxPorts) reserved.push_back(regs::port_reg(regs::kMaxPorts - 1, regs::port::kCtrl));
   for (const std::uint32_t off : reserved) {

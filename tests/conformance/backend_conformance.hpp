@@ -104,8 +104,8 @@ class BackendConformance : public ::testing::TestWithParam<ConformanceTarget> {
   static std::uint64_t wait_eventfd(int fd, int timeout_ms);
 
  private:
-  std::vector<int> fds_;                                 // closed last
-  std::vector<std::unique_ptr<HostPages>> pages_;        // freed after the device closes
+  std::vector<int> fds_;                           // closed last
+  std::vector<std::unique_ptr<HostPages>> pages_;  // freed after the device closes
   std::unique_ptr<npo::backend::Backend> backend_;
   std::unique_ptr<npo::backend::Device> device_;
   npo::backend::Mmio* bar0_ = nullptr;

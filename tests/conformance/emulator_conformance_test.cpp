@@ -3,7 +3,6 @@
 // (the URI path every tool uses), once on an Emulator built directly with a HBM size that is
 // not a power of two (BAR2 must round it up), and once with the realtime clock.
 #include "backend_conformance.hpp"
-
 #include "npo/emu/emulator.hpp"
 #include "npo/hal/backend/registry.hpp"
 
@@ -35,12 +34,13 @@ std::unique_ptr<npo::backend::Backend> direct_emulator() {
   return (*emu)->make_backend("emu:direct");
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Emulator, BackendConformance,
-    ::testing::Values(ConformanceTarget{"registry_emu2_virtual", [] { return from_registry("emu:2?clock=virtual"); }, {}},
-                      ConformanceTarget{"direct_hbm24M", direct_emulator, {}},
-                      ConformanceTarget{"registry_emu1_realtime", [] { return from_registry("emu:1"); }, {}}),
-    target_name);
+INSTANTIATE_TEST_SUITE_P(Emulator, BackendConformance,
+                         ::testing::Values(
+                             ConformanceTarget{
+                                 "registry_emu2_virtual", [] { return from_registry("emu:2?clock=virtual"); }, {}},
+                             ConformanceTarget{"direct_hbm24M", direct_emulator, {}},
+                             ConformanceTarget{"registry_emu1_realtime", [] { return from_registry("emu:1"); }, {}}),
+                         target_name);
 
 }  // namespace
 }  // namespace npo::conformance

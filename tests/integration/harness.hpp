@@ -135,8 +135,8 @@ class Rig {
       return nullptr;
     }
     auto cmd = be::config_read16(**d, pci::cfg::kCommand);
-    if (!cmd || !be::config_write16(**d, pci::cfg::kCommand,
-                                    *cmd | pci::cfg::kCommandMemory | pci::cfg::kCommandBusMaster)) {
+    if (!cmd ||
+        !be::config_write16(**d, pci::cfg::kCommand, *cmd | pci::cfg::kCommandMemory | pci::cfg::kCommandBusMaster)) {
       ADD_FAILURE() << "command register";
     }
     devs_.push_back(std::move(*d));
@@ -290,7 +290,8 @@ inline dma::Descriptor copy_desc(std::uint64_t src, std::uint64_t dst, std::uint
 }
 
 /// Builds a mailbox request (header + payload) with a correct CRC32C.
-inline std::vector<std::byte> mbox_request(std::uint16_t opcode, std::uint32_t seq, std::span<const std::byte> payload = {},
+inline std::vector<std::byte> mbox_request(std::uint16_t opcode, std::uint32_t seq,
+                                           std::span<const std::byte> payload = {},
                                            std::uint8_t version = mb::kProtocolVersion) {
   std::vector<std::byte> m(mb::hdr::kSize + payload.size());
   fw::store_le<std::uint8_t>(m.data(), mb::hdr::kVersion, version);
@@ -304,7 +305,7 @@ inline std::vector<std::byte> mbox_request(std::uint16_t opcode, std::uint32_t s
 
 /// What the mailbox registers showed after one exchange.
 struct RawReply {
-  std::uint32_t status = 0;  ///< MBOX.STATUS when DONE was seen
+  std::uint32_t status = 0;    ///< MBOX.STATUS when DONE was seen
   std::vector<std::byte> rsp;  ///< RSP_LEN bytes of RSP_BUF
   [[nodiscard]] mb::Status fw_status() const {
     return static_cast<mb::Status>(fw::load_le<std::uint16_t>(rsp.data(), mb::hdr::kStatus));

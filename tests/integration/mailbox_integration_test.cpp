@@ -244,9 +244,8 @@ TEST(RemovalIntegration, SurpriseRemovalReadsAllOnesOtherCardsUnaffected) {
   ASSERT_TRUE(id.has_value()) << id.error().to_string();
   EXPECT_EQ(fw::load_le<std::uint32_t>(id->data(), mb::identify::kFabricId), 2u);
   const auto log = rig.emulator().event_log();
-  EXPECT_TRUE(std::any_of(log.begin(), log.end(), [](const std::string& l) {
-    return l.find("card=0 surprise_removal") != std::string::npos;
-  }));
+  EXPECT_TRUE(std::any_of(log.begin(), log.end(),
+                          [](const std::string& l) { return l.find("card=0 surprise_removal") != std::string::npos; }));
 }
 
 }  // namespace

@@ -102,10 +102,11 @@ TEST(ScenarioIntegration, ReplayIsByteIdenticalAndSeedChangesSerials) {
   ASSERT_GE(a.log.size(), 10u) << "the log must be non-trivial";
   EXPECT_EQ(a.log, b.log) << "same scenario, seed and actions must give the same event log";
   // The log covers every fault, the reactions to them, and link training.
-  for (const char* needle : {"fault completion_error engine=0 queue=0", "fault mailbox_corrupt",
-                             "fault engine_hang engine=1", "fault iommu_fault", "mailbox reply corrupted",
-                             "iommu_fault iova=", "queue=0 halted: descriptor fetch fault", "watchdog engine_hang queue=8", "card=0 port=0 up neighbor=2:0",
-                             "card=1 port=1 up neighbor=1:1", "t=2000000 card=0 fault completion_error"}) {
+  for (const char* needle :
+       {"fault completion_error engine=0 queue=0", "fault mailbox_corrupt", "fault engine_hang engine=1",
+        "fault iommu_fault", "mailbox reply corrupted", "iommu_fault iova=", "queue=0 halted: descriptor fetch fault",
+        "watchdog engine_hang queue=8", "card=0 port=0 up neighbor=2:0", "card=1 port=1 up neighbor=1:1",
+        "t=2000000 card=0 fault completion_error"}) {
     EXPECT_TRUE(has_line(a.log, needle)) << "missing: " << needle;
   }
   EXPECT_EQ(a.serial0, b.serial0);
@@ -131,7 +132,8 @@ TEST(ScenarioIntegration, BadEntryRejectsWholeScenario) {
        "faults:\n  - {at_ms: 1, kind: mailbox_timeout, card: 0}\n  - {at_ms: 2, kind: mailbox_corrupt, card: 7}\n",
        "card 7"},
       {"unknown field",
-       "faults:\n  - {at_ms: 1, kind: mailbox_timeout, card: 0}\n  - {at_ms: 2, kind: mailbox_corrupt, card: 1, colour: red}\n",
+       "faults:\n  - {at_ms: 1, kind: mailbox_timeout, card: 0}\n  - {at_ms: 2, kind: mailbox_corrupt, card: 1, "
+       "colour: red}\n",
        "colour"},
       {"missing engine",
        "faults:\n  - {at_ms: 1, kind: mailbox_timeout, card: 0}\n  - {at_ms: 2, kind: engine_hang, card: 1}\n",

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,14 +23,15 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct Options {
-  std::string uri = "emu:mesh8?hbm=512M";
+  std::string uri = "emu:mesh8";
   std::string mode = "h2d";
-  std::vector<std::string> sizes = {"64", "4K", "64K", "1M", "16M", "64M"};
+  std::vector<std::string> sizes = {"64", "4K", "64K", "1M", "16M"};
   unsigned batch = 32;
   unsigned queues = 1;
   unsigned iterations = 0;  // 0: auto
   unsigned depth = 1024;
   unsigned card = 0;
+  int peer = -1;  // -1: card + 1
   bool json = false;
   double min_seconds = 0.2;
 };
@@ -43,6 +45,7 @@ struct Result {
   double memcpy_gbps = 0, ratio = 0;
   double hal_ns_per_op = 0;  ///< caller CPU time in enqueue+submit+non-empty poll, per op
   std::uint64_t errors = 0;
+  int src_card = 0, dst_card = 0;
 };
 
 std::uint64_t parse_size(const std::string& s) {
@@ -85,32 +88,93 @@ int fail_with(const std::string& what, const npo::Error& e) {
   return 1;
 }
 
+/// Enqueues one op of the measured kind on a queue.
+using EnqueueFn = std::function<npo::Result<npo::OpHandle>(npo::DmaQueue&)>;
+
+/// Runs `batch`-op batches of `enqueue` on every queue until `target_batches` per queue are
+/// done (doubling while the run is shorter than min_seconds when iterations == 0). Keeps
+/// each queue as full as its depth allows; the caller's thread does all HAL calls.
+Result measure(std::vector<npo::DmaQueue*>& qs, const EnqueueFn& enqueue, std::uint64_t size, const Options& o) {
+  Result r;
+  r.size = size;
+  r.batch = std::min(o.batch, o.depth);
+  r.queues = static_cast<unsigned>(qs.size());
+  std::uint64_t target_batches = o.iterations;
+  const bool timed = target_batches == 0;
+  if (timed) target_batches = std::max<std::uint64_t>(4, (256ULL << 20) / (size * r.batch));
+  std::vector<npo::OpCompletion> comps(4096);
+  std::uint64_t hal_ns = 0, issued = 0, done = 0;
+  const auto t0 = Clock::now();
+  for (;;) {
+    bool progressed = false;
+    for (auto* q : qs) {
+      if (issued < target_batches * qs.size() && q->outstanding() + r.batch <= q->depth()) {
+        const auto a = Clock::now();
+        for (unsigned b = 0; b < r.batch; ++b) {
+          if (!enqueue(*q)) break;
+        }
+        (void)q->submit();
+        hal_ns += static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - a).count());
+        ++issued;
+        progressed = true;
+      }
+      const auto a = Clock::now();
+      const std::size_t n = q->poll(comps);
+      if (n > 0) {
+        hal_ns += static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - a).count());
+        for (std::size_t k = 0; k < n; ++k) r.errors += comps[k].status != npo::OpStatus::kOk;
+        done += n;
+        progressed = true;
+      }
+    }
+    if (issued >= target_batches * qs.size() && done >= issued * r.batch) {
+      if (!timed || std::chrono::duration<double>(Clock::now() - t0).count() >= o.min_seconds ||
+          target_batches >= (1ULL << 40)) {
+        break;
+      }
+      target_batches *= 2;  // too quick to measure: run longer
+    }
+    if (!progressed) {
+      // Large transfers take microseconds or more: sleep instead of spinning so the poller
+      // does not compete with the engine for a core (2-core machines).
+      if (size >= (256u << 10)) {
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      } else {
+        __builtin_ia32_pause();
+      }
+    }
+  }
+  r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  r.ops = done;
+  r.gbps = static_cast<double>(size) * static_cast<double>(r.ops) / r.seconds / 1e9;
+  r.ops_per_s = static_cast<double>(r.ops) / r.seconds;
+  r.hal_ns_per_op = static_cast<double>(hal_ns) / static_cast<double>(r.ops);
+  return r;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"npo-dma-bench: DMA bandwidth and op rate, with a same-run memcpy baseline per size"};
-  app.add_option("-b,--backend", o.uri, "backend URI (default emu:mesh8 with 512 MiB HBM per card)");
-  app.add_option("-m,--mode", o.mode, "h2d | d2h | d2d | peer | matrix")
+  app.add_option("-b,--backend", o.uri, "backend URI (default emu:mesh8; emu:mesh8?hbm=1G for 256 MiB transfers)");
+  app.add_option("-m,--mode", o.mode,
+                 "h2d (host->HBM) | d2h | d2d (HBM->HBM, one card) | peer (card->card through a window) | "
+                 "matrix (every card pair)")
       ->check(CLI::IsMember({"h2d", "d2h", "d2d", "peer", "matrix"}));
-  app.add_option("-s,--sizes", o.sizes, "transfer sizes, 64 B .. 256 MiB (suffix K, M, G)")->delimiter(',');
+  app.add_option("-s,--sizes", o.sizes, "transfer sizes, 64 B .. 256 MiB (suffix K, M, G); matrix uses the largest")
+      ->delimiter(',');
   app.add_option("--batch", o.batch, "ops per doorbell (submit)")->check(CLI::Range(1u, 4096u));
   app.add_option("--queues", o.queues, "queues driven round-robin, one per engine first")->check(CLI::Range(1u, 32u));
   app.add_option("--iterations", o.iterations, "batches per size per queue (0: run >= --min-seconds)");
   app.add_option("--min-seconds", o.min_seconds, "minimum run time per size when --iterations is 0");
   app.add_option("--depth", o.depth, "queue depth (power of two)");
-  app.add_option("--card", o.card, "card to run on");
+  app.add_option("--card", o.card, "card to run on (the source card in peer mode)");
+  app.add_option("--peer", o.peer, "destination card of --mode peer (default: --card + 1)");
   app.add_flag("--json", o.json, "print one JSON object with a 'results' array");
   CLI11_PARSE(app, argc, argv);
 
   if (auto r = npo::log::configure({}); !r) return fail_with("logging", r.error());
-  if (o.mode == "peer" || o.mode == "matrix") {
-    std::fprintf(stderr,
-                 "npo-dma-bench: mode '%s' moves data card to card through peer windows, which are not built yet "
-                 "(windows issue); available now: h2d, d2h, d2d\n",
-                 o.mode.c_str());
-    return 2;
-  }
   std::vector<std::uint64_t> sizes;
   for (const auto& s : o.sizes) {
     const std::uint64_t v = parse_size(s);
@@ -120,125 +184,154 @@ int main(int argc, char** argv) {
     }
     sizes.push_back(v);
   }
+  const bool fabric = o.mode == "peer" || o.mode == "matrix";
   auto sys = npo::System::open(o.uri);
   if (!sys) return fail_with("open " + o.uri, sys.error());
-  if (o.card >= (*sys)->device_count()) {
-    std::fprintf(stderr, "npo-dma-bench: card %u not present (%zu cards)\n", o.card, (*sys)->device_count());
+  auto& s = **sys;
+  const std::size_t ncards = s.device_count();
+  if (o.card >= ncards) {
+    std::fprintf(stderr, "npo-dma-bench: card %u not present (%zu cards)\n", o.card, ncards);
     return 2;
   }
-  npo::Device& dev = (*sys)->device(o.card);
-  const auto caps = dev.dma_capabilities();
+  const unsigned peer = o.peer >= 0 ? static_cast<unsigned>(o.peer) : static_cast<unsigned>((o.card + 1) % ncards);
+  if (fabric && (ncards < 2 || peer >= ncards || peer == o.card)) {
+    std::fprintf(stderr, "npo-dma-bench: mode %s needs two distinct cards (card %u, peer %u of %zu)\n", o.mode.c_str(),
+                 o.card, peer, ncards);
+    return 2;
+  }
+  // Default sizes that do not fit the cards' HBM are dropped with a note; explicit ones are an error.
+  const std::uint64_t hbm_min = [&] {
+    std::uint64_t m = ~0ULL;
+    for (std::size_t c = 0; c < ncards; ++c) m = std::min(m, s.device(c).info().hbm_bytes);
+    return m;
+  }();
+  const std::uint64_t per_size = o.mode == "h2d" || o.mode == "d2h" ? 1 : 2;
+  if (app.count("--sizes") == 0) {
+    std::vector<std::uint64_t> fit;
+    for (auto v : sizes) {
+      if (v * per_size <= hbm_min) {
+        fit.push_back(v);
+      } else if (!o.json) {
+        fmt::print("note: size {} skipped: needs {} of HBM per card, cards have {}\n", human(v), human(v * per_size),
+                   human(hbm_min));
+      }
+    }
+    if (fit.empty()) fit.push_back(64);
+    sizes = fit;
+  }
+  if (o.mode == "matrix") sizes = {*std::max_element(sizes.begin(), sizes.end())};
   const std::uint64_t max_size = *std::max_element(sizes.begin(), sizes.end());
-  {
-    if (2 * max_size > dev.info().hbm_bytes && o.mode == "d2d") {
-      std::fprintf(stderr, "npo-dma-bench: d2d of %s needs 2x that in HBM; card has %s\n", human(max_size).c_str(),
-                   human(dev.info().hbm_bytes).c_str());
-      return 2;
-    }
-    if (max_size > dev.info().hbm_bytes) {
-      std::fprintf(stderr, "npo-dma-bench: size %s exceeds the card's HBM (%s)\n", human(max_size).c_str(),
-                   human(dev.info().hbm_bytes).c_str());
+  for (std::size_t c = 0; c < ncards; ++c) {
+    const std::uint64_t need = o.mode == "h2d" || o.mode == "d2h" ? max_size : 2 * max_size;
+    if ((c == o.card || fabric) && need > s.device(c).info().hbm_bytes) {
+      std::fprintf(stderr, "npo-dma-bench: mode %s with %s transfers needs %s of HBM per card; card %zu has %s\n",
+                   o.mode.c_str(), human(max_size).c_str(), human(need).c_str(), c, human(s.device(c).info().hbm_bytes).c_str());
       return 2;
     }
   }
-  std::vector<std::unique_ptr<npo::DmaQueue>> qs;
-  for (unsigned i = 0; i < o.queues; ++i) {
-    auto q = dev.open_queue({.engine = i % caps.engines, .depth = o.depth});
-    if (!q) return fail_with("open queue", q.error());
-    qs.push_back(std::move(*q));
+  if (fabric) {
+    auto up = npo::bring_up_links(s);
+    if (!up) return fail_with("link bring-up", up.error());
+    if (!o.json) {
+      fmt::print("links: {} of {} ports with a module trained Up in {:.1f} ms\n", up->up, up->ports_with_module,
+                 static_cast<double>(up->elapsed_ns) / 1e6);
+    }
   }
-  // Two host buffers (source/destination) of the largest size, and two HBM ranges.
+
+  // Per card: a source HBM range, a destination HBM range (exported as a window in fabric
+  // modes), queues. Host buffers on --card for h2d/d2h and the memcpy baseline.
+  struct CardRig {
+    npo::HbmRange src{}, dst{};
+    std::unique_ptr<npo::Window> window;
+    std::vector<std::unique_ptr<npo::DmaQueue>> queues;
+  };
+  std::vector<CardRig> rigs(ncards);
+  for (std::size_t c = 0; c < ncards; ++c) {
+    if (!fabric && c != o.card) continue;
+    if (o.mode == "peer" && c != o.card && c != peer) continue;
+    auto& dev = s.device(c);
+    auto& rig = rigs[c];
+    auto a = npo::allocate_hbm(dev, max_size, 2u << 20);
+    if (!a) return fail_with("HBM", a.error());
+    rig.src = *a;
+    if (o.mode != "h2d" && o.mode != "d2h") {
+      auto b = npo::allocate_hbm(dev, max_size, 2u << 20);
+      if (!b) return fail_with("HBM", b.error());
+      rig.dst = *b;
+    }
+    if (fabric) {
+      auto w = npo::export_window(dev, rig.dst.offset, (max_size + 4095) & ~std::uint64_t{4095});
+      if (!w) return fail_with("export window", w.error());
+      rig.window = std::move(*w);
+    }
+    const auto caps = dev.dma_capabilities();
+    for (unsigned i = 0; i < o.queues; ++i) {
+      auto q = dev.open_queue({.engine = i % caps.engines, .depth = o.depth});
+      if (!q) return fail_with("open queue", q.error());
+      rig.queues.push_back(std::move(*q));
+    }
+  }
+  npo::Device& dev = s.device(o.card);
   auto hsrc = npo::allocate_host_memory(dev, max_size);
   auto hdst = npo::allocate_host_memory(dev, max_size);
   if (!hsrc) return fail_with("host buffer", hsrc.error());
   if (!hdst) return fail_with("host buffer", hdst.error());
   std::memset((*hsrc)->bytes().data(), 0x5a, max_size);
-  auto hbm_a = npo::allocate_hbm(dev, max_size, 2u << 20);
-  if (!hbm_a) return fail_with("HBM", hbm_a.error());
-  npo::Result<npo::HbmRange> hbm_b = npo::HbmRange{};
-  if (o.mode == "d2d") {
-    hbm_b = npo::allocate_hbm(dev, max_size, 2u << 20);
-    if (!hbm_b) return fail_with("HBM", hbm_b.error());
-  }
 
+  auto queues_of = [&](std::size_t c) {
+    std::vector<npo::DmaQueue*> v;
+    for (auto& q : rigs[c].queues) v.push_back(q.get());
+    return v;
+  };
   std::vector<Result> results;
-  std::vector<npo::OpCompletion> comps(4096);
+  std::vector<std::vector<double>> matrix(ncards, std::vector<double>(ncards, 0.0));
   for (const std::uint64_t size : sizes) {
-    npo::DmaAddress src, dst;
+    const auto len = static_cast<std::uint32_t>(size);
+    const std::uint64_t mc_ops = std::max<std::uint64_t>(4, (512ULL << 20) / size);
+    const double mc = memcpy_gbps((*hdst)->bytes().data(), (*hsrc)->bytes().data(), size, mc_ops);
+    auto finish = [&](Result r, int src_card, int dst_card) {
+      r.mode = o.mode;
+      r.src_card = src_card;
+      r.dst_card = dst_card;
+      r.memcpy_gbps = mc;
+      r.ratio = r.gbps / mc;
+      results.push_back(r);
+    };
+    if (o.mode == "matrix") {
+      for (std::size_t i = 0; i < ncards; ++i) {
+        auto qs = queues_of(i);
+        for (std::size_t j = 0; j < ncards; ++j) {
+          if (i == j) continue;
+          const auto& h = rigs[j].window->handle();
+          const auto src = npo::DmaAddress::hbm(rigs[i].src.offset);
+          auto r = measure(qs, [&](npo::DmaQueue& q) { return q.enqueue_remote_write(src, h, 0, len); }, size, o);
+          matrix[i][j] = r.gbps;
+          finish(r, static_cast<int>(i), static_cast<int>(j));
+        }
+      }
+      continue;
+    }
+    auto qs = queues_of(o.card);
+    EnqueueFn fn;
+    const auto& rig = rigs[o.card];
     if (o.mode == "h2d") {
-      src = npo::DmaAddress::host((*hsrc)->iova());
-      dst = npo::DmaAddress::hbm(hbm_a->offset);
+      fn = [&, src = npo::DmaAddress::host((*hsrc)->iova()), dst = npo::DmaAddress::hbm(rig.src.offset)](npo::DmaQueue& q) {
+        return q.enqueue_copy(src, dst, len);
+      };
     } else if (o.mode == "d2h") {
-      src = npo::DmaAddress::hbm(hbm_a->offset);
-      dst = npo::DmaAddress::host((*hdst)->iova());
-    } else {
-      src = npo::DmaAddress::hbm(hbm_a->offset);
-      dst = npo::DmaAddress::hbm(hbm_b->offset);
+      fn = [&, src = npo::DmaAddress::hbm(rig.src.offset), dst = npo::DmaAddress::host((*hdst)->iova())](npo::DmaQueue& q) {
+        return q.enqueue_copy(src, dst, len);
+      };
+    } else if (o.mode == "d2d") {
+      fn = [&, src = npo::DmaAddress::hbm(rig.src.offset), dst = npo::DmaAddress::hbm(rig.dst.offset)](npo::DmaQueue& q) {
+        return q.enqueue_copy(src, dst, len);
+      };
+    } else {  // peer
+      fn = [&, src = npo::DmaAddress::hbm(rig.src.offset), &h = rigs[peer].window->handle()](npo::DmaQueue& q) {
+        return q.enqueue_remote_write(src, h, 0, len);
+      };
     }
-    const unsigned batch = std::min(o.batch, o.depth);
-    // Auto iterations: enough batches to move >= 256 MiB or 64k ops, re-checked against time.
-    std::uint64_t target_batches = o.iterations;
-    const bool timed = target_batches == 0;
-    if (timed) target_batches = std::max<std::uint64_t>(8, (256ULL << 20) / (size * batch));
-    Result r;
-    r.mode = o.mode;
-    r.size = size;
-    r.batch = batch;
-    r.queues = o.queues;
-    std::uint64_t hal_ns = 0;
-    const auto t0 = Clock::now();
-    std::uint64_t issued_batches = 0, done_ops = 0;
-    std::vector<std::uint64_t> in_flight(qs.size(), 0);
-    for (;;) {
-      bool progressed = false;
-      for (std::size_t qi = 0; qi < qs.size(); ++qi) {
-        auto& q = *qs[qi];
-        if (issued_batches < target_batches * qs.size() && q.outstanding() + batch <= q.depth()) {
-          const auto a = Clock::now();
-          for (unsigned b = 0; b < batch; ++b) {
-            if (!q.enqueue_copy(src, dst, static_cast<std::uint32_t>(size))) break;
-          }
-          (void)q.submit();
-          hal_ns += static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - a).count());
-          ++issued_batches;
-          progressed = true;
-        }
-        const auto a = Clock::now();
-        const std::size_t n = q.poll(comps);
-        if (n > 0) {
-          hal_ns += static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - a).count());
-          for (std::size_t k = 0; k < n; ++k) r.errors += comps[k].status != npo::OpStatus::kOk;
-          done_ops += n;
-          progressed = true;
-        }
-      }
-      if (issued_batches >= target_batches * qs.size() && done_ops >= issued_batches * batch) {
-        if (!timed || std::chrono::duration<double>(Clock::now() - t0).count() >= o.min_seconds ||
-            target_batches >= (1ULL << 40)) {
-          break;
-        }
-        target_batches *= 2;  // too quick to measure: run longer
-      }
-      if (!progressed) {
-        // Large transfers take microseconds or more: sleep instead of spinning so the
-        // poller does not compete with the engine for the core (2-core machines).
-        if (size >= (256u << 10)) {
-          std::this_thread::sleep_for(std::chrono::microseconds(20));
-        } else {
-          __builtin_ia32_pause();
-        }
-      }
-    }
-    r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    r.ops = done_ops;
-    r.gbps = static_cast<double>(size) * static_cast<double>(r.ops) / r.seconds / 1e9;
-    r.ops_per_s = static_cast<double>(r.ops) / r.seconds;
-    r.hal_ns_per_op = static_cast<double>(hal_ns) / static_cast<double>(r.ops);
-    // memcpy baseline: same size, same count (capped to ~the same time), distinct buffers.
-    const std::uint64_t mc_ops = std::max<std::uint64_t>(1, std::min<std::uint64_t>(r.ops, (1ULL << 31) / size));
-    r.memcpy_gbps = memcpy_gbps((*hdst)->bytes().data(), (*hsrc)->bytes().data(), size, mc_ops);
-    r.ratio = r.gbps / r.memcpy_gbps;
-    results.push_back(r);
+    finish(measure(qs, fn, size, o), static_cast<int>(o.card), o.mode == "peer" ? static_cast<int>(peer) : static_cast<int>(o.card));
   }
 
   if (o.json) {
@@ -255,13 +348,34 @@ int main(int argc, char** argv) {
                      {"memcpy_gbps", r.memcpy_gbps},
                      {"ratio_to_memcpy", r.ratio},
                      {"hal_ns_per_op", r.hal_ns_per_op},
+                     {"src_card", r.src_card},
+                     {"dst_card", r.dst_card},
                      {"errors", r.errors}});
     }
-    nlohmann::json out = {{"backend", (*sys)->uri()}, {"card", o.card}, {"results", arr}};
+    nlohmann::json out = {{"backend", s.uri()}, {"card", o.card}, {"results", arr}};
     std::puts(out.dump(2).c_str());
+  } else if (o.mode == "matrix") {
+    fmt::print("npo-dma-bench  backend {}  mode matrix  size {}  batch {}  queues {}\n", s.uri(), human(sizes[0]), o.batch,
+               o.queues);
+    fmt::print("remote-write bandwidth, GB/s (row: source card, column: destination card); memcpy {:.2f} GB/s\n\n",
+               results.empty() ? 0.0 : results[0].memcpy_gbps);
+    fmt::print("{:>6}", "");
+    for (std::size_t j = 0; j < ncards; ++j) fmt::print(" {:>7}", j);
+    fmt::print("\n");
+    for (std::size_t i = 0; i < ncards; ++i) {
+      fmt::print("{:>6}", i);
+      for (std::size_t j = 0; j < ncards; ++j) {
+        if (i == j) {
+          fmt::print(" {:>7}", "-");
+        } else {
+          fmt::print(" {:>7.2f}", matrix[i][j]);
+        }
+      }
+      fmt::print("\n");
+    }
   } else {
-    fmt::print("npo-dma-bench  backend {}  card {}  mode {}  batch {}  queues {}  depth {}\n\n", (*sys)->uri(), o.card,
-               o.mode, o.batch, o.queues, o.depth);
+    fmt::print("npo-dma-bench  backend {}  card {}{}  mode {}  batch {}  queues {}  depth {}\n\n", s.uri(), o.card,
+               o.mode == "peer" ? fmt::format(" -> card {}", peer) : std::string(), o.mode, o.batch, o.queues, o.depth);
     fmt::print("{:>8} {:>10} {:>9} {:>12} {:>12} {:>8} {:>10} {:>7}\n", "SIZE", "OPS", "GB/s", "OPS/s", "memcpy GB/s",
                "RATIO", "HAL ns/op", "ERRORS");
     for (const auto& r : results) {
@@ -274,5 +388,6 @@ int main(int argc, char** argv) {
   }
   std::uint64_t errs = 0;
   for (const auto& r : results) errs += r.errors;
+  if (errs != 0) std::fprintf(stderr, "npo-dma-bench: %llu ops failed\n", static_cast<unsigned long long>(errs));
   return errs == 0 ? 0 : 1;
 }

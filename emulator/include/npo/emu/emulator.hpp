@@ -38,7 +38,7 @@ struct Cable {
 
 /// Per-card parameters.
 struct CardConfig {
-  std::uint64_t hbm_bytes = 16u << 20;  ///< bytes of HBM, multiple of 4 KiB, >= 1 MiB
+  std::uint64_t hbm_bytes = 64u << 20;  ///< bytes of HBM, multiple of 4 KiB, >= 1 MiB (memfd-backed, sparse)
   unsigned num_ports = 8;               ///< optical ports, 1..16
   std::string firmware_version = "1.2.0";
 };
