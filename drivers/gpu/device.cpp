@@ -25,7 +25,8 @@ std::string version_string(std::uint32_t v) { return fmt::format("{}.{}.{}", v >
 
 Result<FirmwareVersions> parse_versions(const std::vector<std::byte>& p) {
   if (p.size() != mb::versions::kSize) {
-    return fail(Code::kInternal, fmt::format("GET_VERSIONS reply has {} bytes, expected {}", p.size(), mb::versions::kSize));
+    return fail(Code::kInternal,
+                fmt::format("GET_VERSIONS reply has {} bytes, expected {}", p.size(), mb::versions::kSize));
   }
   FirmwareVersions v;
   v.firmware_raw = load_le<std::uint32_t>(p.data(), mb::versions::kFirmware);
@@ -85,9 +86,9 @@ Result<std::unique_ptr<Device::Impl>> Device::Impl::probe(std::unique_ptr<backen
   // Memory space and bus mastering on (we own the function now).
   auto cmd = backend::config_read16(*dev, fw::pci::cfg::kCommand);
   if (!cmd) return std::unexpected(Error(cmd.error()).with(ctx));
-  if (auto r = backend::config_write16(*dev, fw::pci::cfg::kCommand,
-                                       static_cast<std::uint16_t>(*cmd | fw::pci::cfg::kCommandMemory |
-                                                                  fw::pci::cfg::kCommandBusMaster));
+  if (auto r = backend::config_write16(
+          *dev, fw::pci::cfg::kCommand,
+          static_cast<std::uint16_t>(*cmd | fw::pci::cfg::kCommandMemory | fw::pci::cfg::kCommandBusMaster));
       !r) {
     return std::unexpected(Error(r.error()).with(ctx));
   }
@@ -122,8 +123,9 @@ Result<std::unique_ptr<Device::Impl>> Device::Impl::probe(std::unique_ptr<backen
   auto id = impl->mailbox->call(mb::Command::kIdentify, {});
   if (!id) return std::unexpected(std::move(Error(id.error())).prefixed(fmt::format("{}: IDENTIFY", info.bdf)));
   if (id->size() != mb::identify::kSize) {
-    return fail(Code::kInternal, fmt::format("{}: IDENTIFY reply has {} bytes, expected {}", info.bdf, id->size(),
-                                             mb::identify::kSize), ctx);
+    return fail(Code::kInternal,
+                fmt::format("{}: IDENTIFY reply has {} bytes, expected {}", info.bdf, id->size(), mb::identify::kSize),
+                ctx);
   }
   info.model = fixed_string(*id, mb::identify::kModel, 32);
   const auto fw_fabric = load_le<std::uint32_t>(id->data(), mb::identify::kFabricId);
@@ -193,23 +195,24 @@ Result<std::vector<FirmwareLogEntry>> Device::error_log(std::size_t max_entries)
   while (out.size() < max_entries) {
     std::array<std::byte, e::kReqSize> req{};
     fw::store_le<std::uint16_t>(req.data(), e::kStart, static_cast<std::uint16_t>(out.size()));
-    fw::store_le<std::uint16_t>(req.data(), e::kMax, static_cast<std::uint16_t>(std::min<std::size_t>(max_entries - out.size(), e::kMaxPerReply)));
+    fw::store_le<std::uint16_t>(
+        req.data(), e::kMax,
+        static_cast<std::uint16_t>(std::min<std::size_t>(max_entries - out.size(), e::kMaxPerReply)));
     auto r = impl_->mailbox->call(mb::Command::kErrorLogRead, req);
     if (!r) return std::unexpected(r.error());
-    if (r->size() < e::kEntries) return fail(Code::kInternal, "ERROR_LOG_READ reply too short", {.card = impl_->info.index});
+    if (r->size() < e::kEntries)
+      return fail(Code::kInternal, "ERROR_LOG_READ reply too short", {.card = impl_->info.index});
     const unsigned count = load_le<std::uint16_t>(r->data(), e::kCount);
     if (r->size() != e::kEntries + count * e::kEntrySize) {
       return fail(Code::kInternal, "ERROR_LOG_READ reply length disagrees with its count", {.card = impl_->info.index});
     }
     for (unsigned i = 0; i < count; ++i) {
       const std::size_t b = e::kEntries + i * e::kEntrySize;
-      out.push_back(FirmwareLogEntry{load_le<std::uint64_t>(r->data(), b + e::kEntryTimestamp),
-                                     load_le<std::uint16_t>(r->data(), b + e::kEntryCode),
-                                     load_le<std::uint8_t>(r->data(), b + e::kEntrySeverity),
-                                     load_le<std::uint8_t>(r->data(), b + e::kEntrySource),
-                                     load_le<std::uint32_t>(r->data(), b + e::kEntryArg0),
-                                     load_le<std::uint64_t>(r->data(), b + e::kEntryArg1),
-                                     load_le<std::uint64_t>(r->data(), b + e::kEntryArg2)});
+      out.push_back(FirmwareLogEntry{
+          load_le<std::uint64_t>(r->data(), b + e::kEntryTimestamp),
+          load_le<std::uint16_t>(r->data(), b + e::kEntryCode), load_le<std::uint8_t>(r->data(), b + e::kEntrySeverity),
+          load_le<std::uint8_t>(r->data(), b + e::kEntrySource), load_le<std::uint32_t>(r->data(), b + e::kEntryArg0),
+          load_le<std::uint64_t>(r->data(), b + e::kEntryArg1), load_le<std::uint64_t>(r->data(), b + e::kEntryArg2)});
     }
     if (count == 0 || out.size() >= load_le<std::uint16_t>(r->data(), e::kTotal)) break;
   }

@@ -24,8 +24,8 @@ struct Device::Impl {
   std::vector<bool> queue_open;  ///< per global queue index
   // Window translation table bookkeeping (window.cpp).
   std::mutex windows_mu;
-  std::vector<bool> window_used;             ///< per table slot
-  std::vector<std::uint16_t> window_gen;     ///< next generation per slot (survives revokes)
+  std::vector<bool> window_used;          ///< per table slot
+  std::vector<std::uint16_t> window_gen;  ///< next generation per slot (survives revokes)
   std::atomic<std::uint64_t> aperture_used{0};
   std::uint64_t aperture_bytes = 0;
 

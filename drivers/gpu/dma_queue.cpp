@@ -46,7 +46,8 @@ inline void cpu_relax() noexcept {
 
 std::uint64_t now_ns() noexcept {
   return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
 }
 
 class QueueImpl final : public DmaQueue {
@@ -85,7 +86,8 @@ class QueueImpl final : public DmaQueue {
     if (opts_.mode == CompletionMode::kInterrupt) {
       efd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
       if (efd_ < 0) return fail_errno(errno, "eventfd for the queue's MSI-X vector", ctx);
-      if (auto r = d_.dev->set_msix_eventfds(fw::pci::kMsixVectorQueueBase + qid_, std::span<const int>(&efd_, 1)); !r) {
+      if (auto r = d_.dev->set_msix_eventfds(fw::pci::kMsixVectorQueueBase + qid_, std::span<const int>(&efd_, 1));
+          !r) {
         return std::unexpected(Error(r.error()).with(ctx));
       }
     }
@@ -133,8 +135,8 @@ class QueueImpl final : public DmaQueue {
   Result<void> submit() override {
     if (dead_) return fail(Code::kUnavailable, "card removed", context());
     if (next_ == submitted_) return {};
-    // Descriptors are plain stores to host memory; the doorbell must not pass them.
-    std::atomic_thread_fence(std::memory_order_release);
+    // Descriptors are plain stores to host memory; Mmio writes are release operations
+    // (backend.hpp), so the doorbell cannot pass them.
     bar0_.write32(reg(qr::kSqTail), static_cast<std::uint32_t>(next_ - dev_base_));
     submitted_ = next_;
     return {};
@@ -148,7 +150,8 @@ class QueueImpl final : public DmaQueue {
     while (n < out.size() && reaped_ < submitted_) {
       const std::byte* c = cq_ + std::size_t{cq_consumed_ & mask_} * dma::cpl::kSize;
       const bool want = ((cq_consumed_ >> log2_) & 1u) == 0;
-      const auto flags = __atomic_load_n(reinterpret_cast<const std::uint16_t*>(c + dma::cpl::kFlags), __ATOMIC_ACQUIRE);
+      const auto flags =
+          __atomic_load_n(reinterpret_cast<const std::uint16_t*>(c + dma::cpl::kFlags), __ATOMIC_ACQUIRE);
       if (((flags & dma::cpl::kPhase) != 0) != want) break;
       OpCompletion& oc = out[n++];
       oc.info = fw::load_le<std::uint64_t>(c, dma::cpl::kInfo);
@@ -212,15 +215,16 @@ class QueueImpl final : public DmaQueue {
  private:
   [[nodiscard]] std::uint32_t reg(std::uint32_t r) const noexcept { return regs::queue_reg(qid_, r); }
   [[nodiscard]] ErrorContext context() const {
-    return {.card = d_.info.index, .engine = qid_ / d_.info.queues_per_engine, .queue = qid_ % d_.info.queues_per_engine};
+    return {
+        .card = d_.info.index, .engine = qid_ / d_.info.queues_per_engine, .queue = qid_ % d_.info.queues_per_engine};
   }
   std::unexpected<Error> bad_length(std::uint32_t length) const {
     return fail(Code::kInvalidArgument,
                 fmt::format("DMA length {} outside 1..{} bytes", length, d_.info.max_transfer_bytes), context());
   }
 
-  Result<OpHandle> push_remote(dma::Opcode op, std::uint8_t fl, std::uint32_t len, std::uint64_t src,
-                               std::uint64_t dst, const WindowHandle& w) {
+  Result<OpHandle> push_remote(dma::Opcode op, std::uint8_t fl, std::uint32_t len, std::uint64_t src, std::uint64_t dst,
+                               const WindowHandle& w) {
     return push(op, fl, len, src, dst, 0, &w);
   }
 
@@ -240,8 +244,8 @@ class QueueImpl final : public DmaQueue {
     d.set_length(len);
     d.set_src(src);
     d.set_dst(dst);
-    std::memcpy(sq_ + std::size_t{static_cast<std::uint32_t>(next_ - dev_base_) & mask_} * dma::desc::kSize, d.raw.data(),
-                dma::desc::kSize);
+    std::memcpy(sq_ + std::size_t{static_cast<std::uint32_t>(next_ - dev_base_) & mask_} * dma::desc::kSize,
+                d.raw.data(), dma::desc::kSize);
     return next_++;
   }
 
@@ -282,17 +286,20 @@ class QueueImpl final : public DmaQueue {
     while (reaped_ < submitted_) {  // completions that landed before the reset
       const std::byte* c = cq_ + std::size_t{cq_consumed_ & mask_} * dma::cpl::kSize;
       const bool want = ((cq_consumed_ >> log2_) & 1u) == 0;
-      const auto flags = __atomic_load_n(reinterpret_cast<const std::uint16_t*>(c + dma::cpl::kFlags), __ATOMIC_ACQUIRE);
+      const auto flags =
+          __atomic_load_n(reinterpret_cast<const std::uint16_t*>(c + dma::cpl::kFlags), __ATOMIC_ACQUIRE);
       if (((flags & dma::cpl::kPhase) != 0) != want) break;
-      pending_[pending_count_++] = OpCompletion{reaped_, static_cast<OpStatus>(fw::load_le<std::uint8_t>(c, dma::cpl::kStatus)),
-                                                fw::load_le<std::uint64_t>(c, dma::cpl::kInfo)};
+      pending_[pending_count_++] =
+          OpCompletion{reaped_, static_cast<OpStatus>(fw::load_le<std::uint8_t>(c, dma::cpl::kStatus)),
+                       fw::load_le<std::uint64_t>(c, dma::cpl::kInfo)};
       ++reaped_;
       ++cq_consumed_;
     }
     const std::uint64_t timed_out = submitted_ - reaped_;
     const std::uint64_t aborted = next_ - submitted_;
     for (; reaped_ < next_; ++reaped_) {
-      pending_[pending_count_++] = OpCompletion{reaped_, reaped_ < submitted_ ? OpStatus::kTimeout : OpStatus::kAborted, 0};
+      pending_[pending_count_++] =
+          OpCompletion{reaped_, reaped_ < submitted_ ? OpStatus::kTimeout : OpStatus::kAborted, 0};
     }
     submitted_ = next_;
     dev_base_ = next_;
@@ -304,8 +311,8 @@ class QueueImpl final : public DmaQueue {
     auto& lg = npo::log::get(npo::log::Subsystem::kDma);
     if (removed) {
       dead_ = true;
-      lg.error("card {} engine {} queue {}: card removed; {} ops aborted", d_.info.index, qid_ / d_.info.queues_per_engine,
-               qid_ % d_.info.queues_per_engine, timed_out + aborted);
+      lg.error("card {} engine {} queue {}: card removed; {} ops aborted", d_.info.index,
+               qid_ / d_.info.queues_per_engine, qid_ % d_.info.queues_per_engine, timed_out + aborted);
       return;
     }
     lg.warn("card {} engine {} queue {}: no progress for {} ms; queue reset, {} ops timed out, {} aborted",
@@ -327,8 +334,7 @@ class QueueImpl final : public DmaQueue {
     if (st == 0xffffffffu) return fail(Code::kUnavailable, "card removed", context());
     if (qr::kStatusConfigError.get(st) || !qr::kStatusEnabled.get(st)) {
       return fail(Code::kFailedPrecondition,
-                  fmt::format("card refused the queue configuration (QUEUE.STATUS 0x{:x})", st),
-                  [&] {
+                  fmt::format("card refused the queue configuration (QUEUE.STATUS 0x{:x})", st), [&] {
                     auto c = context();
                     c.reg = reg(qr::kStatus);
                     c.value = st;
@@ -370,13 +376,15 @@ Result<std::unique_ptr<DmaQueue>> Device::open_queue(const QueueOptions& options
   auto& d = *impl_;
   const ErrorContext ctx{.card = d.info.index, .engine = options.engine};
   if (options.engine >= d.info.num_engines) {
-    return fail(Code::kInvalidArgument, fmt::format("engine {} outside 0..{}", options.engine, d.info.num_engines - 1), ctx);
+    return fail(Code::kInvalidArgument, fmt::format("engine {} outside 0..{}", options.engine, d.info.num_engines - 1),
+                ctx);
   }
   const auto caps = dma_capabilities();
   if (!std::has_single_bit(options.depth) || options.depth < caps.min_depth || options.depth > caps.max_depth) {
-    return fail(Code::kInvalidArgument,
-                fmt::format("queue depth {} must be a power of two in {}..{}", options.depth, caps.min_depth, caps.max_depth),
-                ctx);
+    return fail(
+        Code::kInvalidArgument,
+        fmt::format("queue depth {} must be a power of two in {}..{}", options.depth, caps.min_depth, caps.max_depth),
+        ctx);
   }
   if (options.priority > 7) {
     return fail(Code::kInvalidArgument, fmt::format("queue priority {} outside 0..7", options.priority), ctx);

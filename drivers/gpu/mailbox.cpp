@@ -19,6 +19,7 @@ using fw::store_le;
 namespace {
 Code map_status(mb::Status s) {
   switch (s) {
+    case mb::Status::kBadVersion: return Code::kUnimplemented;
     case mb::Status::kBadArgument: return Code::kInvalidArgument;
     case mb::Status::kBusy: return Code::kUnavailable;
     case mb::Status::kNoModule: return Code::kNotFound;
@@ -32,6 +33,25 @@ Code map_status(mb::Status s) {
 }  // namespace
 
 Result<std::vector<std::byte>> MailboxClient::call(mb::Command cmd, std::span<const std::byte> payload) {
+  // mailbox.md §4: BAD_CRC (the request was damaged on the way) is retried once; BUSY up to
+  // 3 times with a 1 ms back-off. A damaged reply (kDataLoss from our own CRC check) is
+  // not retried: the command may have executed.
+  int crc_retries = 1, busy_retries = 3;
+  for (;;) {
+    auto r = call_once(cmd, payload);
+    if (r || r.error().sys_errno() != 0) return r;
+    const auto st = last_status_;
+    if (st == mb::Status::kBadCrc && crc_retries-- > 0) continue;
+    if (st == mb::Status::kBusy && busy_retries-- > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      continue;
+    }
+    return r;
+  }
+}
+
+Result<std::vector<std::byte>> MailboxClient::call_once(mb::Command cmd, std::span<const std::byte> payload) {
+  last_status_ = mb::Status::kOk;
   const ErrorContext ctx{.card = card_};
   if (payload.size() > mb::kMaxPayload) {
     return fail(Code::kInvalidArgument,
@@ -73,7 +93,8 @@ Result<std::vector<std::byte>> MailboxClient::call(mb::Command cmd, std::span<co
   if (!payload.empty()) std::memcpy(buf.data() + mb::hdr::kSize, payload.data(), payload.size());  // data() may be null
   const std::size_t len = mb::hdr::kSize + payload.size();
   store_le<std::uint32_t>(buf.data(), mb::hdr::kCrc, mb::message_crc(std::span<const std::byte>(buf.data(), len)));
-  for (std::size_t o = 0; o < len; o += 4) bar0_.write32(reg(m::kReqBuf + static_cast<std::uint32_t>(o)), load_le<std::uint32_t>(buf.data(), o));
+  for (std::size_t o = 0; o < len; o += 4)
+    bar0_.write32(reg(m::kReqBuf + static_cast<std::uint32_t>(o)), load_le<std::uint32_t>(buf.data(), o));
   bar0_.write32(reg(m::kReqLen), static_cast<std::uint32_t>(len));
   bar0_.write32(reg(m::kStatus), m::kStatusDone.mask() | m::kStatusError.mask());  // RW1C: clear stale
   bar0_.write32(reg(m::kCtrl), m::kCtrlSend.mask());
@@ -89,8 +110,9 @@ Result<std::vector<std::byte>> MailboxClient::call(mb::Command cmd, std::span<co
   }
   bar0_.write32(reg(m::kStatus), m::kStatusDone.mask() | m::kStatusError.mask());
   if (m::kStatusError.get(*st)) {
-    return fail(Code::kInternal, fmt::format("mailbox command 0x{:04x}: firmware could not read the request",
-                                             static_cast<unsigned>(cmd)), ctx);
+    return fail(
+        Code::kInternal,
+        fmt::format("mailbox command 0x{:04x}: firmware could not read the request", static_cast<unsigned>(cmd)), ctx);
   }
   const std::uint32_t rlen = bar0_.read32(reg(m::kRspLen));
   if (rlen < mb::hdr::kSize || rlen > m::kBufSize) {
@@ -100,8 +122,10 @@ Result<std::vector<std::byte>> MailboxClient::call(mb::Command cmd, std::span<co
   for (std::uint32_t o = 0; o < rlen; o += 4) store_le<std::uint32_t>(rsp.data(), o, bar0_.read32(reg(m::kRspBuf + o)));
   const auto crc = load_le<std::uint32_t>(rsp.data(), mb::hdr::kCrc);
   if (crc != mb::message_crc(std::span<const std::byte>(rsp.data(), rlen))) {
-    return fail(Code::kDataLoss, fmt::format("mailbox reply to 0x{:04x} seq {}: CRC32C mismatch (got 0x{:08x})",
-                                             static_cast<unsigned>(cmd), seq, crc), ctx);
+    return fail(Code::kDataLoss,
+                fmt::format("mailbox reply to 0x{:04x} seq {}: CRC32C mismatch (got 0x{:08x})",
+                            static_cast<unsigned>(cmd), seq, crc),
+                ctx);
   }
   const auto ver = load_le<std::uint8_t>(rsp.data(), mb::hdr::kVersion);
   const auto flags = load_le<std::uint8_t>(rsp.data(), mb::hdr::kFlags);
@@ -110,16 +134,20 @@ Result<std::vector<std::byte>> MailboxClient::call(mb::Command cmd, std::span<co
   const auto plen = load_le<std::uint16_t>(rsp.data(), mb::hdr::kPayloadLen);
   if (ver != mb::kProtocolVersion || !(flags & mb::hdr::kFlagResponse) || op != static_cast<std::uint16_t>(cmd) ||
       rseq != seq || std::size_t{plen} + mb::hdr::kSize != rlen) {
-    return fail(Code::kInternal,
-                fmt::format("mailbox reply breaks the protocol: version {} flags 0x{:x} opcode 0x{:04x} (sent 0x{:04x}) "
-                            "seq {} (sent {}) payload {} B in {} B",
-                            ver, flags, op, static_cast<unsigned>(cmd), rseq, seq, plen, rlen),
-                ctx);
+    return fail(
+        Code::kInternal,
+        fmt::format("mailbox reply breaks the protocol: version {} flags 0x{:x} opcode 0x{:04x} (sent 0x{:04x}) "
+                    "seq {} (sent {}) payload {} B in {} B",
+                    ver, flags, op, static_cast<unsigned>(cmd), rseq, seq, plen, rlen),
+        ctx);
   }
   const auto status = static_cast<mb::Status>(load_le<std::uint16_t>(rsp.data(), mb::hdr::kStatus));
   if (status != mb::Status::kOk) {
-    return fail(map_status(status), fmt::format("firmware answered {} to mailbox command 0x{:04x}",
-                                                mb::status_name(status), static_cast<unsigned>(cmd)), ctx);
+    last_status_ = status;
+    return fail(map_status(status),
+                fmt::format("firmware answered {} to mailbox command 0x{:04x}", mb::status_name(status),
+                            static_cast<unsigned>(cmd)),
+                ctx);
   }
   return std::vector<std::byte>(rsp.begin() + mb::hdr::kSize, rsp.begin() + rlen);
 }

@@ -26,17 +26,21 @@ class MailboxClient {
   /// kUnavailable (card removed: all-ones reads; mailbox still busy from an earlier timed-out
   /// request; firmware kBusy); kDataLoss (reply CRC mismatch -- retry the call); kInternal
   /// (reply breaks the protocol: wrong version, opcode, sequence or length); and the
-  /// mapping of firmware statuses: kBadArgument->kInvalidArgument, kNoModule->kNotFound,
-  /// kPageNotSupported/kUnknownCommand->kUnimplemented, kReadOnly->kPermissionDenied,
-  /// kBadCrc->kDataLoss, others->kInternal. Thread-safety: calls are serialised.
+  /// mapping of firmware statuses (mailbox.md §4): kBadArgument->kInvalidArgument,
+  /// kNoModule->kNotFound, kBadVersion/kPageNotSupported/kUnknownCommand->kUnimplemented,
+  /// kReadOnly->kPermissionDenied, kBadCrc (after one retry)->kDataLoss, kBusy (after 3
+  /// retries 1 ms apart)->kUnavailable, others->kInternal. Thread-safety: calls are serialised.
   Result<std::vector<std::byte>> call(fw::mbox::Command cmd, std::span<const std::byte> payload);
 
  private:
+  Result<std::vector<std::byte>> call_once(fw::mbox::Command cmd, std::span<const std::byte> payload);
+
   backend::Mmio& bar0_;
   std::uint32_t card_;
   std::uint64_t timeout_ns_;
   std::mutex mu_;
   std::uint32_t seq_ = 0;
+  fw::mbox::Status last_status_ = fw::mbox::Status::kOk;  ///< status of the last firmware error reply
 };
 
 }  // namespace npo::gpu

@@ -131,8 +131,8 @@ Result<std::uint64_t> map_for_dma(backend::Device& dev, MemoryState& mem, std::u
 
 void unmap_for_dma(backend::Device& dev, MemoryState& mem, std::uint64_t iova, std::uint64_t length) {
   if (auto r = dev.dma_unmap(iova, length); !r) {
-    npo::log::get(npo::log::Subsystem::kMemory).error("dma_unmap of IOVA 0x{:x}+{}: {}", iova, length,
-                                                      r.error().to_string());
+    npo::log::get(npo::log::Subsystem::kMemory)
+        .error("dma_unmap of IOVA 0x{:x}+{}: {}", iova, length, r.error().to_string());
     return;  // keep the IOVA and budget reserved: the mapping may still exist
   }
   mem.iova.free(iova, length);
@@ -152,8 +152,16 @@ class HostRegion final : public MemoryRegion {
  public:
   HostRegion(Device::Impl& dev, std::byte* map_base, std::size_t map_len, std::size_t user_off, std::size_t user_len,
              std::uint64_t iova, PageKind kind, int node, int memfd, bool owned)
-      : dev_(dev), map_base_(map_base), map_len_(map_len), user_off_(user_off), user_len_(user_len), iova_(iova),
-        kind_(kind), node_(node), memfd_(memfd), owned_(owned) {}
+      : dev_(dev),
+        map_base_(map_base),
+        map_len_(map_len),
+        user_off_(user_off),
+        user_len_(user_len),
+        iova_(iova),
+        kind_(kind),
+        node_(node),
+        memfd_(memfd),
+        owned_(owned) {}
   ~HostRegion() override {
     gpu::unmap_for_dma(*dev_.dev, dev_.mem, iova_, map_len_);
     if (owned_) ::munmap(map_base_, map_len_);
@@ -270,8 +278,8 @@ Result<std::unique_ptr<MemoryRegion>> register_host_memory(Device& device, std::
   auto iova = gpu::map_for_dma(*impl.dev, impl.mem, impl.info.index, base, len,
                                writable ? backend::DmaAccess::kReadWrite : backend::DmaAccess::kRead);
   if (!iova) return std::unexpected(iova.error());
-  return std::unique_ptr<MemoryRegion>(std::make_unique<HostRegion>(impl, base, len, addr - first, bytes.size(), *iova,
-                                                                    PageKind::kUser, -1, -1, false));
+  return std::unique_ptr<MemoryRegion>(
+      std::make_unique<HostRegion>(impl, base, len, addr - first, bytes.size(), *iova, PageKind::kUser, -1, -1, false));
 }
 
 MemoryBudget memory_budget(Device& device) {
@@ -290,8 +298,8 @@ Result<HbmRange> allocate_hbm(Device& device, std::uint64_t size, std::uint64_t 
   const ErrorContext ctx{.card = impl.info.index};
   if (size == 0) return fail(Code::kInvalidArgument, "allocate_hbm: size 0", ctx);
   if (alignment < 64 || !std::has_single_bit(alignment)) {
-    return fail(Code::kInvalidArgument, fmt::format("allocate_hbm: alignment {} must be a power of two >= 64", alignment),
-                ctx);
+    return fail(Code::kInvalidArgument,
+                fmt::format("allocate_hbm: alignment {} must be a power of two >= 64", alignment), ctx);
   }
   auto off = impl.mem.hbm.alloc(size, alignment);
   if (!off) {

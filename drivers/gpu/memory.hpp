@@ -29,8 +29,8 @@ class RangeAllocator {
 
  private:
   mutable std::mutex mu_;
-  std::map<std::uint64_t, std::uint64_t> free_;   // start -> size
-  std::map<std::uint64_t, std::uint64_t> used_;   // start -> size
+  std::map<std::uint64_t, std::uint64_t> free_;  // start -> size
+  std::map<std::uint64_t, std::uint64_t> used_;  // start -> size
 };
 
 /// Per-card memory state.

@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+#include "npo/hal/system.hpp"
+
 #include <cstdlib>
 
 #include <fmt/format.h>
@@ -7,7 +9,6 @@
 #include "npo/fw/pci.hpp"
 #include "npo/hal/backend/registry.hpp"
 #include "npo/hal/log.hpp"
-#include "npo/hal/system.hpp"
 
 namespace npo {
 

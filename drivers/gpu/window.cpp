@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // drivers/gpu: windows -- export through the card's window translation table (registers.md §6),
 // revoke with in-flight drain, handles, CPU mapping through BAR2, cross-process sharing.
+#include "npo/hal/window.hpp"
+
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -18,7 +20,6 @@
 #include "npo/fw/regs.hpp"
 #include "npo/hal/log.hpp"
 #include "npo/hal/system.hpp"
-#include "npo/hal/window.hpp"
 
 namespace npo {
 
@@ -49,9 +50,11 @@ std::array<std::byte, WindowHandle::kSerializedSize> WindowHandle::serialize() c
 
 Result<WindowHandle> WindowHandle::deserialize(std::span<const std::byte> b) {
   if (b.size() != kSerializedSize) {
-    return fail(Code::kInvalidArgument, fmt::format("window handle is {} bytes, expected {}", b.size(), kSerializedSize));
+    return fail(Code::kInvalidArgument,
+                fmt::format("window handle is {} bytes, expected {}", b.size(), kSerializedSize));
   }
-  if (fw::load_le<std::uint16_t>(b.data(), 0) != kHandleMagic || fw::load_le<std::uint8_t>(b.data(), 2) != kHandleVersion) {
+  if (fw::load_le<std::uint16_t>(b.data(), 0) != kHandleMagic ||
+      fw::load_le<std::uint8_t>(b.data(), 2) != kHandleVersion) {
     return fail(Code::kInvalidArgument, "not a window handle (magic/version)");
   }
   if (fw::load_le<std::uint32_t>(b.data(), 36) != fw::mbox::crc32c(b.first(36))) {
@@ -73,7 +76,8 @@ Result<WindowHandle> import_window(System& system, std::span<const std::byte> se
   auto h = WindowHandle::deserialize(serialized);
   if (!h) return h;
   if (auto d = system.device_by_fabric_id(h->fabric_id); !d) {
-    return fail(Code::kNotFound, fmt::format("window owner fabric ID {} is not in system '{}'", h->fabric_id, system.uri()));
+    return fail(Code::kNotFound,
+                fmt::format("window owner fabric ID {} is not in system '{}'", h->fabric_id, system.uri()));
   }
   return h;
 }
@@ -87,7 +91,8 @@ class WindowImpl final : public Window {
   WindowImpl(Device::Impl& d, WindowHandle h) : d_(d), h_(h) {}
   ~WindowImpl() override {
     if (auto r = revoke(); !r) {
-      npo::log::get(npo::log::Subsystem::kDma).error("window {} revoke on destruction: {}", h_.window_id, r.error().to_string());
+      npo::log::get(npo::log::Subsystem::kDma)
+          .error("window {} revoke on destruction: {}", h_.window_id, r.error().to_string());
     }
     std::lock_guard lock(d_.windows_mu);
     d_.window_used[h_.window_id] = false;
@@ -134,7 +139,8 @@ std::uint64_t random_key() {
   std::uint64_t k = 0;
   while (k == 0) {
     if (::getrandom(&k, sizeof k, 0) != static_cast<ssize_t>(sizeof k)) {
-      k = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) * 0x9e3779b97f4a7c15ULL;
+      k = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) *
+          0x9e3779b97f4a7c15ULL;
     }
   }
   return k;
@@ -148,11 +154,12 @@ Result<std::unique_ptr<Window>> export_window(Device& device, std::uint64_t offs
   const ErrorContext ctx{.card = d.info.index};
   if (size == 0 || offset % wr::kAlign != 0 || size % wr::kAlign != 0) {
     return fail(Code::kInvalidArgument,
-                fmt::format("window [0x{:x}, +{}): offset and size must be multiples of 4 KiB, size > 0", offset, size), ctx);
+                fmt::format("window [0x{:x}, +{}): offset and size must be multiples of 4 KiB, size > 0", offset, size),
+                ctx);
   }
   if (offset > d.info.hbm_bytes || size > d.info.hbm_bytes - offset) {
-    return fail(Code::kOutOfRange, fmt::format("window [0x{:x}, +{}) past HBM ({} bytes)", offset, size, d.info.hbm_bytes),
-                ctx);
+    return fail(Code::kOutOfRange,
+                fmt::format("window [0x{:x}, +{}) past HBM ({} bytes)", offset, size, d.info.hbm_bytes), ctx);
   }
   unsigned slot = 0;
   std::uint16_t gen = 0;
@@ -160,9 +167,9 @@ Result<std::unique_ptr<Window>> export_window(Device& device, std::uint64_t offs
     std::lock_guard lock(d.windows_mu);
     while (slot < d.window_used.size() && d.window_used[slot]) ++slot;
     if (slot == d.window_used.size()) {
-      return fail(Code::kResourceExhausted,
-                  fmt::format("window translation table of card {} full ({} slots)", d.info.index, d.window_used.size()),
-                  ctx);
+      return fail(
+          Code::kResourceExhausted,
+          fmt::format("window translation table of card {} full ({} slots)", d.info.index, d.window_used.size()), ctx);
     }
     d.window_used[slot] = true;
     gen = d.window_gen[slot];
@@ -208,7 +215,8 @@ WindowBudget window_budget(Device& device) {
 Result<void> WindowMapping::write(std::uint64_t offset, std::span<const std::byte> src) {
   auto b = bytes();
   if (offset > b.size() || src.size() > b.size() - offset) {
-    return fail(Code::kOutOfRange, fmt::format("window write of {} bytes at {} past {} bytes", src.size(), offset, b.size()));
+    return fail(Code::kOutOfRange,
+                fmt::format("window write of {} bytes at {} past {} bytes", src.size(), offset, b.size()));
   }
   std::memcpy(b.data() + offset, src.data(), src.size());
   return {};
@@ -217,7 +225,8 @@ Result<void> WindowMapping::write(std::uint64_t offset, std::span<const std::byt
 Result<void> WindowMapping::read(std::uint64_t offset, std::span<std::byte> dst) {
   auto b = bytes();
   if (offset > b.size() || dst.size() > b.size() - offset) {
-    return fail(Code::kOutOfRange, fmt::format("window read of {} bytes at {} past {} bytes", dst.size(), offset, b.size()));
+    return fail(Code::kOutOfRange,
+                fmt::format("window read of {} bytes at {} past {} bytes", dst.size(), offset, b.size()));
   }
   std::memcpy(dst.data(), b.data() + offset, dst.size());
   return {};
@@ -252,8 +261,8 @@ Result<std::unique_ptr<WindowMapping>> map_window(Device& device, const Window& 
   const auto& h = window.handle();
   const ErrorContext ctx{.card = d.info.index};
   if (h.fabric_id != d.info.fabric_id) {
-    return fail(Code::kInvalidArgument, fmt::format("window of fabric ID {} mapped through card {}", h.fabric_id,
-                                                    d.info.fabric_id), ctx);
+    return fail(Code::kInvalidArgument,
+                fmt::format("window of fabric ID {} mapped through card {}", h.fabric_id, d.info.fabric_id), ctx);
   }
   if (window.revoked()) return fail(Code::kFailedPrecondition, "window revoked", ctx);
   auto ap = d.dev->map_aperture(fw::pci::kBarHbm);

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // drivers/optics: port register snapshots and raw transceiver access.
+#include "npo/hal/port.hpp"
+
 #include <chrono>
 #include <thread>
 
@@ -7,7 +9,6 @@
 
 #include "gpu/device_impl.hpp"
 #include "npo/fw/regs.hpp"
-#include "npo/hal/port.hpp"
 #include "npo/hal/system.hpp"
 #include "npo/hal/transceiver.hpp"
 
@@ -141,16 +142,17 @@ Result<void> check_xcvr_args(const DeviceInfo& info, unsigned port, std::uint8_t
                 {.card = info.index, .port = port});
   }
   if (len == 0 || len > mb::xcvr::kMaxLength || offset + len > 256) {
-    return fail(Code::kOutOfRange,
-                fmt::format("transceiver access of {} bytes at offset {}: need 1..128 bytes within 0..255", len, offset),
-                {.card = info.index, .port = port});
+    return fail(
+        Code::kOutOfRange,
+        fmt::format("transceiver access of {} bytes at offset {}: need 1..128 bytes within 0..255", len, offset),
+        {.card = info.index, .port = port});
   }
   return {};
 }
 }  // namespace
 
-Result<void> read_transceiver(Device& device, unsigned port, std::uint8_t bank, std::uint8_t page,
-                              std::uint8_t offset, std::span<std::byte> out) {
+Result<void> read_transceiver(Device& device, unsigned port, std::uint8_t bank, std::uint8_t page, std::uint8_t offset,
+                              std::span<std::byte> out) {
   auto& impl = device.impl();
   if (auto r = check_xcvr_args(impl.info, port, offset, out.size()); !r) return r;
   std::array<std::byte, mb::xcvr::kHdrSize> req{};
@@ -169,8 +171,8 @@ Result<void> read_transceiver(Device& device, unsigned port, std::uint8_t bank, 
   return {};
 }
 
-Result<void> write_transceiver(Device& device, unsigned port, std::uint8_t bank, std::uint8_t page,
-                               std::uint8_t offset, std::span<const std::byte> data) {
+Result<void> write_transceiver(Device& device, unsigned port, std::uint8_t bank, std::uint8_t page, std::uint8_t offset,
+                               std::span<const std::byte> data) {
   auto& impl = device.impl();
   if (auto r = check_xcvr_args(impl.info, port, offset, data.size()); !r) return r;
   std::vector<std::byte> req(mb::xcvr::kHdrSize + data.size());

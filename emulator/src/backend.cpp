@@ -34,9 +34,10 @@ class BarMmio final : public backend::Mmio {
     if (aligned(off, width) && off + width / 8 <= size()) return true;
     if (!warned_.exchange(true)) {
       npo::log::get(npo::log::Subsystem::kEmulator)
-          .warn("card {} BAR{}: {}-bit access at 0x{:x} is misaligned or outside the BAR (size 0x{:x}); "
-                "reads return all-ones, writes are dropped",
-                card_.index(), bar_, width, off, size());
+          .warn(
+              "card {} BAR{}: {}-bit access at 0x{:x} is misaligned or outside the BAR (size 0x{:x}); "
+              "reads return all-ones, writes are dropped",
+              card_.index(), bar_, width, off, size());
     }
     return false;
   }
@@ -89,7 +90,11 @@ class EmuBackend final : public backend::Backend {
 class EmuDevice final : public backend::Device {
  public:
   EmuDevice(EmuBackend& be, std::shared_ptr<Emulator> emu, Card& card)
-      : be_(be), emu_(std::move(emu)), card_(card), info_(card.function_info()), bar0_(card, pci::kBarRegs),
+      : be_(be),
+        emu_(std::move(emu)),
+        card_(card),
+        info_(card.function_info()),
+        bar0_(card, pci::kBarRegs),
         bar4_(card, pci::kBarMsix) {}
   ~EmuDevice() override {
     std::vector<int> none(pci::kMsixVectors, -1);
@@ -111,7 +116,8 @@ class EmuDevice final : public backend::Device {
       for (unsigned b = 0; b < n; ++b) out[i + b] = static_cast<std::byte>(v >> (8 * b));
       i += n;
     }
-    if (card_.removed()) return fail(Code::kUnavailable, "card removed: config space reads as all-ones", {.card = card_.index()});
+    if (card_.removed())
+      return fail(Code::kUnavailable, "card removed: config space reads as all-ones", {.card = card_.index()});
     return {};
   }
   Result<void> config_write(std::uint32_t offset, std::span<const std::byte> data) override {
@@ -161,7 +167,8 @@ class EmuDevice final : public backend::Device {
     return ApertureFd{card_.system().memfd, card_.hbm_memfd_offset(), card_.config().hbm_bytes};
   }
   std::vector<backend::IovaRange> iova_ranges() const override { return {{Iommu::kIovaFirst, Iommu::kIovaLast}}; }
-  Result<void> dma_map(const void* vaddr, std::uint64_t iova, std::uint64_t length, backend::DmaAccess access) override {
+  Result<void> dma_map(const void* vaddr, std::uint64_t iova, std::uint64_t length,
+                       backend::DmaAccess access) override {
     if (card_.removed()) return fail(Code::kUnavailable, "card removed", {.card = card_.index()});
     auto r = card_.iommu().map(vaddr, iova, length, access);
     if (!r) r.error().with({.card = card_.index()});
@@ -175,8 +182,8 @@ class EmuDevice final : public backend::Device {
   unsigned msix_vectors() const noexcept override { return pci::kMsixVectors; }
   Result<void> set_msix_eventfds(unsigned first, std::span<const int> fds) override {
     if (first > pci::kMsixVectors || fds.size() > pci::kMsixVectors - first) {
-      return fail(Code::kOutOfRange, fmt::format("MSI-X vectors {}..{} past {} vectors", first,
-                                                 first + fds.size(), pci::kMsixVectors));
+      return fail(Code::kOutOfRange,
+                  fmt::format("MSI-X vectors {}..{} past {} vectors", first, first + fds.size(), pci::kMsixVectors));
     }
     for (int fd : fds) {
       if (fd < -1 || (fd >= 0 && ::fcntl(fd, F_GETFD) < 0)) {
@@ -188,12 +195,17 @@ class EmuDevice final : public backend::Device {
   }
   Result<void> reset() override {
     if (card_.removed()) return fail(Code::kUnavailable, "card removed", {.card = card_.index()});
-    // VFIO_DEVICE_RESET semantics: config space is saved and restored around the FLR.
-    std::array<std::byte, 0x40> hdr{};
-    (void)config_read(0, hdr);
+    // VFIO_DEVICE_RESET semantics: the kernel saves config space, resets the function and
+    // restores it (pci_save_state / pci_restore_state), capabilities included. Writable bits
+    // come back; read-only ones are the card's own. The FLR trigger bit is never restored.
+    std::array<std::byte, pci::cfg::kConfigSize> saved{};
+    (void)config_read(0, saved);
     card_.reset("flr", true);
-    (void)config_write(pci::cfg::kCommand, std::span(hdr).subspan(pci::cfg::kCommand, 2));
-    (void)config_write(pci::cfg::kBar0, std::span(hdr).subspan(pci::cfg::kBar0, 24));
+    const std::uint32_t devctl_hi = pci::cfg::kCardPcieCap + pci::cfg::pcie::kDevCtl + 1;
+    saved[devctl_hi] &= std::byte{0x7f};
+    (void)config_write(pci::cfg::kCommand, std::span(saved).subspan(pci::cfg::kCommand, 2));
+    (void)config_write(pci::cfg::kBar0 - 4,
+                       std::span(saved).subspan(pci::cfg::kBar0 - 4, pci::cfg::kConfigSize - (pci::cfg::kBar0 - 4)));
     return {};
   }
 

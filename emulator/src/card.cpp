@@ -146,7 +146,7 @@ void Card::build_config_space() {
     put32(cfgsp::kBar0 + bar * 4 + 4, 0, static_cast<std::uint32_t>(addr_mask >> 32));
   };
   put_bar(pci::kBarRegs, pci::kBar0Size, false);
-  put_bar(pci::kBarHbm, bar2_size_, true);
+  put_bar(pci::kBarHbm, bar2_size_.load(), true);
   put_bar(pci::kBarMsix, pci::kBar4Size, false);
   put16(cfgsp::kSubsysVendor, pci::kVendorId);
   put16(cfgsp::kSubsysId, 0x0001);
@@ -194,11 +194,12 @@ void Card::build_config_space() {
     if ((std::uint64_t{1} << (n + 20)) >= cfg_.hbm_bytes) sizes |= 1u << (n + 4);
   }
   put32(cfgsp::kCardRebarCap + cfgsp::rebar::kCap0, sizes);
-  const auto enc = static_cast<std::uint32_t>(std::countr_zero(bar2_size_) - 20);
+  const auto enc = static_cast<std::uint32_t>(std::countr_zero(bar2_size_.load()) - 20);
   put32(cfgsp::kCardRebarCap + cfgsp::rebar::kCtl0,
         cfgsp::rebar::kCtlBarIndex.make(pci::kBarHbm) | cfgsp::rebar::kCtlNumBars.make(1) |
             cfgsp::rebar::kCtlBarSize.make(enc),
         cfgsp::rebar::kCtlBarSize.mask());
+  bus_master_.store(false, std::memory_order_release);  // COMMAND = 0 after power-on / FLR
 }
 
 void Card::build_cmis(unsigned p) {
@@ -220,12 +221,14 @@ void Card::build_cmis(unsigned p) {
   auto put_str = [&m](std::size_t off, std::size_t len, std::string_view s) {
     for (std::size_t i = 0; i < len; ++i) m[off + i] = i < s.size() ? static_cast<std::uint8_t>(s[i]) : ' ';
   };
-  put_str(129, 16, "NPO-EMU");                          // vendor name
-  m[145] = 0x00; m[146] = 0x00; m[147] = 0x00;          // vendor OUI (none)
-  put_str(148, 16, "NPO-ENGINE-800G");                  // part number
-  put_str(164, 2, "A1");                                // revision
+  put_str(129, 16, "NPO-EMU");  // vendor name
+  m[145] = 0x00;
+  m[146] = 0x00;
+  m[147] = 0x00;                                                 // vendor OUI (none)
+  put_str(148, 16, "NPO-ENGINE-800G");                           // part number
+  put_str(164, 2, "A1");                                         // revision
   put_str(166, 16, fmt::format("EMU{:04d}P{:02d}", index_, p));  // serial
-  put_str(182, 8, "26112900");                          // date code YYMMDDLL
+  put_str(182, 8, "26112900");                                   // date code YYMMDDLL
 }
 
 void Card::attach_cable(unsigned port, std::uint32_t peer_card, unsigned peer_port) {
@@ -257,8 +260,10 @@ void Card::cfg_write(std::uint32_t off, unsigned size, std::uint32_t value) {
     const std::uint32_t old_rebar = space_[rebar_ctl + 1];
     for (unsigned i = 0; i < size; ++i) {
       const auto b = static_cast<std::uint8_t>(value >> (8 * i));
-      space_[off + i] = static_cast<std::uint8_t>((space_[off + i] & ~space_wmask_[off + i]) | (b & space_wmask_[off + i]));
+      space_[off + i] =
+          static_cast<std::uint8_t>((space_[off + i] & ~space_wmask_[off + i]) | (b & space_wmask_[off + i]));
     }
+    bus_master_.store((space_[cfgsp::kCommand] & cfgsp::kCommandBusMaster) != 0, std::memory_order_release);
     // Function level reset: DevCtl bit 15 is write-only, reads 0.
     const std::uint32_t devctl_hi = cfgsp::kCardPcieCap + pe::kDevCtl + 1;
     if (off <= devctl_hi && devctl_hi < off + size && (space_[devctl_hi] & 0x80)) {
@@ -274,7 +279,7 @@ void Card::cfg_write(std::uint32_t off, unsigned size, std::uint32_t value) {
         space_[rebar_ctl + 1] = static_cast<std::uint8_t>(old_rebar);
       } else {
         bar2_size_ = std::uint64_t{1} << (enc + 20);
-        const std::uint64_t addr_mask = ~(bar2_size_ - 1);
+        const std::uint64_t addr_mask = ~(bar2_size_.load() - 1);
         const std::uint32_t bo = cfgsp::kBar0 + pci::kBarHbm * 4;
         const std::uint32_t lo_mask = static_cast<std::uint32_t>(addr_mask) & ~0xfu;
         const auto hi_mask = static_cast<std::uint32_t>(addr_mask >> 32);
@@ -290,14 +295,12 @@ void Card::cfg_write(std::uint32_t off, unsigned size, std::uint32_t value) {
   if (flr) reset("flr", true);
 }
 
-bool Card::bus_master() const noexcept {
-  return (space_[cfgsp::kCommand] & cfgsp::kCommandBusMaster) != 0;
-}
+bool Card::bus_master() const noexcept { return bus_master_.load(std::memory_order_acquire); }
 
 std::uint64_t Card::bar_size(unsigned bar) const noexcept {
   switch (bar) {
     case pci::kBarRegs: return pci::kBar0Size;
-    case pci::kBarHbm: return bar2_size_;
+    case pci::kBarHbm: return bar2_size_.load();
     case pci::kBarMsix: return pci::kBar4Size;
     default: return 0;
   }
@@ -340,9 +343,7 @@ void Card::bar0_write(std::uint64_t off64, unsigned width, std::uint64_t value) 
   const bool in64 = is_reg64(off & ~7u) && (off & 4u) != 0;
   const std::uint32_t base = in64 ? off - 4 : off;
   const bool half = width == 32 && is_reg64(base);
-  auto full = [&](auto&& reader) {
-    return half ? merge_half(reader(), in64, value & 0xffffffffULL) : value;
-  };
+  auto full = [&](auto&& reader) { return half ? merge_half(reader(), in64, value & 0xffffffffULL) : value; };
   if (base < 0x1000) {
     global_write(base, 64, full([&] { return global_read(base, 64); }));
   } else if (base >= regs::kMailboxBase && base < regs::kMailboxBase + 0x1000) {
@@ -522,7 +523,8 @@ std::uint64_t Card::window_read(unsigned w, std::uint32_t reg, unsigned /*width*
     case wr::kSize: return e.size.load();
     case wr::kKey: return e.key.load();
     case wr::kCtrl: return e.ctrl.load();
-    case wr::kStatus: return e.status.load() | wr::kStatusInflight.make(std::min<std::uint32_t>(e.inflight.load(), 0xffff));
+    case wr::kStatus:
+      return e.status.load() | wr::kStatusInflight.make(std::min<std::uint32_t>(e.inflight.load(), 0xffff));
     default: return 0;
   }
 }
@@ -536,13 +538,13 @@ void Card::window_write(unsigned w, std::uint32_t reg, unsigned /*width*/, std::
     case wr::kKey: e.key.store(value); break;
     case wr::kCtrl: {
       // Commit: validate the entry; an invalid one is refused (STATUS.BAD_ENTRY) and left inactive.
-      const auto ctrl = static_cast<std::uint32_t>(value) &
-                        (wr::kCtrlValid.mask() | wr::kCtrlRead.mask() | wr::kCtrlWrite.mask() | wr::kCtrlGeneration.mask());
+      const auto ctrl = static_cast<std::uint32_t>(value) & (wr::kCtrlValid.mask() | wr::kCtrlRead.mask() |
+                                                             wr::kCtrlWrite.mask() | wr::kCtrlGeneration.mask());
       const std::uint64_t off = e.hbm_offset.load();
       const std::uint64_t size = e.size.load();
       const bool valid = wr::kCtrlValid.get(ctrl) != 0;
-      const bool ok = !valid || (size > 0 && off % wr::kAlign == 0 && size % wr::kAlign == 0 &&
-                                 off <= cfg_.hbm_bytes && size <= cfg_.hbm_bytes - off);
+      const bool ok = !valid || (size > 0 && off % wr::kAlign == 0 && size % wr::kAlign == 0 && off <= cfg_.hbm_bytes &&
+                                 size <= cfg_.hbm_bytes - off);
       if (!ok) {
         e.ctrl.store(ctrl & ~wr::kCtrlValid.mask());
         e.status.store(wr::kStatusBadEntry.mask());
@@ -562,10 +564,9 @@ std::uint32_t Card::port_status_locked(unsigned p) const {
   namespace pr = regs::port;
   const auto& pm = ports_[p];
   const bool up = pm.state == LinkState::kUp;
-  return pr::kStatusState.make(static_cast<std::uint32_t>(pm.state)) |
-         pr::kStatusFecLock.make(up ? 1 : 0) | pr::kStatusModulePresent.make(pm.cabled ? 1 : 0) |
-         pr::kStatusLanesUp.make(up ? 0xff : 0) | pr::kStatusLaneCount.make(pm.cabled ? regs::kLanesPerPort : 0) |
-         pr::kStatusLinkUp.make(up ? 1 : 0);
+  return pr::kStatusState.make(static_cast<std::uint32_t>(pm.state)) | pr::kStatusFecLock.make(up ? 1 : 0) |
+         pr::kStatusModulePresent.make(pm.cabled ? 1 : 0) | pr::kStatusLanesUp.make(up ? 0xff : 0) |
+         pr::kStatusLaneCount.make(pm.cabled ? regs::kLanesPerPort : 0) | pr::kStatusLinkUp.make(up ? 1 : 0);
 }
 
 std::uint64_t Card::port_read(unsigned p, std::uint32_t reg, unsigned /*width*/) {
@@ -637,6 +638,7 @@ void Card::port_enter(unsigned p, LinkState s, std::uint64_t delay_ns) {
         if (q.state != LinkState::kUp || peer->removed()) return;
         peer->log_event(fmt::format("port={} link lost", pp));
         ++q.train_count;
+        q.attempts = 1;
         q.train_start_ns = now;
         peer->port_enter(pp, LinkState::kTraining, kTrainNs);
       });
@@ -681,6 +683,7 @@ void Card::port_step(unsigned p, std::uint64_t epoch) {
     case LinkState::kModuleWait: port_enter(p, LinkState::kDataPathInit, kDataPathInitNs); break;
     case LinkState::kDataPathInit:
       ++pm.train_count;
+      pm.attempts = 1;
       pm.train_start_ns = now;
       port_enter(p, LinkState::kTraining, kTrainNs);
       break;
@@ -692,8 +695,8 @@ void Card::port_step(unsigned p, std::uint64_t epoch) {
       if (peer != this) {
         std::lock_guard plock(peer->port_mu_);
         const auto ps = peer->ports_[peer_port].state;
-        peer_ready = !peer->removed() &&
-                     (ps == LinkState::kTraining || ps == LinkState::kFecLock || ps == LinkState::kUp);
+        peer_ready =
+            !peer->removed() && (ps == LinkState::kTraining || ps == LinkState::kFecLock || ps == LinkState::kUp);
       }
       lock.lock();
       if (pm.epoch != epoch) return;
@@ -701,11 +704,12 @@ void Card::port_step(unsigned p, std::uint64_t epoch) {
         port_enter(p, LinkState::kFecLock, kFecLockNs);
       } else if (now - pm.train_start_ns >= std::uint64_t{pm.train_timeout_ms} * 1'000'000) {
         pm.events |= regs::port::kEventTrainFail.mask();
-        if (pm.train_count % kTrainAttempts == 0) {
+        if (pm.attempts >= kTrainAttempts) {
           log_event(fmt::format("port={} training failed after {} attempts", p, kTrainAttempts));
           port_enter(p, LinkState::kFault, 0);
         } else {
           ++pm.train_count;
+          ++pm.attempts;
           pm.train_start_ns = now;
           port_enter(p, LinkState::kTraining, kTrainNs);
         }

@@ -51,8 +51,10 @@ class QueueModel final : public Runnable {
   void queue_reset_locked();
   /// Executes one descriptor; returns status and info.
   fw::dma::Status execute(const fw::dma::Descriptor& d, std::uint64_t* info);
-  fw::dma::Status host_access(std::uint64_t iova, std::uint64_t len, bool write, std::byte* buf_or_null,
-                              std::byte* local, std::uint64_t* info);
+  /// Copies between host memory at `iova` and `local` through the IOMMU. `ring`: a
+  /// descriptor fetch (injected IOMMU faults apply to data accesses only).
+  fw::dma::Status host_access(std::uint64_t iova, std::uint64_t len, bool write, bool ring, std::byte* local,
+                              std::uint64_t* info);
 
   Card& card_;
   unsigned index_;
@@ -97,6 +99,7 @@ struct PortModel {
   std::uint32_t events = 0;
   std::uint64_t neighbor = 0;
   std::uint64_t train_start_ns = 0;
+  unsigned attempts = 0;    ///< training attempts in the current bring-up (budget kTrainAttempts)
   std::uint64_t epoch = 0;  ///< bumps on every state-machine restart; stale timers check it
   /// CMIS memory: lower page (0..127) and upper page 00h (128..255).
   std::array<std::uint8_t, 256> cmis{};
@@ -129,7 +132,7 @@ class Firmware final : public Runnable {
   Card& card_;
   std::atomic<std::uint32_t> drop_{0};
   std::atomic<std::uint32_t> corrupt_{0};
-  std::uint32_t heartbeats_ = 0;
+  std::atomic<std::uint32_t> heartbeats_{0};
   std::mutex log_mu_;
   std::deque<LogEntry> log_;
 };
@@ -228,7 +231,8 @@ class Card {
   std::array<std::uint8_t, fw::pci::cfg::kConfigSize> space_{};
   std::array<std::uint8_t, fw::pci::cfg::kConfigSize> space_wmask_{};  // writable bits
   std::array<std::uint64_t, 6> bar_addr_{};  // programmed BAR addresses (sizing writes masked)
-  std::uint64_t bar2_size_ = 0;
+  std::atomic<std::uint64_t> bar2_size_{0};
+  std::atomic<bool> bus_master_{false};  ///< mirror of COMMAND.BME for the engines (lock-free read)
 
   // Global registers.
   std::atomic<std::uint32_t> err_status_{0};

@@ -32,9 +32,21 @@ Result<std::uint64_t> parse_u64(std::string_view s, std::string_view what) {
   std::uint64_t mult = 1;
   if (!s.empty()) {
     switch (s.back()) {
-      case 'K': case 'k': mult = 1ULL << 10; s.remove_suffix(1); break;
-      case 'M': case 'm': mult = 1ULL << 20; s.remove_suffix(1); break;
-      case 'G': case 'g': mult = 1ULL << 30; s.remove_suffix(1); break;
+      case 'K':
+      case 'k':
+        mult = 1ULL << 10;
+        s.remove_suffix(1);
+        break;
+      case 'M':
+      case 'm':
+        mult = 1ULL << 20;
+        s.remove_suffix(1);
+        break;
+      case 'G':
+      case 'g':
+        mult = 1ULL << 30;
+        s.remove_suffix(1);
+        break;
       default: break;
     }
   }
@@ -81,12 +93,17 @@ Result<SystemConfig> parse_uri(std::string_view rest) {
     const std::string_view kv = opts.substr(0, amp);
     opts = amp == std::string_view::npos ? std::string_view{} : opts.substr(amp + 1);
     const auto eq = kv.find('=');
-    if (eq == std::string_view::npos) return fail(Code::kInvalidArgument, fmt::format("emulator URI option '{}' lacks '=': {}", kv, kForms));
+    if (eq == std::string_view::npos)
+      return fail(Code::kInvalidArgument, fmt::format("emulator URI option '{}' lacks '=': {}", kv, kForms));
     const std::string_view k = kv.substr(0, eq), v = kv.substr(eq + 1);
     if (k == "clock") {
-      if (v == "virtual") c.clock = ClockMode::kVirtual;
-      else if (v == "realtime") c.clock = ClockMode::kRealtime;
-      else return fail(Code::kInvalidArgument, fmt::format("emulator URI: clock must be virtual or realtime, got '{}'", v));
+      if (v == "virtual")
+        c.clock = ClockMode::kVirtual;
+      else if (v == "realtime")
+        c.clock = ClockMode::kRealtime;
+      else
+        return fail(Code::kInvalidArgument,
+                    fmt::format("emulator URI: clock must be virtual or realtime, got '{}'", v));
     } else if (k == "seed") {
       auto s = parse_u64(v, "seed");
       if (!s) return std::unexpected(s.error());
@@ -127,8 +144,8 @@ std::string_view fault_name(FaultKind k) noexcept {
 }
 
 Result<FaultKind> parse_fault_kind(std::string_view name) {
-  for (auto k : {FaultKind::kIommuFault, FaultKind::kEngineHang, FaultKind::kCompletionError, FaultKind::kMailboxTimeout,
-                 FaultKind::kMailboxCorrupt, FaultKind::kSurpriseRemoval}) {
+  for (auto k : {FaultKind::kIommuFault, FaultKind::kEngineHang, FaultKind::kCompletionError,
+                 FaultKind::kMailboxTimeout, FaultKind::kMailboxCorrupt, FaultKind::kSurpriseRemoval}) {
     if (fault_name(k) == name) return k;
   }
   return fail(Code::kInvalidArgument,
@@ -155,13 +172,13 @@ Result<void> EmulatorImpl::init() {
     return fail(Code::kInvalidArgument, fmt::format("emulator: {} cards; must be 1..1024", cfg.num_cards));
   }
   if (cfg.card.hbm_bytes < (1u << 20) || cfg.card.hbm_bytes % 4096 != 0 || cfg.card.hbm_bytes > (64ULL << 30)) {
-    return fail(Code::kInvalidArgument,
-                fmt::format("emulator: HBM size {} bytes; must be a multiple of 4 KiB in [1 MiB, 64 GiB]",
-                            cfg.card.hbm_bytes));
+    return fail(
+        Code::kInvalidArgument,
+        fmt::format("emulator: HBM size {} bytes; must be a multiple of 4 KiB in [1 MiB, 64 GiB]", cfg.card.hbm_bytes));
   }
   if (cfg.card.num_ports < 1 || cfg.card.num_ports > regs::kMaxPorts) {
-    return fail(Code::kInvalidArgument, fmt::format("emulator: {} ports per card; must be 1..{}", cfg.card.num_ports,
-                                                    regs::kMaxPorts));
+    return fail(Code::kInvalidArgument,
+                fmt::format("emulator: {} ports per card; must be 1..{}", cfg.card.num_ports, regs::kMaxPorts));
   }
   for (const auto& cab : cfg.cables) {
     if (cab.card_a >= cfg.num_cards || cab.card_b >= cfg.num_cards || cab.port_a >= cfg.card.num_ports ||
@@ -262,8 +279,8 @@ Result<std::shared_ptr<Emulator>> Emulator::create(const SystemConfig& config) {
     if (auto r = emu->load_scenario_file(config.scenario); !r) return std::unexpected(r.error());
   }
   npo::log::get(npo::log::Subsystem::kEmulator)
-      .info("emulator '{}' up: {} cards, {} MiB HBM each, {} cables, {} clock, seed {}", config.name,
-            config.num_cards, config.card.hbm_bytes >> 20, config.cables.size(),
+      .info("emulator '{}' up: {} cards, {} MiB HBM each, {} cables, {} clock, seed {}", config.name, config.num_cards,
+            config.card.hbm_bytes >> 20, config.cables.size(),
             config.clock == ClockMode::kVirtual ? "virtual" : "realtime", config.seed);
   return emu;
 }
@@ -284,29 +301,30 @@ Result<void> Emulator::advance(std::uint64_t ns) {
 namespace {
 Result<void> validate_fault(const EmulatorImpl& s, const Fault& f) {
   if (f.card >= s.cards.size()) {
-    return fail(Code::kOutOfRange, fmt::format("fault {}: card {} outside 0..{}", fault_name(f.kind), f.card,
-                                               s.cards.size() - 1));
+    return fail(Code::kOutOfRange,
+                fmt::format("fault {}: card {} outside 0..{}", fault_name(f.kind), f.card, s.cards.size() - 1));
   }
   if (f.engine && *f.engine >= regs::kNumEngines) {
-    return fail(Code::kOutOfRange, fmt::format("fault {}: engine {} outside 0..{}", fault_name(f.kind), *f.engine,
-                                               regs::kNumEngines - 1));
+    return fail(Code::kOutOfRange,
+                fmt::format("fault {}: engine {} outside 0..{}", fault_name(f.kind), *f.engine, regs::kNumEngines - 1));
   }
   if (f.queue && *f.queue >= regs::kQueuesPerEngine) {
     return fail(Code::kOutOfRange, fmt::format("fault {}: queue {} outside 0..{}", fault_name(f.kind), *f.queue,
                                                regs::kQueuesPerEngine - 1));
   }
   if (f.port && *f.port >= s.cfg.card.num_ports) {
-    return fail(Code::kOutOfRange, fmt::format("fault {}: port {} outside 0..{}", fault_name(f.kind), *f.port,
-                                               s.cfg.card.num_ports - 1));
+    return fail(Code::kOutOfRange,
+                fmt::format("fault {}: port {} outside 0..{}", fault_name(f.kind), *f.port, s.cfg.card.num_ports - 1));
   }
   if (f.lane && *f.lane >= regs::kLanesPerPort) {
-    return fail(Code::kOutOfRange, fmt::format("fault {}: lane {} outside 0..{}", fault_name(f.kind), *f.lane,
-                                               regs::kLanesPerPort - 1));
+    return fail(Code::kOutOfRange,
+                fmt::format("fault {}: lane {} outside 0..{}", fault_name(f.kind), *f.lane, regs::kLanesPerPort - 1));
   }
   if ((f.kind == FaultKind::kEngineHang || f.kind == FaultKind::kCompletionError) && !f.engine) {
     return fail(Code::kInvalidArgument, fmt::format("fault {} needs an engine", fault_name(f.kind)));
   }
-  if (f.count == 0) return fail(Code::kInvalidArgument, fmt::format("fault {}: count must be >= 1", fault_name(f.kind)));
+  if (f.count == 0)
+    return fail(Code::kInvalidArgument, fmt::format("fault {}: count must be >= 1", fault_name(f.kind)));
   return {};
 }
 }  // namespace
@@ -337,18 +355,22 @@ Result<void> Emulator::load_scenario_text(std::string_view text) {
       };
       if (!n.IsMap()) return bad("entry must be a map");
       for (const auto& kv : n) {
-        static constexpr std::string_view kKeys[] = {"at_ns", "at_us", "at_ms", "kind", "card", "engine",
-                                                     "queue", "port", "lane", "count"};
+        static constexpr std::string_view kKeys[] = {"at_ns",  "at_us", "at_ms", "kind", "card",
+                                                     "engine", "queue", "port",  "lane", "count"};
         const auto key = kv.first.as<std::string>();
         if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys)) {
           return bad(fmt::format("unknown field '{}'", key));
         }
       }
       Fault f;
-      if (n["at_ns"]) f.at_ns = n["at_ns"].as<std::uint64_t>();
-      else if (n["at_us"]) f.at_ns = n["at_us"].as<std::uint64_t>() * 1'000;
-      else if (n["at_ms"]) f.at_ns = n["at_ms"].as<std::uint64_t>() * 1'000'000;
-      else return bad("needs at_ns, at_us or at_ms");
+      if (n["at_ns"])
+        f.at_ns = n["at_ns"].as<std::uint64_t>();
+      else if (n["at_us"])
+        f.at_ns = n["at_us"].as<std::uint64_t>() * 1'000;
+      else if (n["at_ms"])
+        f.at_ns = n["at_ms"].as<std::uint64_t>() * 1'000'000;
+      else
+        return bad("needs at_ns, at_us or at_ms");
       if (!n["kind"]) return bad("needs 'kind'");
       auto kind = parse_fault_kind(n["kind"].as<std::string>());
       if (!kind) return bad(kind.error().message());

@@ -18,8 +18,8 @@ namespace qr = fw::regs::queue;
 using dma::Status;
 
 namespace {
-constexpr unsigned kBatch = 64;                      // descriptors per run_once
-constexpr std::uint64_t kChunk = 256u << 10;          // bytes per remote-window revocation check
+constexpr unsigned kBatch = 64;               // descriptors per run_once
+constexpr std::uint64_t kChunk = 256u << 10;  // bytes per remote-window revocation check
 }  // namespace
 
 bool QueueModel::pending() const noexcept {
@@ -94,8 +94,8 @@ void QueueModel::write(std::uint32_t reg, unsigned /*width*/, std::uint64_t valu
       break;
     case qr::kConfig:
       if (!enabled_.load()) {
-        config_snapshot_.store(v32 & (qr::kConfigDepthLog2.mask() | qr::kConfigPriority.mask() |
-                                      qr::kConfigIrqEnable.mask()));
+        config_snapshot_.store(
+            v32 & (qr::kConfigDepthLog2.mask() | qr::kConfigPriority.mask() | qr::kConfigIrqEnable.mask()));
       }
       break;
     case qr::kCtrl: {
@@ -110,6 +110,13 @@ void QueueModel::write(std::uint32_t reg, unsigned /*width*/, std::uint64_t valu
           card_.log_event(fmt::format("queue={} enable refused: config error", index_));
           break;
         }
+        // registers.md §5.2: enabling starts the rings from index 0 with nothing pending.
+        sq_tail_.store(0);
+        sq_head_.store(0);
+        cq_head_.store(0);
+        cq_tail_.store(0);
+        completed_.store(0);
+        err_.store(0);
         status_.fetch_and(~(qr::kStatusConfigError.mask() | qr::kStatusHalted.mask()));
         failed_since_fence_ = false;
         enabled_.store(true);
@@ -160,12 +167,13 @@ void QueueModel::inject_hang(std::uint64_t now) {
   hung_.store(true);
 }
 
-Status QueueModel::host_access(std::uint64_t iova, std::uint64_t len, bool write, std::byte* /*unused*/,
-                               std::byte* local, std::uint64_t* info) {
+Status QueueModel::host_access(std::uint64_t iova, std::uint64_t len, bool write, bool ring, std::byte* local,
+                               std::uint64_t* info) {
   // Copies between host memory at `iova` and `local` (device-side buffer), through the IOMMU,
   // split at mapping boundaries. Nothing is touched past the first fault.
   auto& mmu = card_.iommu();
-  if (card_.take_injected_iommu_fault()) {
+  // Injected faults hit data accesses, not ring fetches: the op completes with IOMMU_FAULT.
+  if (!ring && card_.take_injected_iommu_fault()) {
     *info = iova;
     card_.record_iommu_fault(iova, index_, write, false);
     return Status::kIommuFault;
@@ -235,7 +243,7 @@ Status QueueModel::execute(const dma::Descriptor& d, std::uint64_t* info) {
           *info = d.src();
           return Status::kHbmRange;
         }
-        const auto st = host_access(d.dst(), len, true, nullptr, s, info);
+        const auto st = host_access(d.dst(), len, true, false, s, info);
         if (st != Status::kOk) return st;
       } else if (dst_hbm) {  // host -> HBM
         std::byte* t = hbm_range(d.dst());
@@ -243,7 +251,7 @@ Status QueueModel::execute(const dma::Descriptor& d, std::uint64_t* info) {
           *info = d.dst();
           return Status::kHbmRange;
         }
-        const auto st = host_access(d.src(), len, false, nullptr, t, info);
+        const auto st = host_access(d.src(), len, false, false, t, info);
         if (st != Status::kOk) return st;
       } else {  // host -> host: check both ranges first, then copy mapping by mapping
         auto& mmu = card_.iommu();
@@ -295,7 +303,7 @@ Status QueueModel::execute(const dma::Descriptor& d, std::uint64_t* info) {
         for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<std::byte>(pat >> (8 * (i % 8)));
         for (std::uint64_t done = 0; done < len;) {
           const std::uint64_t n = std::min<std::uint64_t>(buf.size(), len - done);
-          const auto st = host_access(d.dst() + done, n, true, nullptr, buf.data(), info);
+          const auto st = host_access(d.dst() + done, n, true, false, buf.data(), info);
           if (st != Status::kOk) return st;
           done += n;
         }
@@ -307,12 +315,12 @@ Status QueueModel::execute(const dma::Descriptor& d, std::uint64_t* info) {
       const unsigned count = d.sg_count();
       if (count == 0 || count > dma::sg::kMaxEntries) return Status::kSgError;
       std::array<std::byte, dma::sg::kMaxEntries * dma::sg::kSize> list;
-      if (host_access(d.src(), std::uint64_t{count} * dma::sg::kSize, false, nullptr, list.data(), info) !=
-          Status::kOk) {
+      if (host_access(d.src(), std::uint64_t{count} * dma::sg::kSize, false, false, list.data(), info) != Status::kOk) {
         return Status::kSgError;
       }
       std::uint64_t total = 0;
-      for (unsigned i = 0; i < count; ++i) total += fw::load_le<std::uint32_t>(list.data(), i * dma::sg::kSize + dma::sg::kLength);
+      for (unsigned i = 0; i < count; ++i)
+        total += fw::load_le<std::uint32_t>(list.data(), i * dma::sg::kSize + dma::sg::kLength);
       if (total != len) return Status::kSgError;
       std::uint64_t out = 0;
       for (unsigned i = 0; i < count; ++i) {
@@ -323,13 +331,13 @@ Status QueueModel::execute(const dma::Descriptor& d, std::uint64_t* info) {
             *info = d.dst();
             return Status::kHbmRange;
           }
-          const auto st = host_access(a, n, false, nullptr, hbm.data() + d.dst() + out, info);
+          const auto st = host_access(a, n, false, false, hbm.data() + d.dst() + out, info);
           if (st != Status::kOk) return st;
         } else {
           // host -> host gather through a bounce buffer
           std::vector<std::byte> tmp(n);
-          auto st = host_access(a, n, false, nullptr, tmp.data(), info);
-          if (st == Status::kOk) st = host_access(d.dst() + out, n, true, nullptr, tmp.data(), info);
+          auto st = host_access(a, n, false, false, tmp.data(), info);
+          if (st == Status::kOk) st = host_access(d.dst() + out, n, true, false, tmp.data(), info);
           if (st != Status::kOk) return st;
         }
         out += n;
@@ -405,7 +413,7 @@ Status QueueModel::execute(const dma::Descriptor& d, std::uint64_t* info) {
             std::memmove(hbm.data() + local + done, remote + done, n);
           }
         } else {
-          const auto st = host_access(local + done, n, !is_write, nullptr, remote + done, info);
+          const auto st = host_access(local + done, n, !is_write, false, remote + done, info);
           if (st != Status::kOk) return st;
         }
         done += n;
@@ -440,11 +448,10 @@ bool QueueModel::run_once() {
     // Fetch the descriptor through the IOMMU.
     dma::Descriptor d;
     std::uint64_t finfo = 0;
-    if (host_access(sq_base_ + std::uint64_t{head & mask} * dma::desc::kSize, dma::desc::kSize, false, nullptr,
+    if (host_access(sq_base_ + std::uint64_t{head & mask} * dma::desc::kSize, dma::desc::kSize, false, true,
                     d.raw.data(), &finfo) != Status::kOk) {
       status_.fetch_or(qr::kStatusHalted.mask());
-      err_.fetch_or(qr::kErrFetch.mask());
-      card_.set_error(regs::global::kErrDescriptor.mask());
+      err_.fetch_or(qr::kErrFetch.mask());  // the IOMMU fault itself was recorded by host_access
       card_.log_event(fmt::format("queue={} halted: descriptor fetch fault iova=0x{:x}", index_, finfo));
       break;
     }
@@ -460,7 +467,13 @@ bool QueueModel::run_once() {
     }
     if (fenced) failed_since_fence_ = false;
     if (st != Status::kOk && st != Status::kFenceSkipped) failed_since_fence_ = true;
-    if (st != Status::kOk) err_.fetch_or(qr::kErrOpFailed.mask());
+    if (st != Status::kOk) {
+      err_.fetch_or(qr::kErrOpFailed.mask());
+      // Global summary bits (registers.md §5.7).
+      if (st == Status::kBadOpcode || st == Status::kBadDescriptor)
+        card_.set_error(regs::global::kErrDescriptor.mask());
+      if (st == Status::kRemoteUnreachable) card_.set_error(regs::global::kErrFabric.mask());
+    }
     // Write the completion: body first, then the flags word carrying the phase bit.
     dma::Completion c;
     c.set_info(info);
@@ -479,7 +492,7 @@ bool QueueModel::run_once() {
       break;
     }
     std::memcpy(host, c.raw.data(), dma::cpl::kFlags);
-    std::atomic_thread_fence(std::memory_order_release);
+    // Release store: the body above is visible before the phase bit flips.
     __atomic_store_n(reinterpret_cast<std::uint16_t*>(host + dma::cpl::kFlags),
                      phase ? dma::cpl::kPhase : std::uint16_t{0}, __ATOMIC_RELEASE);
     ++head;

@@ -94,8 +94,7 @@ bool Firmware::run_once() {
     card_.set_error(regs::global::kErrMailbox.mask());
   }
   if (st != mb::Status::kOk) {
-    log_error({card_.system().sched.now_ns(), static_cast<std::uint16_t>(0x0400 | static_cast<unsigned>(st)), 1, 4,
-               opcode, seq, 0});
+    log_error({card_.system().sched.now_ns(), 0x0400, 1, 4, opcode, seq, static_cast<std::uint64_t>(st)});
   }
   // Build the response.
   std::array<std::byte, m::kBufSize> rsp{};
@@ -250,7 +249,8 @@ mb::Status Firmware::handle(mb::Command cmd, std::span<const std::byte> req, std
         if (pm.cabled) {
           const auto temp = static_cast<std::int16_t>((pm.cmis[14] << 8) | pm.cmis[15]);
           store_le<std::int16_t>(rsp.data(), base + t::kPortModTempQ8, temp);
-          store_le<std::uint16_t>(rsp.data(), base + t::kPortModVcc, static_cast<std::uint16_t>((pm.cmis[16] << 8) | pm.cmis[17]));
+          store_le<std::uint16_t>(rsp.data(), base + t::kPortModVcc,
+                                  static_cast<std::uint16_t>((pm.cmis[16] << 8) | pm.cmis[17]));
         }
       }
       return mb::Status::kOk;

@@ -9,24 +9,24 @@ Result<void> Iommu::map(const void* vaddr, std::uint64_t iova, std::uint64_t len
   const auto va = reinterpret_cast<std::uintptr_t>(vaddr);
   if (length == 0 || (va % kPage) != 0 || (iova % kPage) != 0 || (length % kPage) != 0) {
     return fail(Code::kInvalidArgument,
-                fmt::format("dma_map: vaddr 0x{:x}, iova 0x{:x} and length {} must be non-zero multiples of 4 KiB",
-                            va, iova, length));
+                fmt::format("dma_map: vaddr 0x{:x}, iova 0x{:x} and length {} must be non-zero multiples of 4 KiB", va,
+                            iova, length));
   }
   if (iova < kIovaFirst || iova > kIovaLast || length - 1 > kIovaLast - iova) {
-    return fail(Code::kOutOfRange, fmt::format("dma_map: IOVA range 0x{:x}+{} outside [0x{:x}, 0x{:x}]", iova,
-                                               length, kIovaFirst, kIovaLast));
+    return fail(Code::kOutOfRange, fmt::format("dma_map: IOVA range 0x{:x}+{} outside [0x{:x}, 0x{:x}]", iova, length,
+                                               kIovaFirst, kIovaLast));
   }
   std::unique_lock lock(mu_);
   auto next = maps_.lower_bound(iova);
   if (next != maps_.end() && next->first < iova + length) {
-    return fail(Code::kAlreadyExists, fmt::format("dma_map: IOVA 0x{:x}+{} overlaps the mapping at 0x{:x}", iova,
-                                                  length, next->first));
+    return fail(Code::kAlreadyExists,
+                fmt::format("dma_map: IOVA 0x{:x}+{} overlaps the mapping at 0x{:x}", iova, length, next->first));
   }
   if (next != maps_.begin()) {
     auto prev = std::prev(next);
     if (prev->first + prev->second.length > iova) {
-      return fail(Code::kAlreadyExists, fmt::format("dma_map: IOVA 0x{:x}+{} overlaps the mapping at 0x{:x}",
-                                                    iova, length, prev->first));
+      return fail(Code::kAlreadyExists,
+                  fmt::format("dma_map: IOVA 0x{:x}+{} overlaps the mapping at 0x{:x}", iova, length, prev->first));
     }
   }
   maps_.emplace(iova, Mapping{length, reinterpret_cast<std::byte*>(va), access});

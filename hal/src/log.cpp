@@ -17,7 +17,7 @@ namespace npo::log {
 namespace {
 
 constexpr std::array<std::string_view, kNumSubsystems> kNames = {
-    "npo.core", "npo.backend", "npo.dma", "npo.memory", "npo.mailbox",
+    "npo.core",   "npo.backend",  "npo.dma",  "npo.memory",   "npo.mailbox",
     "npo.optics", "npo.topology", "npo.vfio", "npo.emulator", "npo.tools"};
 
 // Escapes a message for a JSON string value (RFC 8259 §7).
@@ -71,9 +71,7 @@ std::unique_ptr<spdlog::formatter> make_formatter(Format f) {
     return fmtr;
   }
   auto fmtr = std::make_unique<spdlog::pattern_formatter>();
-  {
-    fmtr->set_pattern("[%H:%M:%S.%e] [%n] [%l] %v");
-  }
+  { fmtr->set_pattern("[%H:%M:%S.%e] [%n] [%l] %v"); }
   return fmtr;
 }
 

@@ -11,7 +11,8 @@ Result<void> Registry::add(std::string scheme, std::vector<std::string> forms, F
     return fail(Code::kInvalidArgument, fmt::format("invalid backend scheme '{}'", scheme));
   }
   for (const auto& e : entries_) {
-    if (e.scheme == scheme) return fail(Code::kAlreadyExists, fmt::format("backend scheme '{}' already registered", scheme));
+    if (e.scheme == scheme)
+      return fail(Code::kAlreadyExists, fmt::format("backend scheme '{}' already registered", scheme));
   }
   entries_.push_back(Entry{std::move(scheme), std::move(forms), std::move(factory)});
   return {};

@@ -95,16 +95,15 @@ TEST_P(CopySizes, EveryDirectionRoundTrips) {
 }
 
 INSTANTIATE_TEST_SUITE_P(SizeClasses, CopySizes,
-                         ::testing::Values(SizeCase{1, 0, 0}, SizeCase{1, 3, 5}, SizeCase{7, 1, 2},
-                                           SizeCase{63, 0, 1}, SizeCase{64, 0, 0}, SizeCase{65, 7, 9},
-                                           SizeCase{4095, 1, 0}, SizeCase{4096, 0, 0},
-                                           SizeCase{4096, 4000, 100},  // page-crossing both sides
-                                           SizeCase{12289, 4093, 3}, SizeCase{65536, 0, 0},
-                                           SizeCase{1u << 20, 0, 0}, SizeCase{(1u << 20) + 17, 11, 13},
-                                           SizeCase{16u << 20, 0, 0}, SizeCase{64u << 20, 0, 0}),
+                         ::testing::Values(SizeCase{1, 0, 0}, SizeCase{1, 3, 5}, SizeCase{7, 1, 2}, SizeCase{63, 0, 1},
+                                           SizeCase{64, 0, 0}, SizeCase{65, 7, 9}, SizeCase{4095, 1, 0},
+                                           SizeCase{4096, 0, 0}, SizeCase{4096, 4000, 100},  // page-crossing both sides
+                                           SizeCase{12289, 4093, 3}, SizeCase{65536, 0, 0}, SizeCase{1u << 20, 0, 0},
+                                           SizeCase{(1u << 20) + 17, 11, 13}, SizeCase{16u << 20, 0, 0},
+                                           SizeCase{64u << 20, 0, 0}),
                          [](const auto& p) {
-                           return "s" + std::to_string(p.param.size) + "_o" + std::to_string(p.param.src_off) +
-                                  "_" + std::to_string(p.param.dst_off);
+                           return "s" + std::to_string(p.param.size) + "_o" + std::to_string(p.param.src_off) + "_" +
+                                  std::to_string(p.param.dst_off);
                          });
 
 TEST(DmaConformance, ZeroLengthIsRejectedAtEnqueue) {

@@ -37,10 +37,12 @@ struct Rig {
     emu = npo::emu::Emulator::create(c).value();
     npo::backend::Registry reg;
     auto e = emu;
-    EXPECT_TRUE(reg.add("emu", {"emu:test"}, [e](std::string_view, std::string_view uri)
-                                                  -> npo::Result<std::unique_ptr<npo::backend::Backend>> {
-                     return e->make_backend(std::string(uri));
-                   }).has_value());
+    EXPECT_TRUE(
+        reg.add("emu", {"emu:test"},
+                [e](std::string_view, std::string_view uri) -> npo::Result<std::unique_ptr<npo::backend::Backend>> {
+                  return e->make_backend(std::string(uri));
+                })
+            .has_value());
     npo::SystemOptions o;
     o.registry = &reg;
     auto s = npo::System::open("emu:test", o);
@@ -150,7 +152,8 @@ TEST(Dma, FillGatherAndManyPassesOverTheRing) {
   ++expect;
   for (int pass = 0; pass < 50; ++pass) {
     for (int i = 0; i < 8; ++i) {
-      ASSERT_TRUE(q->enqueue_copy(DmaAddress::host(buf->iova() + 8192), DmaAddress::host(buf->iova() + 16384 + i * 64), 64));
+      ASSERT_TRUE(
+          q->enqueue_copy(DmaAddress::host(buf->iova() + 8192), DmaAddress::host(buf->iova() + 16384 + i * 64), 64));
     }
     EXPECT_EQ(q->enqueue_fence().error().code(), Code::kResourceExhausted);  // full: 8 of 8 slots busy
     ASSERT_TRUE(q->submit().has_value());

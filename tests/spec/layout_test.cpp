@@ -3,8 +3,6 @@
 // the exact bytes the descriptor/completion setters write (against the offsets the spec
 // publishes, dma.md §2.1 and §3.1), CRC32C check values, and the register list's
 // uniqueness, overlap and alignment.
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <array>
 #include <cstddef>
@@ -14,6 +12,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "npo/fw/bits.hpp"
 #include "npo/fw/dma.hpp"
@@ -126,13 +126,18 @@ TEST(DescriptorLayout, SettersWriteThePublishedOffsets) {
   const Case cases[] = {
       {"opcode", 0x00, 1, 0x05, [](dma::Descriptor& d, std::uint64_t v) { d.set_opcode(static_cast<dma::Opcode>(v)); }},
       {"flags", 0x01, 1, 0x0b, [](dma::Descriptor& d, std::uint64_t v) { d.set_flags(static_cast<std::uint8_t>(v)); }},
-      {"sg_count", 0x02, 2, 0xa1b2, [](dma::Descriptor& d, std::uint64_t v) { d.set_sg_count(static_cast<std::uint16_t>(v)); }},
-      {"length", 0x04, 4, 0xc1c2c3c4, [](dma::Descriptor& d, std::uint64_t v) { d.set_length(static_cast<std::uint32_t>(v)); }},
+      {"sg_count", 0x02, 2, 0xa1b2,
+       [](dma::Descriptor& d, std::uint64_t v) { d.set_sg_count(static_cast<std::uint16_t>(v)); }},
+      {"length", 0x04, 4, 0xc1c2c3c4,
+       [](dma::Descriptor& d, std::uint64_t v) { d.set_length(static_cast<std::uint32_t>(v)); }},
       {"src", 0x08, 8, 0x1112131415161718, [](dma::Descriptor& d, std::uint64_t v) { d.set_src(v); }},
       {"dst", 0x10, 8, 0x2122232425262728, [](dma::Descriptor& d, std::uint64_t v) { d.set_dst(v); }},
-      {"remote_card", 0x18, 4, 0x31323334, [](dma::Descriptor& d, std::uint64_t v) { d.set_remote_card(static_cast<std::uint32_t>(v)); }},
-      {"window", 0x1c, 2, 0x4142, [](dma::Descriptor& d, std::uint64_t v) { d.set_window(static_cast<std::uint16_t>(v)); }},
-      {"generation", 0x1e, 2, 0x5152, [](dma::Descriptor& d, std::uint64_t v) { d.set_generation(static_cast<std::uint16_t>(v)); }},
+      {"remote_card", 0x18, 4, 0x31323334,
+       [](dma::Descriptor& d, std::uint64_t v) { d.set_remote_card(static_cast<std::uint32_t>(v)); }},
+      {"window", 0x1c, 2, 0x4142,
+       [](dma::Descriptor& d, std::uint64_t v) { d.set_window(static_cast<std::uint16_t>(v)); }},
+      {"generation", 0x1e, 2, 0x5152,
+       [](dma::Descriptor& d, std::uint64_t v) { d.set_generation(static_cast<std::uint16_t>(v)); }},
       {"key", 0x20, 8, 0x6162636465666768, [](dma::Descriptor& d, std::uint64_t v) { d.set_key(v); }},
       {"user", 0x28, 8, 0x7172737475767778, [](dma::Descriptor& d, std::uint64_t v) { d.set_user(v); }},
   };
@@ -141,7 +146,9 @@ TEST(DescriptorLayout, SettersWriteThePublishedOffsets) {
     c.set(d, c.value);
     expect_bytes(d.raw, c.off, c.value, c.size, c.name);
     for (std::size_t i = 0; i < d.raw.size(); ++i)
-      if (i < c.off || i >= c.off + c.size) { EXPECT_EQ(d.raw[i], std::byte{0}) << c.name << " touched byte " << i; }
+      if (i < c.off || i >= c.off + c.size) {
+        EXPECT_EQ(d.raw[i], std::byte{0}) << c.name << " touched byte " << i;
+      }
     EXPECT_TRUE(d.reserved_zero()) << c.name;
   }
   // All setters together, read back through the getters.
@@ -205,9 +212,12 @@ TEST(DmaLayout, StatusAndOpcodeSpaces) {
   for (unsigned v = 0; v < 256; ++v) {
     const auto n = dma::status_name(static_cast<dma::Status>(v));
     if (n == "unknown") continue;
-    if (v >= 0x80) { EXPECT_TRUE(n == "timeout" || n == "aborted") << n; }
+    if (v >= 0x80) {
+      EXPECT_TRUE(n == "timeout" || n == "aborted") << n;
+    }
   }
-  EXPECT_EQ(dma::flags::kValidMask, dma::flags::kInterrupt | dma::flags::kFence | dma::flags::kSrcHbm | dma::flags::kDstHbm);
+  EXPECT_EQ(dma::flags::kValidMask,
+            dma::flags::kInterrupt | dma::flags::kFence | dma::flags::kSrcHbm | dma::flags::kDstHbm);
   EXPECT_LE(dma::kNumOpcodes, regs::global::kCap1OpMask.width);
   EXPECT_EQ(dma::sg::kSize, 16u);
   EXPECT_GE(regs::kMaxTransferBytes, 1u);

@@ -2,8 +2,6 @@
 // The spec in docs/spec/ and the device contract in firmware-iface/ must agree.
 // This test reads the Markdown tables (docs/spec/README.md §6 lists which) and compares
 // every row with the constants of npo::fw. A failure names the document line that drifted.
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -13,6 +11,8 @@
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "npo/fw/dma.hpp"
 #include "npo/fw/mailbox.hpp"
@@ -138,8 +138,8 @@ TEST(SpecAgreement, FieldTablesMatchKFields) {
       if (bits) {
         EXPECT_GE(bits->first, bits->second) << where(*t, row) << ": bits must be written hi:lo";
         if (const auto w = reg_width.find(reg); w != reg_width.end()) {
-          EXPECT_LT(bits->first, w->second) << where(*t, row) << ": field exceeds the " << w->second
-                                            << "-bit register " << reg;
+          EXPECT_LT(bits->first, w->second)
+              << where(*t, row) << ": field exceeds the " << w->second << "-bit register " << reg;
         }
       }
       const auto it = hdr.find(key);
@@ -202,7 +202,8 @@ TEST(SpecAgreement, BlockMapMatchesBases) {
   }
   for (const auto& [name, b] : expected) EXPECT_TRUE(seen.contains(name)) << "block map has no row for " << name;
   for (const auto& r : regs::kRegisters)
-    EXPECT_TRUE(expected.contains(std::string(r.block))) << "kRegisters block " << r.block << " is not in the block map";
+    EXPECT_TRUE(expected.contains(std::string(r.block)))
+        << "kRegisters block " << r.block << " is not in the block map";
 }
 
 // ---- Generic structure layout tables ------------------------------------------------------
@@ -384,7 +385,9 @@ TEST(SpecAgreement, DmaFlags) {
     seen.insert(row.cells[2]);
     EXPECT_EQ(mask, std::optional<std::uint64_t>(it->second))
         << where(*t, row) << ": mask in dma.hpp is " << hex(it->second);
-    if (bit) { EXPECT_EQ(1u << *bit, it->second) << where(*t, row) << ": bit number disagrees with the mask"; }
+    if (bit) {
+      EXPECT_EQ(1u << *bit, it->second) << where(*t, row) << ": bit number disagrees with the mask";
+    }
   }
   for (const auto& [n, m] : expected) EXPECT_TRUE(seen.contains(n)) << "dma.md has no row for flag " << n;
 }

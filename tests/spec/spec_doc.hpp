@@ -43,8 +43,10 @@ inline std::string trim(std::string_view s) {
 inline std::vector<std::string> split_row(std::string_view line) {
   std::string s = trim(line);
   if (!s.empty() && s.front() == '|') s.erase(0, 1);
-  if (s.size() >= 2 && s.back() == '|' && s[s.size() - 2] != '\\') s.pop_back();
-  else if (s.size() == 1 && s.back() == '|') s.pop_back();
+  if (s.size() >= 2 && s.back() == '|' && s[s.size() - 2] != '\\')
+    s.pop_back();
+  else if (s.size() == 1 && s.back() == '|')
+    s.pop_back();
   std::vector<std::string> cells;
   std::string cur;
   for (std::size_t i = 0; i < s.size(); ++i) {

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
+#include "npo/hal/error.hpp"
+
 #include <cerrno>
 
 #include <gtest/gtest.h>
-
-#include "npo/hal/error.hpp"
 
 namespace {
 

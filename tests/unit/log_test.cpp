@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+#include "npo/hal/log.hpp"
+
 #include <unistd.h>
 
 #include <filesystem>
@@ -9,8 +11,6 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
-
-#include "npo/hal/log.hpp"
 
 namespace {
 

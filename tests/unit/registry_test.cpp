@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
+#include "npo/hal/backend/registry.hpp"
+
 #include <gtest/gtest.h>
 
 #include "npo/emu/emulator.hpp"
-#include "npo/hal/backend/registry.hpp"
 
 namespace {
 

@@ -86,7 +86,8 @@ TEST(Window, CpuMappingSeesDmaAndAperturBudget) {
   ASSERT_EQ(map->bytes().size(), 1u << 20);
   const std::string msg = "written through the BAR2 aperture";
   ASSERT_TRUE(map->write(100, std::as_bytes(std::span(msg.data(), msg.size()))));
-  EXPECT_EQ(map->write((1u << 20) - 2, std::as_bytes(std::span(msg.data(), msg.size()))).error().code(), Code::kOutOfRange);
+  EXPECT_EQ(map->write((1u << 20) - 2, std::as_bytes(std::span(msg.data(), msg.size()))).error().code(),
+            Code::kOutOfRange);
   // DMA from HBM (window offset 100 = HBM 1 MiB + 100) to host sees the CPU write.
   auto q = dev.open_queue({.depth = 16}).value();
   auto host = npo::allocate_host_memory(dev, 4096).value();

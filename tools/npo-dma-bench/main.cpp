@@ -54,12 +54,16 @@ std::uint64_t parse_size(const std::string& s) {
   std::uint64_t mult = 1;
   if (end != nullptr && *end != '\0') {
     switch (*end) {
-      case 'K': case 'k': mult = 1ULL << 10; break;
-      case 'M': case 'm': mult = 1ULL << 20; break;
-      case 'G': case 'g': mult = 1ULL << 30; break;
+      case 'K':
+      case 'k': mult = 1ULL << 10; break;
+      case 'M':
+      case 'm': mult = 1ULL << 20; break;
+      case 'G':
+      case 'g': mult = 1ULL << 30; break;
       default: return 0;
     }
-    if (end[1] != '\0' && !(end[1] == 'B' && end[2] == '\0') && !(end[1] == 'i' && end[2] == 'B' && end[3] == '\0')) return 0;
+    if (end[1] != '\0' && !(end[1] == 'B' && end[2] == '\0') && !(end[1] == 'i' && end[2] == 'B' && end[3] == '\0'))
+      return 0;
   }
   if (!(v > 0)) return 0;
   return static_cast<std::uint64_t>(v * static_cast<double>(mult));
@@ -114,14 +118,16 @@ Result measure(std::vector<npo::DmaQueue*>& qs, const EnqueueFn& enqueue, std::u
           if (!enqueue(*q)) break;
         }
         (void)q->submit();
-        hal_ns += static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - a).count());
+        hal_ns +=
+            static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - a).count());
         ++issued;
         progressed = true;
       }
       const auto a = Clock::now();
       const std::size_t n = q->poll(comps);
       if (n > 0) {
-        hal_ns += static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - a).count());
+        hal_ns +=
+            static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - a).count());
         for (std::size_t k = 0; k < n; ++k) r.errors += comps[k].status != npo::OpStatus::kOk;
         done += n;
         progressed = true;
@@ -225,7 +231,8 @@ int main(int argc, char** argv) {
     const std::uint64_t need = o.mode == "h2d" || o.mode == "d2h" ? max_size : 2 * max_size;
     if ((c == o.card || fabric) && need > s.device(c).info().hbm_bytes) {
       std::fprintf(stderr, "npo-dma-bench: mode %s with %s transfers needs %s of HBM per card; card %zu has %s\n",
-                   o.mode.c_str(), human(max_size).c_str(), human(need).c_str(), c, human(s.device(c).info().hbm_bytes).c_str());
+                   o.mode.c_str(), human(max_size).c_str(), human(need).c_str(), c,
+                   human(s.device(c).info().hbm_bytes).c_str());
       return 2;
     }
   }
@@ -304,7 +311,8 @@ int main(int argc, char** argv) {
           if (i == j) continue;
           const auto& h = rigs[j].window->handle();
           const auto src = npo::DmaAddress::hbm(rigs[i].src.offset);
-          auto r = measure(qs, [&](npo::DmaQueue& q) { return q.enqueue_remote_write(src, h, 0, len); }, size, o);
+          auto r = measure(
+              qs, [&](npo::DmaQueue& q) { return q.enqueue_remote_write(src, h, 0, len); }, size, o);
           matrix[i][j] = r.gbps;
           finish(r, static_cast<int>(i), static_cast<int>(j));
         }
@@ -315,23 +323,21 @@ int main(int argc, char** argv) {
     EnqueueFn fn;
     const auto& rig = rigs[o.card];
     if (o.mode == "h2d") {
-      fn = [&, src = npo::DmaAddress::host((*hsrc)->iova()), dst = npo::DmaAddress::hbm(rig.src.offset)](npo::DmaQueue& q) {
-        return q.enqueue_copy(src, dst, len);
-      };
+      fn = [&, src = npo::DmaAddress::host((*hsrc)->iova()),
+            dst = npo::DmaAddress::hbm(rig.src.offset)](npo::DmaQueue& q) { return q.enqueue_copy(src, dst, len); };
     } else if (o.mode == "d2h") {
-      fn = [&, src = npo::DmaAddress::hbm(rig.src.offset), dst = npo::DmaAddress::host((*hdst)->iova())](npo::DmaQueue& q) {
-        return q.enqueue_copy(src, dst, len);
-      };
+      fn = [&, src = npo::DmaAddress::hbm(rig.src.offset),
+            dst = npo::DmaAddress::host((*hdst)->iova())](npo::DmaQueue& q) { return q.enqueue_copy(src, dst, len); };
     } else if (o.mode == "d2d") {
-      fn = [&, src = npo::DmaAddress::hbm(rig.src.offset), dst = npo::DmaAddress::hbm(rig.dst.offset)](npo::DmaQueue& q) {
-        return q.enqueue_copy(src, dst, len);
-      };
+      fn = [&, src = npo::DmaAddress::hbm(rig.src.offset),
+            dst = npo::DmaAddress::hbm(rig.dst.offset)](npo::DmaQueue& q) { return q.enqueue_copy(src, dst, len); };
     } else {  // peer
       fn = [&, src = npo::DmaAddress::hbm(rig.src.offset), &h = rigs[peer].window->handle()](npo::DmaQueue& q) {
         return q.enqueue_remote_write(src, h, 0, len);
       };
     }
-    finish(measure(qs, fn, size, o), static_cast<int>(o.card), o.mode == "peer" ? static_cast<int>(peer) : static_cast<int>(o.card));
+    finish(measure(qs, fn, size, o), static_cast<int>(o.card),
+           o.mode == "peer" ? static_cast<int>(peer) : static_cast<int>(o.card));
   }
 
   if (o.json) {
@@ -355,8 +361,8 @@ int main(int argc, char** argv) {
     nlohmann::json out = {{"backend", s.uri()}, {"card", o.card}, {"results", arr}};
     std::puts(out.dump(2).c_str());
   } else if (o.mode == "matrix") {
-    fmt::print("npo-dma-bench  backend {}  mode matrix  size {}  batch {}  queues {}\n", s.uri(), human(sizes[0]), o.batch,
-               o.queues);
+    fmt::print("npo-dma-bench  backend {}  mode matrix  size {}  batch {}  queues {}\n", s.uri(), human(sizes[0]),
+               o.batch, o.queues);
     fmt::print("remote-write bandwidth, GB/s (row: source card, column: destination card); memcpy {:.2f} GB/s\n\n",
                results.empty() ? 0.0 : results[0].memcpy_gbps);
     fmt::print("{:>6}", "");
@@ -383,7 +389,8 @@ int main(int argc, char** argv) {
                  r.ops_per_s, r.memcpy_gbps, r.ratio, r.hal_ns_per_op, r.errors);
     }
     fmt::print(
-        "\nGB/s = 1e9 bytes/s end to end (enqueue to completion). memcpy GB/s: host memcpy of the same size in the same\n"
+        "\nGB/s = 1e9 bytes/s end to end (enqueue to completion). memcpy GB/s: host memcpy of the same size in the "
+        "same\n"
         "run. RATIO = GB/s / memcpy GB/s. HAL ns/op: caller time in enqueue+submit+poll per op (excludes waiting).\n");
   }
   std::uint64_t errs = 0;

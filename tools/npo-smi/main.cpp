@@ -38,28 +38,30 @@ nlohmann::json card_json(const npo::DeviceInfo& d) {
                     {"is_64bit", b.is_64bit},
                     {"role", bar_role(b)}});
   }
-  return {{"index", d.index},
-          {"bdf", d.bdf},
-          {"vendor_id", d.vendor_id},
-          {"device_id", d.device_id},
-          {"pci_id", fmt::format("{:04x}:{:04x}", d.vendor_id, d.device_id)},
-          {"numa_node", d.numa_node},
-          {"iommu_group", d.iommu_group},
-          {"driver", d.driver},
-          {"model", d.model},
-          {"serial", fmt::format("{:016x}", d.serial)},
-          {"fabric_id", d.fabric_id},
-          {"hbm_bytes", d.hbm_bytes},
-          {"engines", d.num_engines},
-          {"queues_per_engine", d.queues_per_engine},
-          {"ports", d.num_ports},
-          {"lanes_per_port", d.lanes_per_port},
-          {"max_transfer_bytes", d.max_transfer_bytes},
-          {"pcie", {{"max_gts", d.pcie.max_gts}, {"max_width", d.pcie.max_width}, {"gts", d.pcie.gts}, {"width", d.pcie.width}}},
-          {"firmware_version", d.firmware.firmware},
-          {"interface_version", fmt::format("{}.{}.{}", d.firmware.interface >> 16, (d.firmware.interface >> 8) & 0xff,
-                                            d.firmware.interface & 0xff)},
-          {"bars", bars}};
+  return {
+      {"index", d.index},
+      {"bdf", d.bdf},
+      {"vendor_id", d.vendor_id},
+      {"device_id", d.device_id},
+      {"pci_id", fmt::format("{:04x}:{:04x}", d.vendor_id, d.device_id)},
+      {"numa_node", d.numa_node},
+      {"iommu_group", d.iommu_group},
+      {"driver", d.driver},
+      {"model", d.model},
+      {"serial", fmt::format("{:016x}", d.serial)},
+      {"fabric_id", d.fabric_id},
+      {"hbm_bytes", d.hbm_bytes},
+      {"engines", d.num_engines},
+      {"queues_per_engine", d.queues_per_engine},
+      {"ports", d.num_ports},
+      {"lanes_per_port", d.lanes_per_port},
+      {"max_transfer_bytes", d.max_transfer_bytes},
+      {"pcie",
+       {{"max_gts", d.pcie.max_gts}, {"max_width", d.pcie.max_width}, {"gts", d.pcie.gts}, {"width", d.pcie.width}}},
+      {"firmware_version", d.firmware.firmware},
+      {"interface_version", fmt::format("{}.{}.{}", d.firmware.interface >> 16, (d.firmware.interface >> 8) & 0xff,
+                                        d.firmware.interface & 0xff)},
+      {"bars", bars}};
 }
 
 }  // namespace
@@ -98,10 +100,10 @@ int main(int argc, char** argv) {
     std::puts(out.dump(2).c_str());
     return 0;
   }
-  fmt::print("npo-smi {}  backend {} ({})  {} card{}\n\n", npo::kVersion, s.uri(), s.backend_name(),
-             s.device_count(), s.device_count() == 1 ? "" : "s");
-  fmt::print("{:<4} {:<12} {:<9} {:>6} {:>4} {:>8} {:<10} {:<8} {:<16} {}\n", "CARD", "BDF", "PCI ID", "FABRIC",
-             "NUMA", "HBM", "PCIe", "FIRMWARE", "SERIAL", "MODEL");
+  fmt::print("npo-smi {}  backend {} ({})  {} card{}\n\n", npo::kVersion, s.uri(), s.backend_name(), s.device_count(),
+             s.device_count() == 1 ? "" : "s");
+  fmt::print("{:<4} {:<12} {:<9} {:>6} {:>4} {:>8} {:<10} {:<8} {:<16} {}\n", "CARD", "BDF", "PCI ID", "FABRIC", "NUMA",
+             "HBM", "PCIe", "FIRMWARE", "SERIAL", "MODEL");
   for (std::size_t i = 0; i < s.device_count(); ++i) {
     const auto& d = s.device(i).info();
     fmt::print("{:<4} {:<12} {:04x}:{:04x} {:>6} {:>4} {:>8} {:<10} {:<8} {:016x} {}\n", d.index, d.bdf, d.vendor_id,

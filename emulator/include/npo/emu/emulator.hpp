@@ -45,15 +45,15 @@ struct CardConfig {
 
 /// A whole emulated system.
 struct SystemConfig {
-  std::string name = "mesh8";           ///< for logs: "mesh8", "8", "file=..."
-  unsigned num_cards = 8;               ///< 1..1024
+  std::string name = "mesh8";  ///< for logs: "mesh8", "8", "file=..."
+  unsigned num_cards = 8;      ///< 1..1024
   CardConfig card;
-  std::vector<Cable> cables;            ///< optical fabric
+  std::vector<Cable> cables;  ///< optical fabric
   ClockMode clock = ClockMode::kRealtime;
-  std::uint64_t seed = 1;               ///< seeds every random choice (serials, noise)
-  unsigned workers = 1;                 ///< threads executing DMA and firmware work (1..4)
+  std::uint64_t seed = 1;                  ///< seeds every random choice (serials, noise)
+  unsigned workers = 1;                    ///< threads executing DMA and firmware work (1..4)
   std::uint64_t watchdog_ns = 50'000'000;  ///< engine hang detection: no progress for this long
-  std::string scenario;                 ///< fault scenario file to load at creation ("" none)
+  std::string scenario;                    ///< fault scenario file to load at creation ("" none)
 };
 
 /// Parses the part of an emulator URI after "emu:": "mesh8", "N" (1..1024), "file=PATH"
@@ -64,12 +64,12 @@ Result<SystemConfig> parse_uri(std::string_view rest);
 
 /// Kinds of injectable faults. DESIGN.md "Emulator principles"; later issues add link faults.
 enum class FaultKind : std::uint8_t {
-  kIommuFault,        ///< the next `count` host DMA accesses of the card fault as if unmapped
-  kEngineHang,        ///< engine (all its queues, or `queue` only) stops making progress until queue reset
-  kCompletionError,   ///< the next `count` ops of engine/queue complete with kEngineError
-  kMailboxTimeout,    ///< firmware ignores the next `count` mailbox requests
-  kMailboxCorrupt,    ///< the next `count` mailbox replies have one byte flipped after the CRC
-  kSurpriseRemoval,   ///< the card vanishes: reads return all-ones, writes are dropped, DMA stops
+  kIommuFault,       ///< the next `count` host DMA accesses of the card fault as if unmapped
+  kEngineHang,       ///< engine (all its queues, or `queue` only) stops making progress until queue reset
+  kCompletionError,  ///< the next `count` ops of engine/queue complete with kEngineError
+  kMailboxTimeout,   ///< firmware ignores the next `count` mailbox requests
+  kMailboxCorrupt,   ///< the next `count` mailbox replies have one byte flipped after the CRC
+  kSurpriseRemoval,  ///< the card vanishes: reads return all-ones, writes are dropped, DMA stops
 };
 
 /// Name used in scenario files and the event log: "iommu_fault", "engine_hang",
@@ -84,10 +84,10 @@ struct Fault {
   FaultKind kind = FaultKind::kIommuFault;
   std::uint32_t card = 0;
   std::optional<unsigned> engine = std::nullopt;
-  std::optional<unsigned> queue = std::nullopt;   ///< queue within the engine
+  std::optional<unsigned> queue = std::nullopt;  ///< queue within the engine
   std::optional<unsigned> port = std::nullopt;
   std::optional<unsigned> lane = std::nullopt;
-  std::uint32_t count = 1;         ///< how many accesses/ops/requests it affects
+  std::uint32_t count = 1;  ///< how many accesses/ops/requests it affects
 };
 
 /// The emulated system. Thread-safety: every method may be called from any thread.

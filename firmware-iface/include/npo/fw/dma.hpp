@@ -66,15 +66,21 @@ inline constexpr unsigned kMaxEntries = 256;
 struct Descriptor {
   alignas(64) std::array<std::byte, desc::kSize> raw{};
 
-  [[nodiscard]] Opcode opcode() const noexcept { return static_cast<Opcode>(load_le<std::uint8_t>(raw.data(), desc::kOpcode)); }
+  [[nodiscard]] Opcode opcode() const noexcept {
+    return static_cast<Opcode>(load_le<std::uint8_t>(raw.data(), desc::kOpcode));
+  }
   [[nodiscard]] std::uint8_t op_flags() const noexcept { return load_le<std::uint8_t>(raw.data(), desc::kFlags); }
   [[nodiscard]] std::uint16_t sg_count() const noexcept { return load_le<std::uint16_t>(raw.data(), desc::kSgCount); }
   [[nodiscard]] std::uint32_t length() const noexcept { return load_le<std::uint32_t>(raw.data(), desc::kLength); }
   [[nodiscard]] std::uint64_t src() const noexcept { return load_le<std::uint64_t>(raw.data(), desc::kSrc); }
   [[nodiscard]] std::uint64_t dst() const noexcept { return load_le<std::uint64_t>(raw.data(), desc::kDst); }
-  [[nodiscard]] std::uint32_t remote_card() const noexcept { return load_le<std::uint32_t>(raw.data(), desc::kRemoteCard); }
+  [[nodiscard]] std::uint32_t remote_card() const noexcept {
+    return load_le<std::uint32_t>(raw.data(), desc::kRemoteCard);
+  }
   [[nodiscard]] std::uint16_t window() const noexcept { return load_le<std::uint16_t>(raw.data(), desc::kWindow); }
-  [[nodiscard]] std::uint16_t generation() const noexcept { return load_le<std::uint16_t>(raw.data(), desc::kGeneration); }
+  [[nodiscard]] std::uint16_t generation() const noexcept {
+    return load_le<std::uint16_t>(raw.data(), desc::kGeneration);
+  }
   [[nodiscard]] std::uint64_t key() const noexcept { return load_le<std::uint64_t>(raw.data(), desc::kKey); }
   [[nodiscard]] std::uint64_t user() const noexcept { return load_le<std::uint64_t>(raw.data(), desc::kUser); }
   /// True when the reserved bytes 0x30..0x3f are all zero.
@@ -82,7 +88,9 @@ struct Descriptor {
     return load_le<std::uint64_t>(raw.data(), 0x30) == 0 && load_le<std::uint64_t>(raw.data(), 0x38) == 0;
   }
 
-  void set_opcode(Opcode v) noexcept { store_le<std::uint8_t>(raw.data(), desc::kOpcode, static_cast<std::uint8_t>(v)); }
+  void set_opcode(Opcode v) noexcept {
+    store_le<std::uint8_t>(raw.data(), desc::kOpcode, static_cast<std::uint8_t>(v));
+  }
   void set_flags(std::uint8_t v) noexcept { store_le<std::uint8_t>(raw.data(), desc::kFlags, v); }
   void set_sg_count(std::uint16_t v) noexcept { store_le(raw.data(), desc::kSgCount, v); }
   void set_length(std::uint32_t v) noexcept { store_le(raw.data(), desc::kLength, v); }
@@ -103,22 +111,22 @@ static_assert(desc::kUser + 8 <= 0x30);
 /// synthesises kTimeout and kAborted when it resets a hung queue).
 enum class Status : std::uint8_t {
   kOk = 0x00,
-  kBadOpcode = 0x01,        ///< unknown opcode or one CAP1.OP_MASK does not advertise
-  kBadDescriptor = 0x02,    ///< reserved bits/flags set, or length 0 / > MAX_XFER
-  kIommuFault = 0x03,       ///< host access to an unmapped IOVA; info = faulting IOVA
-  kIommuPermission = 0x04,  ///< host write to a read-only mapping (or read of write-only); info = IOVA
-  kHbmRange = 0x05,         ///< HBM offset + length beyond HBM; info = offset
-  kSgError = 0x06,          ///< SG list unreadable, too long, or lengths do not sum to `length`
-  kFenceSkipped = 0x07,     ///< fence flag set and an earlier op of the queue failed: not executed
-  kRemoteUnreachable = 0x08,///< no trained link leads to remote_card; info = remote_card
-  kWindowInvalid = 0x09,    ///< window ID out of range or entry not valid
-  kWindowKey = 0x0a,        ///< key mismatch
-  kWindowRange = 0x0b,      ///< offset + length beyond the window
-  kWindowRights = 0x0c,     ///< window lacks read (remote read) or write (remote write) right
-  kWindowRevoked = 0x0d,    ///< generation mismatch, or revoked while the op was in flight
-  kEngineError = 0x0e,      ///< internal engine error (injected faults)
-  kTimeout = 0x80,          ///< software: the op did not complete before the watchdog fired
-  kAborted = 0x81,          ///< software: the queue was reset with the op in flight
+  kBadOpcode = 0x01,          ///< unknown opcode or one CAP1.OP_MASK does not advertise
+  kBadDescriptor = 0x02,      ///< reserved bits/flags set, or length 0 / > MAX_XFER
+  kIommuFault = 0x03,         ///< host access to an unmapped IOVA; info = faulting IOVA
+  kIommuPermission = 0x04,    ///< host write to a read-only mapping (or read of write-only); info = IOVA
+  kHbmRange = 0x05,           ///< HBM offset + length beyond HBM; info = offset
+  kSgError = 0x06,            ///< SG list unreadable, too long, or lengths do not sum to `length`
+  kFenceSkipped = 0x07,       ///< fence flag set and an earlier op of the queue failed: not executed
+  kRemoteUnreachable = 0x08,  ///< no trained link leads to remote_card; info = remote_card
+  kWindowInvalid = 0x09,      ///< window ID out of range or entry not valid
+  kWindowKey = 0x0a,          ///< key mismatch
+  kWindowRange = 0x0b,        ///< offset + length beyond the window
+  kWindowRights = 0x0c,       ///< window lacks read (remote read) or write (remote write) right
+  kWindowRevoked = 0x0d,      ///< generation mismatch, or revoked while the op was in flight
+  kEngineError = 0x0e,        ///< internal engine error (injected faults)
+  kTimeout = 0x80,            ///< software: the op did not complete before the watchdog fired
+  kAborted = 0x81,            ///< software: the queue was reset with the op in flight
 };
 
 /// Human-readable name of a status (stable, used in logs and JSON).
@@ -163,8 +171,12 @@ struct Completion {
 
   [[nodiscard]] std::uint64_t info() const noexcept { return load_le<std::uint64_t>(raw.data(), cpl::kInfo); }
   [[nodiscard]] std::uint32_t sq_index() const noexcept { return load_le<std::uint32_t>(raw.data(), cpl::kSqIndex); }
-  [[nodiscard]] Status status() const noexcept { return static_cast<Status>(load_le<std::uint8_t>(raw.data(), cpl::kStatus)); }
-  [[nodiscard]] bool phase() const noexcept { return (load_le<std::uint16_t>(raw.data(), cpl::kFlags) & cpl::kPhase) != 0; }
+  [[nodiscard]] Status status() const noexcept {
+    return static_cast<Status>(load_le<std::uint8_t>(raw.data(), cpl::kStatus));
+  }
+  [[nodiscard]] bool phase() const noexcept {
+    return (load_le<std::uint16_t>(raw.data(), cpl::kFlags) & cpl::kPhase) != 0;
+  }
   void set_info(std::uint64_t v) noexcept { store_le(raw.data(), cpl::kInfo, v); }
   void set_sq_index(std::uint32_t v) noexcept { store_le(raw.data(), cpl::kSqIndex, v); }
   void set_status(Status v) noexcept { store_le<std::uint8_t>(raw.data(), cpl::kStatus, static_cast<std::uint8_t>(v)); }

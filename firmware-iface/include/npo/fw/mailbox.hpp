@@ -55,16 +55,16 @@ enum class Command : std::uint16_t {
 /// Reply status (mailbox.md §4).
 enum class Status : std::uint16_t {
   kOk = 0,
-  kBadVersion = 1,       ///< header version not supported
-  kBadCrc = 2,           ///< CRC32C mismatch
-  kBadLength = 3,        ///< REQ_LEN / payload_len inconsistent, or payload wrong size for the command
-  kUnknownCommand = 4,   ///< opcode not implemented
-  kBadArgument = 5,      ///< a field is out of range (port, lane, length, action)
-  kBusy = 6,             ///< firmware cannot take the command now; retry later
-  kNoModule = 7,         ///< no transceiver present in that port
-  kPageNotSupported = 8, ///< module does not advertise that bank/page
-  kInternal = 9,         ///< firmware internal error
-  kReadOnly = 10,        ///< transceiver write to a read-only byte
+  kBadVersion = 1,        ///< header version not supported
+  kBadCrc = 2,            ///< CRC32C mismatch
+  kBadLength = 3,         ///< REQ_LEN / payload_len inconsistent, or payload wrong size for the command
+  kUnknownCommand = 4,    ///< opcode not implemented
+  kBadArgument = 5,       ///< a field is out of range (port, lane, length, action)
+  kBusy = 6,              ///< firmware cannot take the command now; retry later
+  kNoModule = 7,          ///< no transceiver present in that port
+  kPageNotSupported = 8,  ///< module does not advertise that bank/page
+  kInternal = 9,          ///< firmware internal error
+  kReadOnly = 10,         ///< transceiver write to a read-only byte
 };
 
 [[nodiscard]] constexpr std::string_view status_name(Status s) noexcept {
@@ -87,25 +87,25 @@ enum class Status : std::uint16_t {
 // ---- Payloads (mailbox.md §3): byte offsets inside the payload ----------------------
 /// IDENTIFY response.
 namespace identify {
-inline constexpr std::size_t kVendorId = 0x00;      // u16
-inline constexpr std::size_t kDeviceId = 0x02;      // u16
-inline constexpr std::size_t kFabricId = 0x04;      // u32
-inline constexpr std::size_t kSerial = 0x08;        // u64
-inline constexpr std::size_t kHbmBytes = 0x10;      // u64
-inline constexpr std::size_t kNumEngines = 0x18;    // u8
+inline constexpr std::size_t kVendorId = 0x00;         // u16
+inline constexpr std::size_t kDeviceId = 0x02;         // u16
+inline constexpr std::size_t kFabricId = 0x04;         // u32
+inline constexpr std::size_t kSerial = 0x08;           // u64
+inline constexpr std::size_t kHbmBytes = 0x10;         // u64
+inline constexpr std::size_t kNumEngines = 0x18;       // u8
 inline constexpr std::size_t kQueuesPerEngine = 0x19;  // u8
-inline constexpr std::size_t kNumPorts = 0x1a;      // u8
-inline constexpr std::size_t kLanesPerPort = 0x1b;  // u8
-inline constexpr std::size_t kModel = 0x1c;         // char[32], NUL padded
+inline constexpr std::size_t kNumPorts = 0x1a;         // u8
+inline constexpr std::size_t kLanesPerPort = 0x1b;     // u8
+inline constexpr std::size_t kModel = 0x1c;            // char[32], NUL padded
 inline constexpr std::size_t kSize = 0x3c;
 }  // namespace identify
 
 /// GET_VERSIONS response.
 namespace versions {
-inline constexpr std::size_t kFirmware = 0x00;   // u32 major<<16 | minor<<8 | patch
-inline constexpr std::size_t kInterface = 0x04;  // u32 register interface (regs::kInterfaceVersion)
-inline constexpr std::size_t kProtocol = 0x08;   // u32 mailbox protocol version
-inline constexpr std::size_t kBuildId = 0x0c;    // u32
+inline constexpr std::size_t kFirmware = 0x00;        // u32 major<<16 | minor<<8 | patch
+inline constexpr std::size_t kInterface = 0x04;       // u32 register interface (regs::kInterfaceVersion)
+inline constexpr std::size_t kProtocol = 0x08;        // u32 mailbox protocol version
+inline constexpr std::size_t kBuildId = 0x0c;         // u32
 inline constexpr std::size_t kFirmwareString = 0x10;  // char[32], e.g. "1.4.2"
 inline constexpr std::size_t kSize = 0x30;
 }  // namespace versions
@@ -118,7 +118,7 @@ inline constexpr std::size_t kSize = 0x04;
 
 /// HEARTBEAT request (cookie) and response (cookie, uptime_ns, count).
 namespace heartbeat {
-inline constexpr std::size_t kCookie = 0x00;    // u64
+inline constexpr std::size_t kCookie = 0x00;  // u64
 inline constexpr std::size_t kReqSize = 0x08;
 inline constexpr std::size_t kUptimeNs = 0x08;  // u64 (response)
 inline constexpr std::size_t kCount = 0x10;     // u32 (response)
@@ -135,7 +135,7 @@ inline constexpr std::size_t kPage = 0x02;    // u8
 inline constexpr std::size_t kOffset = 0x03;  // u8 0..255
 inline constexpr std::size_t kLength = 0x04;  // u8 1..128; offset + length <= 256
 inline constexpr std::size_t kHdrSize = 0x08;
-inline constexpr std::size_t kData = 0x08;    // WRITE only
+inline constexpr std::size_t kData = 0x08;  // WRITE only
 inline constexpr unsigned kMaxLength = 128;
 }  // namespace xcvr
 
@@ -147,7 +147,15 @@ inline constexpr std::size_t kArg = 0x02;     // u8 (PRBS pattern for kPrbsStart
 inline constexpr std::size_t kSize = 0x04;
 inline constexpr std::size_t kRspStatus = 0x00;  // u32
 inline constexpr std::size_t kRspSize = 0x04;
-enum class Action : std::uint8_t { kDown = 0, kUp = 1, kRetrain = 2, kPrbsStart = 3, kPrbsStop = 4, kLoopbackOn = 5, kLoopbackOff = 6 };
+enum class Action : std::uint8_t {
+  kDown = 0,
+  kUp = 1,
+  kRetrain = 2,
+  kPrbsStart = 3,
+  kPrbsStop = 4,
+  kLoopbackOn = 5,
+  kLoopbackOff = 6
+};
 inline constexpr unsigned kNumActions = 7;
 }  // namespace link
 
@@ -158,20 +166,20 @@ inline constexpr std::size_t kTempQ8 = 0x08;       // i16 die temperature, 1/256
 inline constexpr std::size_t kPowerMw = 0x0c;      // u32 card power, mW
 inline constexpr std::size_t kPorts = 0x10;        // start of per-port records
 inline constexpr std::size_t kPortRecord = 16;
-inline constexpr std::size_t kPortStatus = 0x00;    // u32 PORT.STATUS
-inline constexpr std::size_t kPortFlaps = 0x04;     // u32 PORT.FLAP_COUNT
-inline constexpr std::size_t kPortModTempQ8 = 0x08; // i16 module temperature, 1/256 °C (CMIS 5.2 §8.2.5)
-inline constexpr std::size_t kPortModVcc = 0x0a;    // u16 module Vcc, 100 µV units
-inline constexpr std::size_t kPortMaxBer = 0x0c;    // u32 worst lane pre-FEC BER as -log10 * 1000 (0 = none)
+inline constexpr std::size_t kPortStatus = 0x00;     // u32 PORT.STATUS
+inline constexpr std::size_t kPortFlaps = 0x04;      // u32 PORT.FLAP_COUNT
+inline constexpr std::size_t kPortModTempQ8 = 0x08;  // i16 module temperature, 1/256 °C (CMIS 5.2 §8.2.5)
+inline constexpr std::size_t kPortModVcc = 0x0a;     // u16 module Vcc, 100 µV units
+inline constexpr std::size_t kPortMaxBer = 0x0c;     // u32 worst lane pre-FEC BER as -log10 * 1000 (0 = none)
 }  // namespace telemetry
 
 /// ERROR_LOG_READ request (start index, max entries) and response (total, count, entries).
 namespace errlog {
-inline constexpr std::size_t kStart = 0x00;   // u16
-inline constexpr std::size_t kMax = 0x02;     // u16
+inline constexpr std::size_t kStart = 0x00;  // u16
+inline constexpr std::size_t kMax = 0x02;    // u16
 inline constexpr std::size_t kReqSize = 0x04;
-inline constexpr std::size_t kTotal = 0x00;   // u16 entries held by firmware
-inline constexpr std::size_t kCount = 0x02;   // u16 entries in this reply
+inline constexpr std::size_t kTotal = 0x00;  // u16 entries held by firmware
+inline constexpr std::size_t kCount = 0x02;  // u16 entries in this reply
 inline constexpr std::size_t kEntries = 0x04;
 inline constexpr std::size_t kEntrySize = 32;
 inline constexpr std::size_t kEntryTimestamp = 0x00;  // u64 ns
@@ -182,7 +190,7 @@ inline constexpr std::size_t kEntryArg0 = 0x0c;       // u32
 inline constexpr std::size_t kEntryArg1 = 0x10;       // u64
 inline constexpr std::size_t kEntryArg2 = 0x18;       // u64
 inline constexpr std::size_t kMaxPerReply = (kMaxPayload - kEntries) / kEntrySize;
-inline constexpr std::size_t kCapacity = 256;         ///< ring held by firmware; oldest dropped
+inline constexpr std::size_t kCapacity = 256;  ///< ring held by firmware; oldest dropped
 }  // namespace errlog
 
 static_assert(identify::kSize <= kMaxPayload);

@@ -49,24 +49,24 @@ inline constexpr unsigned kMsixEntrySize = 16;
 
 // ---- Standard configuration header (PCI Local Bus 3.0 §6.1) ---------------------------
 namespace cfg {
-inline constexpr std::uint32_t kVendorId = 0x00;     // 16 bit
-inline constexpr std::uint32_t kDeviceId = 0x02;     // 16 bit
-inline constexpr std::uint32_t kCommand = 0x04;      // 16 bit
-inline constexpr std::uint32_t kStatus = 0x06;       // 16 bit
-inline constexpr std::uint32_t kRevisionId = 0x08;   // 8 bit
-inline constexpr std::uint32_t kClassCode = 0x09;    // 24 bit
-inline constexpr std::uint32_t kHeaderType = 0x0e;   // 8 bit
-inline constexpr std::uint32_t kBar0 = 0x10;         // 6 x 32 bit
-inline constexpr std::uint32_t kSubsysVendor = 0x2c; // 16 bit
-inline constexpr std::uint32_t kSubsysId = 0x2e;     // 16 bit
-inline constexpr std::uint32_t kCapPtr = 0x34;       // 8 bit
-inline constexpr std::uint32_t kIntLine = 0x3c;      // 8 bit
-inline constexpr std::uint32_t kIntPin = 0x3d;       // 8 bit
+inline constexpr std::uint32_t kVendorId = 0x00;      // 16 bit
+inline constexpr std::uint32_t kDeviceId = 0x02;      // 16 bit
+inline constexpr std::uint32_t kCommand = 0x04;       // 16 bit
+inline constexpr std::uint32_t kStatus = 0x06;        // 16 bit
+inline constexpr std::uint32_t kRevisionId = 0x08;    // 8 bit
+inline constexpr std::uint32_t kClassCode = 0x09;     // 24 bit
+inline constexpr std::uint32_t kHeaderType = 0x0e;    // 8 bit
+inline constexpr std::uint32_t kBar0 = 0x10;          // 6 x 32 bit
+inline constexpr std::uint32_t kSubsysVendor = 0x2c;  // 16 bit
+inline constexpr std::uint32_t kSubsysId = 0x2e;      // 16 bit
+inline constexpr std::uint32_t kCapPtr = 0x34;        // 8 bit
+inline constexpr std::uint32_t kIntLine = 0x3c;       // 8 bit
+inline constexpr std::uint32_t kIntPin = 0x3d;        // 8 bit
 
-inline constexpr std::uint16_t kCommandMemory = 1u << 1;       // Memory Space Enable
-inline constexpr std::uint16_t kCommandBusMaster = 1u << 2;    // Bus Master Enable
-inline constexpr std::uint16_t kCommandIntxDisable = 1u << 10; // INTx Disable
-inline constexpr std::uint16_t kStatusCapList = 1u << 4;       // Capabilities List
+inline constexpr std::uint16_t kCommandMemory = 1u << 1;        // Memory Space Enable
+inline constexpr std::uint16_t kCommandBusMaster = 1u << 2;     // Bus Master Enable
+inline constexpr std::uint16_t kCommandIntxDisable = 1u << 10;  // INTx Disable
+inline constexpr std::uint16_t kStatusCapList = 1u << 4;        // Capabilities List
 
 inline constexpr std::uint32_t kBarMemType64 = 0x4;     // BAR bits [2:1] = 10b
 inline constexpr std::uint32_t kBarPrefetchable = 0x8;  // BAR bit 3
@@ -99,11 +99,11 @@ inline constexpr std::uint32_t kLnkCtl = 0x10;   // 16 bit
 inline constexpr std::uint32_t kLnkSta = 0x12;   // 16 bit
 inline constexpr std::uint32_t kDevCap2 = 0x24;  // 32 bit
 inline constexpr std::uint32_t kSize = 0x3c;
-inline constexpr Field32 kDevCapMaxPayload{0, 3};   // 128 << n bytes
-inline constexpr Field32 kDevCapFlr{28, 1};         // Function Level Reset Capability
+inline constexpr Field32 kDevCapMaxPayload{0, 3};  // 128 << n bytes
+inline constexpr Field32 kDevCapFlr{28, 1};        // Function Level Reset Capability
 inline constexpr std::uint16_t kDevCtlInitiateFlr = 1u << 15;
-inline constexpr Field32 kLnkCapSpeed{0, 4};        // 1=2.5 2=5 3=8 4=16 5=32 6=64 GT/s
-inline constexpr Field32 kLnkCapWidth{4, 6};        // lanes
+inline constexpr Field32 kLnkCapSpeed{0, 4};  // 1=2.5 2=5 3=8 4=16 5=32 6=64 GT/s
+inline constexpr Field32 kLnkCapWidth{4, 6};  // lanes
 inline constexpr Field32 kLnkStaSpeed{0, 4};
 inline constexpr Field32 kLnkStaWidth{4, 6};
 }  // namespace pcie

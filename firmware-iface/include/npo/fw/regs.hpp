@@ -26,16 +26,16 @@ inline constexpr std::uint32_t kInterfaceVersion = (1u << 16) | (0u << 8) | 0u;
 inline constexpr std::uint32_t kMagic = 0x314f504e;
 
 // ---- Fixed geometry of the reference card (spec registers.md §2) ----------------------
-inline constexpr unsigned kNumEngines = 4;        ///< DMA engines per card.
-inline constexpr unsigned kQueuesPerEngine = 8;   ///< queues per engine.
+inline constexpr unsigned kNumEngines = 4;       ///< DMA engines per card.
+inline constexpr unsigned kQueuesPerEngine = 8;  ///< queues per engine.
 inline constexpr unsigned kNumQueues = kNumEngines * kQueuesPerEngine;
-inline constexpr unsigned kMaxPorts = 16;         ///< port blocks in the map; CAP0 says how many exist.
-inline constexpr unsigned kLanesPerPort = 8;      ///< lanes per optical port.
-inline constexpr unsigned kWindowEntries = 1024;  ///< window translation table entries.
-inline constexpr unsigned kMaxQueueDepthLog2 = 16;  ///< max 65536 descriptors per ring.
-inline constexpr unsigned kMinQueueDepthLog2 = 2;   ///< min 4 descriptors per ring.
+inline constexpr unsigned kMaxPorts = 16;                     ///< port blocks in the map; CAP0 says how many exist.
+inline constexpr unsigned kLanesPerPort = 8;                  ///< lanes per optical port.
+inline constexpr unsigned kWindowEntries = 1024;              ///< window translation table entries.
+inline constexpr unsigned kMaxQueueDepthLog2 = 16;            ///< max 65536 descriptors per ring.
+inline constexpr unsigned kMinQueueDepthLog2 = 2;             ///< min 4 descriptors per ring.
 inline constexpr std::uint32_t kMaxTransferBytes = 1u << 30;  ///< max bytes of one descriptor.
-inline constexpr unsigned kFecBins = 16;          ///< FEC histogram bins (0..15 symbol errors).
+inline constexpr unsigned kFecBins = 16;                      ///< FEC histogram bins (0..15 symbol errors).
 
 // ---- Blocks ----------------------------------------------------------------------------
 inline constexpr std::uint32_t kGlobalBase = 0x00000;
@@ -46,7 +46,7 @@ inline constexpr std::uint32_t kWindowBase = 0x20000;
 inline constexpr std::uint32_t kWindowStride = 0x20;
 inline constexpr std::uint32_t kPortBase = 0x40000;
 inline constexpr std::uint32_t kPortStride = 0x1000;
-inline constexpr std::uint32_t kLaneBase = 0x100;    ///< lane blocks inside a port block
+inline constexpr std::uint32_t kLaneBase = 0x100;  ///< lane blocks inside a port block
 inline constexpr std::uint32_t kLaneStride = 0x100;
 
 static_assert(kQueueBase + kNumQueues * kQueueStride <= kWindowBase);
@@ -88,12 +88,12 @@ inline constexpr Field32 kStatusFatal{1, 1};      ///< unrecoverable error, rese
 inline constexpr Field32 kStatusResetting{2, 1};  ///< reset in progress
 inline constexpr Field32 kStatusMboxReady{3, 1};  ///< mailbox accepts requests
 
-inline constexpr Field32 kErrIommuFault{0, 1};    ///< a DMA access hit no or a read-only mapping
-inline constexpr Field32 kErrEngineHang{1, 1};    ///< an engine made no progress (watchdog)
-inline constexpr Field32 kErrMailbox{2, 1};       ///< firmware reported a mailbox error
-inline constexpr Field32 kErrFabric{3, 1};        ///< a remote op failed in the fabric
-inline constexpr Field32 kErrDescriptor{4, 1};    ///< a malformed descriptor was fetched
-inline constexpr Field32 kErrRemoved{31, 1};      ///< surprise removal seen (all-ones reads follow)
+inline constexpr Field32 kErrIommuFault{0, 1};  ///< a DMA access hit no or a read-only mapping
+inline constexpr Field32 kErrEngineHang{1, 1};  ///< an engine made no progress (watchdog)
+inline constexpr Field32 kErrMailbox{2, 1};     ///< firmware reported a mailbox error
+inline constexpr Field32 kErrFabric{3, 1};      ///< a remote op failed in the fabric
+inline constexpr Field32 kErrDescriptor{4, 1};  ///< a malformed descriptor was fetched
+inline constexpr Field32 kErrRemoved{31, 1};    ///< surprise removal seen (all-ones reads follow)
 
 inline constexpr Field32 kFaultInfoEngine{0, 8};
 inline constexpr Field32 kFaultInfoQueue{8, 8};
@@ -106,12 +106,12 @@ inline constexpr std::uint32_t kResetKey = 0x4e505252;  ///< "RRPN": guards agai
 
 // ---- Mailbox block (spec registers.md §4, protocol in mailbox.hpp) -----------------------
 namespace mbox {
-inline constexpr std::uint32_t kCtrl = 0x000;     // DB32 bit0 SEND
-inline constexpr std::uint32_t kStatus = 0x004;   // RW1C32
-inline constexpr std::uint32_t kReqLen = 0x008;   // RW32 bytes of request incl. header
-inline constexpr std::uint32_t kRspLen = 0x00c;   // RO32 bytes of response incl. header
-inline constexpr std::uint32_t kReqBuf = 0x400;   // RW, kBufSize bytes
-inline constexpr std::uint32_t kRspBuf = 0x800;   // RO, kBufSize bytes
+inline constexpr std::uint32_t kCtrl = 0x000;    // DB32 bit0 SEND
+inline constexpr std::uint32_t kStatus = 0x004;  // RW1C32
+inline constexpr std::uint32_t kReqLen = 0x008;  // RW32 bytes of request incl. header
+inline constexpr std::uint32_t kRspLen = 0x00c;  // RO32 bytes of response incl. header
+inline constexpr std::uint32_t kReqBuf = 0x400;  // RW, kBufSize bytes
+inline constexpr std::uint32_t kRspBuf = 0x800;  // RO, kBufSize bytes
 inline constexpr std::uint32_t kBufSize = 0x400;
 
 inline constexpr Field32 kCtrlSend{0, 1};
@@ -140,12 +140,12 @@ inline constexpr Field32 kConfigPriority{8, 3};    ///< 0 lowest .. 7 highest (t
 inline constexpr Field32 kConfigIrqEnable{16, 1};  ///< raise MSI-X vector 1+q on completion
 inline constexpr Field32 kCtrlEnable{0, 1};
 inline constexpr Field32 kStatusEnabled{0, 1};
-inline constexpr Field32 kStatusIdle{1, 1};        ///< no descriptor pending or executing
-inline constexpr Field32 kStatusHalted{2, 1};      ///< ring fetch failed; reset the queue
-inline constexpr Field32 kStatusConfigError{3, 1}; ///< enable refused: bad base/size
-inline constexpr Field32 kErrOpFailed{0, 1};       ///< at least one op completed with an error
-inline constexpr Field32 kErrFetch{1, 1};          ///< descriptor or CQ ring access faulted
-inline constexpr Field32 kErrCqOverflow{2, 1};     ///< host let the CQ fill; engine paused
+inline constexpr Field32 kStatusIdle{1, 1};         ///< no descriptor pending or executing
+inline constexpr Field32 kStatusHalted{2, 1};       ///< ring fetch failed; reset the queue
+inline constexpr Field32 kStatusConfigError{3, 1};  ///< enable refused: bad base/size
+inline constexpr Field32 kErrOpFailed{0, 1};        ///< at least one op completed with an error
+inline constexpr Field32 kErrFetch{1, 1};           ///< descriptor or CQ ring access faulted
+inline constexpr Field32 kErrCqOverflow{2, 1};      ///< host let the CQ fill; engine paused
 inline constexpr Field32 kResetQueue{0, 1};
 }  // namespace queue
 
@@ -169,15 +169,15 @@ inline constexpr Field32 kStatusInflight{8, 16};   ///< remote ops currently usi
 
 // ---- Optical port block p at kPortBase + p * kPortStride (spec §7) -----------------------
 namespace port {
-inline constexpr std::uint32_t kCtrl = 0x000;         // RW32
-inline constexpr std::uint32_t kStatus = 0x004;       // RO32
-inline constexpr std::uint32_t kLaneMap = 0x008;      // RO32 logical lane n -> physical lane, 4 bits each
-inline constexpr std::uint32_t kSpeed = 0x00c;        // RO32 per-lane signalling rate
-inline constexpr std::uint32_t kNeighbor = 0x010;     // RO64 peer identity learned in training
-inline constexpr std::uint32_t kTrainCount = 0x018;   // RO32 training attempts since reset
-inline constexpr std::uint32_t kFlapCount = 0x01c;    // RO32 up->down transitions since reset
-inline constexpr std::uint32_t kTrainTimeout = 0x020; // RW32 ms per training attempt
-inline constexpr std::uint32_t kEventStatus = 0x024;  // RW1C32 latched link events
+inline constexpr std::uint32_t kCtrl = 0x000;          // RW32
+inline constexpr std::uint32_t kStatus = 0x004;        // RO32
+inline constexpr std::uint32_t kLaneMap = 0x008;       // RO32 logical lane n -> physical lane, 4 bits each
+inline constexpr std::uint32_t kSpeed = 0x00c;         // RO32 per-lane signalling rate
+inline constexpr std::uint32_t kNeighbor = 0x010;      // RO64 peer identity learned in training
+inline constexpr std::uint32_t kTrainCount = 0x018;    // RO32 training attempts since reset
+inline constexpr std::uint32_t kFlapCount = 0x01c;     // RO32 up->down transitions since reset
+inline constexpr std::uint32_t kTrainTimeout = 0x020;  // RW32 ms per training attempt
+inline constexpr std::uint32_t kEventStatus = 0x024;   // RW1C32 latched link events
 
 inline constexpr Field32 kCtrlEnable{0, 1};       ///< allow the link to come up
 inline constexpr Field32 kCtrlTrain{1, 1};        ///< write 1: (re)start link training
@@ -186,15 +186,15 @@ inline constexpr Field32 kCtrlPrbsGen{3, 1};      ///< transmit the PRBS pattern
 inline constexpr Field32 kCtrlPrbsCheck{4, 1};    ///< check received PRBS on all lanes
 inline constexpr Field32 kCtrlPrbsPattern{8, 4};  ///< PrbsPattern below
 
-inline constexpr Field32 kStatusState{0, 4};      ///< LinkState below
+inline constexpr Field32 kStatusState{0, 4};  ///< LinkState below
 inline constexpr Field32 kStatusFecLock{4, 1};
 inline constexpr Field32 kStatusModulePresent{5, 1};
-inline constexpr Field32 kStatusLanesUp{8, 8};    ///< bitmap over lanes
-inline constexpr Field32 kStatusLaneCount{16, 4}; ///< lanes in use (from the application)
+inline constexpr Field32 kStatusLanesUp{8, 8};     ///< bitmap over lanes
+inline constexpr Field32 kStatusLaneCount{16, 4};  ///< lanes in use (from the application)
 inline constexpr Field32 kStatusLinkUp{31, 1};
 
-inline constexpr Field32 kSpeedMbdPerLane{0, 20}; ///< per-lane rate in Mbaud
-inline constexpr Field32 kSpeedModulation{20, 2}; ///< 0 NRZ, 1 PAM4
+inline constexpr Field32 kSpeedMbdPerLane{0, 20};  ///< per-lane rate in Mbaud
+inline constexpr Field32 kSpeedModulation{20, 2};  ///< 0 NRZ, 1 PAM4
 inline constexpr Field64 kNeighborFabricId{0, 32};
 inline constexpr Field64 kNeighborPort{32, 8};
 inline constexpr Field64 kNeighborValid{63, 1};
@@ -209,14 +209,22 @@ enum class LinkState : std::uint8_t {
   kDisabled = 0,
   kModuleWait = 1,  ///< waiting for the transceiver to reach CMIS ModuleReady
   kDataPathInit = 2,
-  kTraining = 3,    ///< Tx equalisation and neighbour exchange
-  kFecLock = 4,     ///< waiting for RS(544,514) alignment marker lock
+  kTraining = 3,  ///< Tx equalisation and neighbour exchange
+  kFecLock = 4,   ///< waiting for RS(544,514) alignment marker lock
   kUp = 5,
   kFault = 6,
 };
 
 /// PRBS patterns (spec §7.4): ITU-T O.150 / IEEE 802.3 clause 120 polynomials.
-enum class PrbsPattern : std::uint8_t { kPrbs7 = 0, kPrbs9 = 1, kPrbs11 = 2, kPrbs15 = 3, kPrbs23 = 4, kPrbs31 = 5, kPrbs13 = 6 };
+enum class PrbsPattern : std::uint8_t {
+  kPrbs7 = 0,
+  kPrbs9 = 1,
+  kPrbs11 = 2,
+  kPrbs15 = 3,
+  kPrbs23 = 4,
+  kPrbs31 = 5,
+  kPrbs13 = 6
+};
 
 // Per-lane counter block at kLaneBase + lane * kLaneStride inside the port block.
 // All counters are RO64, saturating, cleared by card reset or by writing lane::kClear.
@@ -232,9 +240,9 @@ inline constexpr std::uint32_t kTxEq = 0x34;           ///< RO32 Tx FIR taps cho
 inline constexpr std::uint32_t kLaneStatus = 0x38;     ///< RO32
 inline constexpr std::uint32_t kClear = 0x3c;          ///< DB32 write 1: zero this lane's counters
 inline constexpr std::uint32_t kFecBin0 = 0x80;        ///< RO64 x kFecBins: codewords with n symbol errors
-inline constexpr Field32 kTxEqPre{0, 8};    ///< signed pre-cursor tap
+inline constexpr Field32 kTxEqPre{0, 8};               ///< signed pre-cursor tap
 inline constexpr Field32 kTxEqMain{8, 8};
-inline constexpr Field32 kTxEqPost{16, 8};  ///< signed post-cursor tap
+inline constexpr Field32 kTxEqPost{16, 8};         ///< signed post-cursor tap
 inline constexpr Field32 kLaneStatusSignal{0, 1};  ///< signal detected
 inline constexpr Field32 kLaneStatusCdrLock{1, 1};
 inline constexpr Field32 kLaneStatusPrbsLock{2, 1};

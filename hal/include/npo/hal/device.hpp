@@ -13,27 +13,26 @@
 
 namespace npo {
 
-
 /// One BAR of a card.
 struct BarInfo {
-  unsigned index = 0;        ///< BAR number 0..5
-  std::uint64_t size = 0;    ///< bytes
+  unsigned index = 0;      ///< BAR number 0..5
+  std::uint64_t size = 0;  ///< bytes
   bool prefetchable = false;
   bool is_64bit = false;
-  bool mappable = false;     ///< can be CPU-mapped (HBM aperture)
+  bool mappable = false;  ///< can be CPU-mapped (HBM aperture)
 };
 
 /// PCIe link as read from the PCI Express capability (PCIe 6.0 §7.5.3.6, §7.5.3.8).
 struct PcieLink {
-  double max_gts = 0;        ///< LnkCap max speed, GT/s (2.5, 5, 8, 16, 32, 64)
-  unsigned max_width = 0;    ///< LnkCap max width, lanes
-  double gts = 0;            ///< LnkSta current speed, GT/s
-  unsigned width = 0;        ///< LnkSta negotiated width, lanes
+  double max_gts = 0;      ///< LnkCap max speed, GT/s (2.5, 5, 8, 16, 32, 64)
+  unsigned max_width = 0;  ///< LnkCap max width, lanes
+  double gts = 0;          ///< LnkSta current speed, GT/s
+  unsigned width = 0;      ///< LnkSta negotiated width, lanes
 };
 
 /// Firmware versions (mailbox GET_VERSIONS, docs/spec/mailbox.md §3.2).
 struct FirmwareVersions {
-  std::string firmware;      ///< "major.minor.patch"
+  std::string firmware;  ///< "major.minor.patch"
   std::uint32_t firmware_raw = 0;
   std::uint32_t interface = 0;  ///< register interface version, major<<16|minor<<8|patch
   std::uint32_t protocol = 0;   ///< mailbox protocol version
@@ -43,32 +42,32 @@ struct FirmwareVersions {
 /// What System::open learned about a card. All values were read from the card: PCI
 /// identity from config space, geometry from BAR0 CAP registers, the rest from the mailbox.
 struct DeviceInfo {
-  std::uint32_t index = 0;        ///< position in the System
-  std::string bdf;                ///< "dddd:bb:dd.f"
+  std::uint32_t index = 0;  ///< position in the System
+  std::string bdf;          ///< "dddd:bb:dd.f"
   std::uint16_t vendor_id = 0;
   std::uint16_t device_id = 0;
-  int numa_node = -1;             ///< -1 unknown
-  int iommu_group = -1;           ///< -1 none
-  std::string driver;             ///< bound driver ("vfio-pci", "emulator")
-  std::string model;              ///< mailbox IDENTIFY model string
+  int numa_node = -1;    ///< -1 unknown
+  int iommu_group = -1;  ///< -1 none
+  std::string driver;    ///< bound driver ("vfio-pci", "emulator")
+  std::string model;     ///< mailbox IDENTIFY model string
   std::uint64_t serial = 0;
-  std::uint32_t fabric_id = 0;    ///< identity on the optical fabric
-  std::uint64_t hbm_bytes = 0;    ///< device memory, bytes
+  std::uint32_t fabric_id = 0;  ///< identity on the optical fabric
+  std::uint64_t hbm_bytes = 0;  ///< device memory, bytes
   unsigned num_engines = 0;
   unsigned queues_per_engine = 0;
   unsigned num_ports = 0;
   unsigned lanes_per_port = 0;
   std::uint32_t max_transfer_bytes = 0;  ///< largest single descriptor, bytes
-  std::vector<BarInfo> bars;      ///< implemented BARs only
+  std::vector<BarInfo> bars;             ///< implemented BARs only
   PcieLink pcie;
   FirmwareVersions firmware;
 };
 
 /// Heartbeat reply (mailbox HEARTBEAT, docs/spec/mailbox.md §3.4).
 struct Heartbeat {
-  std::uint64_t uptime_ns = 0;    ///< firmware uptime
-  std::uint32_t count = 0;        ///< heartbeats answered since firmware start
-  std::uint64_t round_trip_ns = 0;///< host-measured request->reply time
+  std::uint64_t uptime_ns = 0;      ///< firmware uptime
+  std::uint32_t count = 0;          ///< heartbeats answered since firmware start
+  std::uint64_t round_trip_ns = 0;  ///< host-measured request->reply time
 };
 
 /// One entry of the firmware error log (docs/spec/mailbox.md §3.8).

@@ -28,9 +28,9 @@ enum class CompletionMode : std::uint8_t {
 
 /// Options of Device::open_queue.
 struct QueueOptions {
-  unsigned engine = 0;              ///< 0 .. num_engines-1
-  unsigned depth = 256;             ///< ring entries, power of two, 4 .. 65536
-  unsigned priority = 0;            ///< traffic class 0 (lowest) .. 7
+  unsigned engine = 0;    ///< 0 .. num_engines-1
+  unsigned depth = 256;   ///< ring entries, power of two, 4 .. 65536
+  unsigned priority = 0;  ///< traffic class 0 (lowest) .. 7
   CompletionMode mode = CompletionMode::kPolled;
   /// An op outstanding this long without any completion of the queue means a hung engine:
   /// poll() resets the queue and completes every op in flight with OpStatus::kTimeout.
@@ -46,7 +46,7 @@ enum class OpStatus : std::uint8_t {
   kIommuPermission = 0x04,  ///< info = faulting IOVA
   kHbmRange = 0x05,         ///< info = HBM offset
   kSgError = 0x06,
-  kFenceSkipped = 0x07,     ///< fenced op not run because an earlier op failed
+  kFenceSkipped = 0x07,  ///< fenced op not run because an earlier op failed
   kRemoteUnreachable = 0x08,
   kWindowInvalid = 0x09,
   kWindowKey = 0x0a,
@@ -54,8 +54,8 @@ enum class OpStatus : std::uint8_t {
   kWindowRights = 0x0c,
   kWindowRevoked = 0x0d,
   kEngineError = 0x0e,
-  kTimeout = 0x80,          ///< driver: the engine hung with the op in flight; the queue was reset
-  kAborted = 0x81,          ///< driver: enqueued but not yet submitted when the queue was reset
+  kTimeout = 0x80,  ///< driver: the engine hung with the op in flight; the queue was reset
+  kAborted = 0x81,  ///< driver: enqueued but not yet submitted when the queue was reset
 };
 /// Stable lower-case name, e.g. "iommu_fault".
 [[nodiscard]] std::string_view op_status_name(OpStatus s) noexcept;
@@ -77,7 +77,9 @@ enum class AddressSpace : std::uint8_t { kHostIova, kHbm };
 struct DmaAddress {
   AddressSpace space = AddressSpace::kHostIova;
   std::uint64_t addr = 0;
-  [[nodiscard]] static constexpr DmaAddress host(std::uint64_t iova) noexcept { return {AddressSpace::kHostIova, iova}; }
+  [[nodiscard]] static constexpr DmaAddress host(std::uint64_t iova) noexcept {
+    return {AddressSpace::kHostIova, iova};
+  }
   [[nodiscard]] static constexpr DmaAddress hbm(std::uint64_t offset) noexcept { return {AddressSpace::kHbm, offset}; }
 };
 
@@ -92,9 +94,9 @@ static_assert(sizeof(SgEntry) == 16);
 /// What the card's DMA engines can do (in the spirit of DPDK's rte_dma_info).
 struct DmaCapabilities {
   bool copy = false, fill = false, gather = false, fence = false, remote_write = false, remote_read = false;
-  std::uint32_t max_transfer_bytes = 0;  ///< per descriptor
-  std::uint32_t alignment = 1;           ///< required address/length alignment, bytes
-  unsigned min_depth = 0, max_depth = 0; ///< ring entries
+  std::uint32_t max_transfer_bytes = 0;   ///< per descriptor
+  std::uint32_t alignment = 1;            ///< required address/length alignment, bytes
+  unsigned min_depth = 0, max_depth = 0;  ///< ring entries
   unsigned engines = 0, queues_per_engine = 0;
   unsigned max_sg_entries = 0;
 };
@@ -123,12 +125,12 @@ class DmaQueue {
   /// too). The owner card checks key, range, rights and generation: a failed check completes
   /// the op with kWindowKey / kWindowRange / kWindowRights / kWindowRevoked / kWindowInvalid,
   /// an unreachable card with kRemoteUnreachable; no byte moves. Errors as enqueue_copy.
-  virtual Result<OpHandle> enqueue_remote_write(DmaAddress src, const WindowHandle& dst,
-                                                std::uint64_t dst_offset, std::uint32_t length) = 0;
+  virtual Result<OpHandle> enqueue_remote_write(DmaAddress src, const WindowHandle& dst, std::uint64_t dst_offset,
+                                                std::uint32_t length) = 0;
   /// Enqueues a remote read of `length` bytes from window `src` at `src_offset` into local
   /// `dst`. Checks and errors as enqueue_remote_write.
-  virtual Result<OpHandle> enqueue_remote_read(const WindowHandle& src, std::uint64_t src_offset,
-                                               DmaAddress dst, std::uint32_t length) = 0;
+  virtual Result<OpHandle> enqueue_remote_read(const WindowHandle& src, std::uint64_t src_offset, DmaAddress dst,
+                                               std::uint32_t length) = 0;
   /// Enqueues a fence: it completes after every earlier op of the queue, and completes with
   /// kFenceSkipped if one of them failed since the previous fence.
   virtual Result<OpHandle> enqueue_fence() = 0;

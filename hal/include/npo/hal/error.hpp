@@ -19,22 +19,23 @@ namespace npo {
 /// Canonical error codes. The comment of each says what a caller should do.
 enum class Code : std::uint8_t {
   kOk = 0,
-  kCancelled = 1,           ///< The caller cancelled. Do not retry.
-  kUnknown = 2,             ///< Unclassified. Do not retry blindly; log and escalate.
-  kInvalidArgument = 3,     ///< Bad input, whatever the state. Fix the call; retrying fails again.
-  kDeadlineExceeded = 4,    ///< A timeout elapsed (hung engine, mailbox, training). Retry may work after recovery.
-  kNotFound = 5,            ///< The card, port, window or file does not exist.
-  kAlreadyExists = 6,       ///< The thing to create exists already.
-  kPermissionDenied = 7,    ///< Missing rights (file mode, window rights, wrong key). Fix permissions.
-  kResourceExhausted = 8,   ///< A budget or ring is full (queue slots, pinned bytes, IOVA, BAR, window slots).
-                            ///< Retry after something is released (poll the queue, free memory).
-  kFailedPrecondition = 9,  ///< Wrong state (queue not started, link down, card in reset). Fix state first; no blind retry.
-  kAborted = 10,            ///< Concurrency conflict or reset under the op. Retry the whole higher-level sequence.
-  kOutOfRange = 11,         ///< Offset/length past a valid range (HBM, window, page). Fix the call.
-  kUnimplemented = 12,      ///< Not supported by this build, backend or card. Do not retry.
-  kInternal = 13,           ///< Invariant broken (bug, or a device reply breaking the spec). Do not retry.
-  kUnavailable = 14,        ///< Transient: device busy, removed, link flapping. Retry with backoff.
-  kDataLoss = 15,           ///< Corrupt data (CRC mismatch, torn read). Retry the read; escalate if persistent.
+  kCancelled = 1,          ///< The caller cancelled. Do not retry.
+  kUnknown = 2,            ///< Unclassified. Do not retry blindly; log and escalate.
+  kInvalidArgument = 3,    ///< Bad input, whatever the state. Fix the call; retrying fails again.
+  kDeadlineExceeded = 4,   ///< A timeout elapsed (hung engine, mailbox, training). Retry may work after recovery.
+  kNotFound = 5,           ///< The card, port, window or file does not exist.
+  kAlreadyExists = 6,      ///< The thing to create exists already.
+  kPermissionDenied = 7,   ///< Missing rights (file mode, window rights, wrong key). Fix permissions.
+  kResourceExhausted = 8,  ///< A budget or ring is full (queue slots, pinned bytes, IOVA, BAR, window slots).
+                           ///< Retry after something is released (poll the queue, free memory).
+  kFailedPrecondition =
+      9,                ///< Wrong state (queue not started, link down, card in reset). Fix state first; no blind retry.
+  kAborted = 10,        ///< Concurrency conflict or reset under the op. Retry the whole higher-level sequence.
+  kOutOfRange = 11,     ///< Offset/length past a valid range (HBM, window, page). Fix the call.
+  kUnimplemented = 12,  ///< Not supported by this build, backend or card. Do not retry.
+  kInternal = 13,       ///< Invariant broken (bug, or a device reply breaking the spec). Do not retry.
+  kUnavailable = 14,    ///< Transient: device busy, removed, link flapping. Retry with backoff.
+  kDataLoss = 15,       ///< Corrupt data (CRC mismatch, torn read). Retry the read; escalate if persistent.
 };
 
 /// Stable lower-case name of a code, e.g. "resource_exhausted".
@@ -46,13 +47,13 @@ enum class Code : std::uint8_t {
 
 /// Where an error happened. Unset fields are unknown or not applicable.
 struct ErrorContext {
-  std::optional<std::uint32_t> card = std::nullopt;      ///< card index in the System
-  std::optional<std::uint32_t> engine = std::nullopt;    ///< DMA engine
-  std::optional<std::uint32_t> queue = std::nullopt;     ///< DMA queue (within its engine)
-  std::optional<std::uint32_t> port = std::nullopt;      ///< optical port
-  std::optional<std::uint32_t> lane = std::nullopt;      ///< lane within the port
-  std::optional<std::uint32_t> reg = std::nullopt;       ///< BAR0 register offset involved
-  std::optional<std::uint64_t> value = std::nullopt;     ///< register value, address or status seen
+  std::optional<std::uint32_t> card = std::nullopt;    ///< card index in the System
+  std::optional<std::uint32_t> engine = std::nullopt;  ///< DMA engine
+  std::optional<std::uint32_t> queue = std::nullopt;   ///< DMA queue (within its engine)
+  std::optional<std::uint32_t> port = std::nullopt;    ///< optical port
+  std::optional<std::uint32_t> lane = std::nullopt;    ///< lane within the port
+  std::optional<std::uint32_t> reg = std::nullopt;     ///< BAR0 register offset involved
+  std::optional<std::uint64_t> value = std::nullopt;   ///< register value, address or status seen
 };
 
 /// An error value. Cheap to move; copying copies the message.

@@ -19,7 +19,18 @@
 namespace npo::log {
 
 /// The library's subsystems; each has its own logger.
-enum class Subsystem : unsigned { kCore, kBackend, kDma, kMemory, kMailbox, kOptics, kTopology, kVfio, kEmulator, kTools };
+enum class Subsystem : unsigned {
+  kCore,
+  kBackend,
+  kDma,
+  kMemory,
+  kMailbox,
+  kOptics,
+  kTopology,
+  kVfio,
+  kEmulator,
+  kTools
+};
 inline constexpr unsigned kNumSubsystems = 10;
 
 /// Name of a subsystem's logger, e.g. "npo.dma".

@@ -32,10 +32,10 @@ class MemoryRegion {
  public:
   virtual ~MemoryRegion() = default;
   [[nodiscard]] virtual std::span<std::byte> bytes() noexcept = 0;  ///< CPU view, size() bytes
-  [[nodiscard]] virtual std::uint64_t iova() const noexcept = 0;     ///< device view of bytes()[0]
-  [[nodiscard]] virtual std::size_t size() const noexcept = 0;       ///< bytes
+  [[nodiscard]] virtual std::uint64_t iova() const noexcept = 0;    ///< device view of bytes()[0]
+  [[nodiscard]] virtual std::size_t size() const noexcept = 0;      ///< bytes
   [[nodiscard]] virtual PageKind page_kind() const noexcept = 0;
-  [[nodiscard]] virtual int numa_node() const noexcept = 0;          ///< node the pages were bound to; -1 unknown
+  [[nodiscard]] virtual int numa_node() const noexcept = 0;  ///< node the pages were bound to; -1 unknown
 };
 
 /// Allocates `size` bytes (rounded up to 4 KiB, or 2 MiB for hugepages) of DMA-able host
@@ -82,12 +82,12 @@ Result<void> free_hbm(Device& device, HbmRange range);
 
 /// HBM allocator statistics.
 struct HbmStats {
-  std::uint64_t total = 0;          ///< bytes of HBM
-  std::uint64_t used = 0;           ///< bytes allocated
-  std::uint64_t free = 0;           ///< bytes not allocated
-  std::uint64_t largest_free = 0;   ///< largest free block, bytes
-  std::uint64_t free_blocks = 0;    ///< number of free blocks
-  std::uint64_t allocations = 0;    ///< live allocations
+  std::uint64_t total = 0;         ///< bytes of HBM
+  std::uint64_t used = 0;          ///< bytes allocated
+  std::uint64_t free = 0;          ///< bytes not allocated
+  std::uint64_t largest_free = 0;  ///< largest free block, bytes
+  std::uint64_t free_blocks = 0;   ///< number of free blocks
+  std::uint64_t allocations = 0;   ///< live allocations
   /// 1 - largest_free / free (0 = one free block, -> 1 = free space in crumbs); 0 when free == 0.
   double fragmentation = 0;
 };

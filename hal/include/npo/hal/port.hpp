@@ -23,12 +23,12 @@ enum class LinkState : std::uint8_t { kDisabled = 0, kModuleWait, kDataPathInit,
 
 /// Per-lane counters (docs/spec/registers.md §7.3). Counts since reset or clear.
 struct LaneCounters {
-  std::uint64_t codewords = 0;         ///< RS(544,514) codewords received
-  std::uint64_t corrected = 0;         ///< codewords corrected (1..15 symbol errors)
-  std::uint64_t uncorrectable = 0;     ///< codewords with > 15 symbol errors
-  std::uint64_t symbol_errors = 0;     ///< symbols corrected
+  std::uint64_t codewords = 0;               ///< RS(544,514) codewords received
+  std::uint64_t corrected = 0;               ///< codewords corrected (1..15 symbol errors)
+  std::uint64_t uncorrectable = 0;           ///< codewords with > 15 symbol errors
+  std::uint64_t symbol_errors = 0;           ///< symbols corrected
   std::array<std::uint64_t, 16> fec_bins{};  ///< codewords by symbol errors 0..15
-  double snr_db = 0;                   ///< receiver SNR, dB
+  double snr_db = 0;                         ///< receiver SNR, dB
   /// Pre-FEC BER estimate = symbol_errors * 10 / (codewords * 5440); nullopt with no codewords.
   std::optional<double> pre_fec_ber;
 };
@@ -41,8 +41,8 @@ struct PortStatus {
   bool fec_lock = false;
   bool module_present = false;
   unsigned lane_count = 0;
-  std::uint8_t lanes_up = 0;           ///< bitmap over lanes
-  std::uint32_t lane_rate_mbd = 0;     ///< per-lane signalling rate, Mbaud
+  std::uint8_t lanes_up = 0;        ///< bitmap over lanes
+  std::uint32_t lane_rate_mbd = 0;  ///< per-lane signalling rate, Mbaud
   bool pam4 = false;
   std::optional<std::uint32_t> neighbor_fabric_id;  ///< learned in training
   std::optional<unsigned> neighbor_port;

@@ -25,7 +25,7 @@ struct TopologyLink {
 
 /// The discovered graph.
 struct Topology {
-  std::vector<std::uint32_t> cards;   ///< fabric IDs, ascending
+  std::vector<std::uint32_t> cards;  ///< fabric IDs, ascending
   std::vector<TopologyLink> links;
   /// Hop count between two cards; -1 when unreachable.
   [[nodiscard]] int hops(std::uint32_t from, std::uint32_t to) const;

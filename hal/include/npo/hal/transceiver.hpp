@@ -20,12 +20,12 @@ class Device;
 /// Errors: kNotFound (no module: mailbox kNoModule), kOutOfRange (offset+length > 256),
 /// kUnimplemented (page not advertised: kPageNotSupported), mailbox errors.
 /// Thread-safety: serialised on the card's mailbox.
-Result<void> read_transceiver(Device& device, unsigned port, std::uint8_t bank, std::uint8_t page,
-                              std::uint8_t offset, std::span<std::byte> out);
+Result<void> read_transceiver(Device& device, unsigned port, std::uint8_t bank, std::uint8_t page, std::uint8_t offset,
+                              std::span<std::byte> out);
 
 /// Writes bytes into the module's writable registers. Errors as read_transceiver, plus
 /// kPermissionDenied for read-only bytes.
-Result<void> write_transceiver(Device& device, unsigned port, std::uint8_t bank, std::uint8_t page,
-                               std::uint8_t offset, std::span<const std::byte> data);
+Result<void> write_transceiver(Device& device, unsigned port, std::uint8_t bank, std::uint8_t page, std::uint8_t offset,
+                               std::span<const std::byte> data);
 
 }  // namespace npo

@@ -49,9 +49,9 @@ struct FunctionInfo {
 
 /// A BAR or config region as the backend describes it (VFIO_DEVICE_GET_REGION_INFO).
 struct RegionInfo {
-  unsigned index = 0;          ///< BAR number 0..5
-  std::uint64_t size = 0;      ///< bytes; 0 = BAR not implemented
-  bool mappable = false;       ///< can be mapped for direct CPU access (map_aperture)
+  unsigned index = 0;      ///< BAR number 0..5
+  std::uint64_t size = 0;  ///< bytes; 0 = BAR not implemented
+  bool mappable = false;   ///< can be mapped for direct CPU access (map_aperture)
   bool prefetchable = false;
   bool is_64bit = false;
 };
@@ -61,7 +61,10 @@ struct RegionInfo {
 /// writes (as a PCIe unsupported request would), and is logged once.
 /// Guarantee: accesses from one thread reach the device in program order; a write is
 /// visible to the device before a later read from the same thread returns
-/// (non-posted semantics are not guaranteed: read back to flush).
+/// (non-posted semantics are not guaranteed: read back to flush). Every write is a release
+/// operation: host-memory stores the thread made before it (descriptors) are visible to the
+/// device before the write (a doorbell) reaches it -- implementations issue the store
+/// barrier (sfence / dmb oshst) real hardware needs.
 /// Reads of a removed device return all-ones.
 class Mmio {
  public:
@@ -76,8 +79,8 @@ class Mmio {
 
 /// Access rights of a DMA mapping, as seen from the device.
 enum class DmaAccess : std::uint8_t {
-  kRead = 1,       ///< the device may read host memory (host -> device)
-  kWrite = 2,      ///< the device may write host memory (device -> host)
+  kRead = 1,   ///< the device may read host memory (host -> device)
+  kWrite = 2,  ///< the device may write host memory (device -> host)
   kReadWrite = 3,
 };
 

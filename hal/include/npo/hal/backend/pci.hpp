@@ -41,9 +41,9 @@ Result<std::vector<Capability>> walk_capabilities(Device& dev);
 struct PcieLinkInfo {
   unsigned max_speed_code = 0;  ///< LnkCap speed: 1=2.5 2=5 3=8 4=16 5=32 6=64 GT/s
   unsigned max_width = 0;
-  unsigned speed_code = 0;      ///< LnkSta
+  unsigned speed_code = 0;  ///< LnkSta
   unsigned width = 0;
-  bool flr_capable = false;     ///< DevCap bit 28
+  bool flr_capable = false;  ///< DevCap bit 28
 };
 /// Errors: kNotFound (no PCI Express capability), config read errors.
 Result<PcieLinkInfo> read_pcie_link(Device& dev, const std::vector<Capability>& caps);
