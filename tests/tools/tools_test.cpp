@@ -1,0 +1,114 @@
+// SPDX-License-Identifier: Apache-2.0
+// npo-smi and npo-dma-bench run as a user runs them; their JSON is parsed and checked.
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+struct Run {
+  int status = -1;
+  std::string out;
+};
+
+/// Runs `cmd` through the shell, capturing stdout (stderr goes to the test log).
+Run run(const std::string& cmd) {
+  Run r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  std::array<char, 4096> buf;
+  std::size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+TEST(NpoSmi, JsonListsTheEightCardsOfMesh8) {
+  const auto r = run(std::string(NPO_SMI) + " --backend emu:mesh8 --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["cards"].size(), 8u);
+  EXPECT_EQ(j["backend"], "emulator");
+  for (std::size_t i = 0; i < 8; ++i) {
+    const auto& c = j["cards"][i];
+    for (const char* k : {"bdf", "vendor_id", "device_id", "numa_node", "hbm_bytes", "firmware_version"}) {
+      EXPECT_TRUE(c.contains(k)) << "card " << i << " lacks " << k;
+    }
+    EXPECT_EQ(c["vendor_id"], 0x1ee7);
+    EXPECT_EQ(c["device_id"], 0x0a01);
+    EXPECT_EQ(c["hbm_bytes"], 64u << 20);
+    EXPECT_EQ(c["firmware_version"], "1.2.0");
+    EXPECT_EQ(c["fabric_id"], i + 1);
+    EXPECT_EQ(c["bars"].size(), 3u);
+  }
+  EXPECT_EQ(j["cards"][0]["bdf"], "0000:01:00.0");
+}
+
+TEST(NpoSmi, TextTableAndClearErrors) {
+  auto r = run(std::string(NPO_SMI) + " --backend emu:2");
+  ASSERT_EQ(r.status, 0);
+  EXPECT_NE(r.out.find("0000:02:00.0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1ee7:0a01"), std::string::npos);
+  r = run(std::string(NPO_SMI) + " --backend bogus 2>&1");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("accepted forms: emu:mesh8"), std::string::npos) << r.out;
+  r = run(std::string(NPO_SMI) + " --backend vfio:all 2>&1");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("vfio"), std::string::npos) << r.out;
+}
+
+TEST(NpoDmaBench, JsonResultsCarryTheBaselineAndRatio) {
+  const auto r = run(std::string(NPO_DMA_BENCH) + " --backend emu:2 --mode h2d --sizes 64,1M --iterations 4 --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["results"].size(), 2u);
+  for (const auto& e : j["results"]) {
+    for (const char* k : {"mode", "size_bytes", "batch", "queues", "ops", "seconds", "gbps", "ops_per_s", "memcpy_gbps",
+                          "ratio_to_memcpy"}) {
+      EXPECT_TRUE(e.contains(k)) << "result lacks " << k;
+    }
+    EXPECT_EQ(e["mode"], "h2d");
+    EXPECT_EQ(e["batch"], 32);
+    EXPECT_EQ(e["ops"], 4 * 32);
+    EXPECT_EQ(e["errors"], 0);
+    EXPECT_GT(e["gbps"].get<double>(), 0.0);
+    EXPECT_GT(e["memcpy_gbps"].get<double>(), 0.0);
+    EXPECT_NEAR(e["ratio_to_memcpy"].get<double>(), e["gbps"].get<double>() / e["memcpy_gbps"].get<double>(), 1e-9);
+  }
+  EXPECT_EQ(j["results"][0]["size_bytes"], 64);
+  EXPECT_EQ(j["results"][1]["size_bytes"], 1u << 20);
+}
+
+TEST(NpoDmaBench, PeerAndMatrixModesUseWindowsOverTheFabric) {
+  auto r = run(std::string(NPO_DMA_BENCH) +
+               " --backend emu:mesh8 --mode peer --card 2 --peer 6 --sizes 1M --iterations 2 --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["results"].size(), 1u);
+  EXPECT_EQ(j["results"][0]["src_card"], 2);
+  EXPECT_EQ(j["results"][0]["dst_card"], 6);
+  EXPECT_EQ(j["results"][0]["errors"], 0);
+  r = run(std::string(NPO_DMA_BENCH) + " --backend emu:4 --mode matrix --sizes 64K --iterations 2 --json 2>&1");
+  // emu:4 has no cables: remote writes cannot reach the other cards.
+  EXPECT_EQ(r.status, 1);
+  r = run(std::string(NPO_DMA_BENCH) + " --backend emu:mesh8 --mode matrix --sizes 64K --iterations 2 --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["results"].size(), 8u * 7u);  // every ordered pair
+}
+
+TEST(NpoDmaBench, RejectsBadSizes) {
+  auto r = run(std::string(NPO_DMA_BENCH) + " --backend emu:1 --sizes 32 2>&1");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("outside 64 B .. 256 MiB"), std::string::npos) << r.out;
+  r = run(std::string(NPO_DMA_BENCH) + " --backend emu:1 --sizes 1G 2>&1");
+  EXPECT_EQ(r.status, 2);
+}
+
+}  // namespace
