@@ -97,7 +97,6 @@ class EmuDevice final : public backend::Device {
         bar0_(card, pci::kBarRegs),
         bar4_(card, pci::kBarMsix) {}
   ~EmuDevice() override {
-    std::vector<int> none(pci::kMsixVectors, -1);
     for (unsigned v = 0; v < pci::kMsixVectors; ++v) card_.set_msix_eventfd(v, -1);
     card_.iommu().clear();
     be_.release(card_.index());

@@ -69,10 +69,25 @@ void QueueModel::write(std::uint32_t reg, unsigned /*width*/, std::uint64_t valu
     case qr::kSqTail:  // doorbell: the hot path, no lock
       // Dekker with the worker (sched.cpp): it clears `scheduled` then re-checks the tail;
       // we store the tail then read `scheduled`. One of the two sees the other's write.
+      {
+        // registers.md §5.3: a value that moves backwards or overruns unfetched descriptors,
+        // or a doorbell to a disabled queue, is ignored.
+        const std::uint32_t depth = 1u << qr::kConfigDepthLog2.get(config_snapshot_.load(std::memory_order_relaxed));
+        if (!enabled_.load(std::memory_order_relaxed) || v32 - sq_head_.load(std::memory_order_acquire) > depth ||
+            v32 - sq_tail_.load(std::memory_order_relaxed) > depth) {
+          return;
+        }
+      }
       sq_tail_.store(v32, std::memory_order_seq_cst);
       if (!scheduled.load(std::memory_order_seq_cst)) card_.system().workers.post(*this);
       return;
     case qr::kCqHead:
+      {
+        // registers.md §5.4: accepted if it neither passes CQ_TAIL nor moves backwards.
+        const std::uint32_t depth = 1u << qr::kConfigDepthLog2.get(config_snapshot_.load(std::memory_order_relaxed));
+        const std::uint32_t old_head = cq_head_.load(std::memory_order_relaxed);
+        if (cq_tail_.load(std::memory_order_acquire) - v32 > depth || v32 - old_head > depth) return;
+      }
       cq_head_.store(v32, std::memory_order_seq_cst);
       // Only a queue paused on a full CQ needs waking (run_once sets CQ_OVERFLOW before it
       // gives up; same Dekker pairing as above).

@@ -323,8 +323,8 @@ inline std::optional<RawReply> mbox_exchange(be::Mmio& b, std::span<const std::b
     ADD_FAILURE() << "mailbox stays BUSY";
     return std::nullopt;
   }
-  std::vector<std::byte> padded((msg.size() + 3) / 4 * 4);
-  std::memcpy(padded.data(), msg.data(), msg.size());
+  std::vector<std::byte> padded(msg.begin(), msg.end());
+  padded.resize((padded.size() + 3) / 4 * 4);
   for (std::uint32_t o = 0; o < padded.size(); o += 4) {
     b.write32(regs::mbox_reg(m::kReqBuf + o), fw::load_le<std::uint32_t>(padded.data(), o));
   }
