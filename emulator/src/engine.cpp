@@ -81,13 +81,12 @@ void QueueModel::write(std::uint32_t reg, unsigned /*width*/, std::uint64_t valu
       sq_tail_.store(v32, std::memory_order_seq_cst);
       if (!scheduled.load(std::memory_order_seq_cst)) card_.system().workers.post(*this);
       return;
-    case qr::kCqHead:
-      {
-        // registers.md §5.4: accepted if it neither passes CQ_TAIL nor moves backwards.
-        const std::uint32_t depth = 1u << qr::kConfigDepthLog2.get(config_snapshot_.load(std::memory_order_relaxed));
-        const std::uint32_t old_head = cq_head_.load(std::memory_order_relaxed);
-        if (cq_tail_.load(std::memory_order_acquire) - v32 > depth || v32 - old_head > depth) return;
-      }
+    case qr::kCqHead: {
+      // registers.md §5.4: accepted if it neither passes CQ_TAIL nor moves backwards.
+      const std::uint32_t depth = 1u << qr::kConfigDepthLog2.get(config_snapshot_.load(std::memory_order_relaxed));
+      const std::uint32_t old_head = cq_head_.load(std::memory_order_relaxed);
+      if (cq_tail_.load(std::memory_order_acquire) - v32 > depth || v32 - old_head > depth) return;
+    }
       cq_head_.store(v32, std::memory_order_seq_cst);
       // Only a queue paused on a full CQ needs waking (run_once sets CQ_OVERFLOW before it
       // gives up; same Dekker pairing as above).
