@@ -63,6 +63,26 @@ TEST(NpoSmi, TextTableAndClearErrors) {
   EXPECT_NE(r.out.find("vfio"), std::string::npos) << r.out;
 }
 
+TEST(NpoSmi, TopoTrainsLinksAndPrintsTheHopMatrix) {
+  auto r = run(std::string(NPO_SMI) + " --backend emu:mesh8 topo --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["cards"].size(), 8u);
+  ASSERT_EQ(j["links"].size(), 28u);
+  for (const auto& l : j["links"]) {
+    EXPECT_EQ(l["state"], "up");
+    EXPECT_EQ(l["lanes"], 8);
+    EXPECT_TRUE(l["a"].contains("fabric_id") && l["a"].contains("port"));
+    EXPECT_TRUE(l["b"].contains("fabric_id") && l["b"].contains("port"));
+  }
+  EXPECT_EQ(j["hops"][0][0], 0);
+  EXPECT_EQ(j["hops"][0][7], 1);
+  r = run(std::string(NPO_SMI) + " --backend emu:mesh8 topo");
+  ASSERT_EQ(r.status, 0);
+  EXPECT_NE(r.out.find("56 of 56 ports with a module trained Up"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("   C7   L1   L1   L1   L1   L1   L1   L1    X"), std::string::npos) << r.out;
+}
+
 TEST(NpoDmaBench, JsonResultsCarryTheBaselineAndRatio) {
   const auto r = run(std::string(NPO_DMA_BENCH) + " --backend emu:2 --mode h2d --sizes 64,1M --iterations 4 --json");
   ASSERT_EQ(r.status, 0) << r.out;

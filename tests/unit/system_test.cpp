@@ -131,3 +131,80 @@ TEST(System, DeviceResetWaitsForReady) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Topology, DiscoveredFromTrainingMatchesTheMesh) {
+  auto sys = npo::System::open("emu:mesh8?hbm=1M");
+  ASSERT_TRUE(sys.has_value());
+  auto up = npo::bring_up_links(**sys, 5'000'000'000ULL);
+  ASSERT_TRUE(up.has_value());
+  EXPECT_EQ(up->ports_with_module, 56u);  // 8 cards x 7 cabled ports
+  EXPECT_EQ(up->up, 56u);
+  EXPECT_EQ(up->failed, 0u);
+  auto t = npo::discover_topology(**sys);
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->cards.size(), 8u);
+  ASSERT_EQ(t->links.size(), 28u);  // each pair once
+  for (const auto& l : t->links) {
+    EXPECT_TRUE(l.up);
+    EXPECT_EQ(l.lanes, 8u);
+    EXPECT_LT(l.a_fabric_id, l.b_fabric_id);
+    // mesh8 wiring: card a (fabric a+1) port b-1 <-> card b port a, for a < b
+    EXPECT_EQ(l.a_port, l.b_fabric_id - 2) << l.a_fabric_id << "-" << l.b_fabric_id;
+    EXPECT_EQ(l.b_port, l.a_fabric_id - 1);
+  }
+  for (std::uint32_t a = 1; a <= 8; ++a) {
+    for (std::uint32_t b = 1; b <= 8; ++b) EXPECT_EQ(t->hops(a, b), a == b ? 0 : 1);
+  }
+  EXPECT_EQ(t->hops(1, 99), -1);
+  // Take the 1-2 link down at both ends: 1 and 2 are now 2 hops apart.
+  ASSERT_TRUE(npo::enable_port((*sys)->device(0), 0, false));
+  ASSERT_TRUE(npo::enable_port((*sys)->device(1), 0, false));
+  t = npo::discover_topology(**sys);
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->links.size(), 27u);
+  EXPECT_EQ(t->hops(1, 2), 2);
+  EXPECT_EQ(t->direct_links(1, 2), 0u);
+  EXPECT_EQ(t->hop_matrix()[0][1], 2);
+}
+
+TEST(Topology, UncabledCardsAreIslands) {
+  auto sys = npo::System::open("emu:3?hbm=1M");
+  ASSERT_TRUE(sys.has_value());
+  auto up = npo::bring_up_links(**sys, 1'000'000'000ULL);
+  ASSERT_TRUE(up.has_value());
+  EXPECT_EQ(up->ports_with_module, 0u);
+  auto t = npo::discover_topology(**sys);
+  ASSERT_TRUE(t.has_value());
+  EXPECT_TRUE(t->links.empty());
+  EXPECT_EQ(t->hops(1, 2), -1);
+  EXPECT_EQ(t->hops(3, 3), 0);
+}
+
+TEST(LinkMonitor, OneSnapshotCoversEveryPortAndLane) {
+  auto sys = npo::System::open("emu:mesh8?hbm=1M");
+  ASSERT_TRUE(sys.has_value());
+  ASSERT_TRUE(npo::bring_up_links(**sys, 5'000'000'000ULL).has_value());
+  npo::LinkMonitor mon(**sys);
+  auto s = mon.snapshot();
+  ASSERT_TRUE(s.has_value());
+  ASSERT_EQ(s->cards.size(), 8u);
+  for (const auto& c : s->cards) {
+    ASSERT_EQ(c.ports.size(), 8u);
+    for (const auto& p : c.ports) {
+      EXPECT_EQ(p.lanes.size(), 8u);
+      if (p.port < 7) {
+        EXPECT_EQ(p.state, npo::LinkState::kUp) << "card " << c.card << " port " << p.port;
+        EXPECT_TRUE(p.neighbor_fabric_id.has_value());
+        EXPECT_EQ(p.lane_rate_mbd, 53125u);  // 106.25 Gb/s PAM4 lanes
+        EXPECT_TRUE(p.pam4);
+      } else {
+        EXPECT_FALSE(p.module_present);
+        EXPECT_NE(p.state, npo::LinkState::kUp);
+      }
+    }
+  }
+}
+
+}  // namespace

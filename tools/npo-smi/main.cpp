@@ -3,6 +3,7 @@
 // PCIe link and firmware read from each card. Uses only the public npo-hal API.
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -64,18 +65,94 @@ nlohmann::json card_json(const npo::DeviceInfo& d) {
       {"bars", bars}};
 }
 
+/// `npo-smi topo`: trains every link with a module, then prints the discovered graph as a
+/// card x card matrix of hops (like nvidia-smi topo -m), or JSON.
+int topo(npo::System& s, bool json) {
+  auto up = npo::bring_up_links(s);
+  if (!up) {
+    std::fprintf(stderr, "npo-smi: link bring-up: %s\n", up.error().to_string().c_str());
+    return 1;
+  }
+  auto t = npo::discover_topology(s);
+  if (!t) {
+    std::fprintf(stderr, "npo-smi: topology: %s\n", t.error().to_string().c_str());
+    return 1;
+  }
+  if (json) {
+    nlohmann::json cards = nlohmann::json::array();
+    for (std::size_t i = 0; i < s.device_count(); ++i) {
+      const auto& d = s.device(i).info();
+      cards.push_back({{"index", d.index}, {"fabric_id", d.fabric_id}, {"bdf", d.bdf}, {"ports", d.num_ports}});
+    }
+    nlohmann::json links = nlohmann::json::array();
+    for (const auto& l : t->links) {
+      links.push_back({{"a", {{"fabric_id", l.a_fabric_id}, {"port", l.a_port}}},
+                       {"b", {{"fabric_id", l.b_fabric_id}, {"port", l.b_port}}},
+                       {"state", l.up ? "up" : "down"},
+                       {"lanes", l.lanes}});
+    }
+    nlohmann::json out = {{"uri", s.uri()}, {"cards", cards}, {"links", links}, {"hops", t->hop_matrix()}};
+    std::puts(out.dump(2).c_str());
+    return 0;
+  }
+  fmt::print("npo-smi topo  backend {}  {} cards  {} links; {} of {} ports with a module trained Up in {:.1f} ms\n\n",
+             s.uri(), t->cards.size(), t->links.size(), up->up, up->ports_with_module,
+             static_cast<double>(up->elapsed_ns) / 1e6);
+  const auto m = t->hop_matrix();
+  const std::size_t n = t->cards.size();
+  if (n <= 64) {
+    fmt::print("{:>5}", "");
+    for (std::size_t j = 0; j < n; ++j) fmt::print("{:>5}", fmt::format("C{}", j));
+    fmt::print("\n");
+    for (std::size_t i = 0; i < n; ++i) {
+      fmt::print("{:>5}", fmt::format("C{}", i));
+      for (std::size_t j = 0; j < n; ++j) {
+        std::string cell;
+        if (i == j) {
+          cell = "X";
+        } else if (m[i][j] < 0) {
+          cell = "-";
+        } else {
+          const unsigned par = m[i][j] == 1 ? t->direct_links(t->cards[i], t->cards[j]) : 0;
+          cell = par > 1 ? fmt::format("L1x{}", par) : fmt::format("L{}", m[i][j]);
+        }
+        fmt::print("{:>5}", cell);
+      }
+      fmt::print("\n");
+    }
+  } else {
+    std::map<int, std::size_t> hist;
+    for (std::size_t i = 0; i < n; ++i) {
+      for (std::size_t j = 0; j < n; ++j) {
+        if (i != j) ++hist[m[i][j]];
+      }
+    }
+    fmt::print("{} cards: too many for a matrix (--json has it). Card pairs by hop count:\n", n);
+    for (const auto& [h, c] : hist)
+      fmt::print("  {:>8}: {} pairs\n", h < 0 ? std::string("unreach") : fmt::format("{} hops", h), c);
+  }
+  fmt::print(
+      "\nCn: card n (fabric ID n+1). X: itself. Lh: reachable in h hops over trained optical links (L1: a direct\n"
+      "link; L1xk: k parallel links). -: unreachable. Discovered from the identities exchanged in link training.\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"npo-smi: list NPO accelerator cards (identity, BARs, NUMA, HBM, PCIe, firmware)"};
+  CLI::App app{
+      "npo-smi: list NPO accelerator cards (identity, BARs, NUMA, HBM, PCIe, firmware); `topo` shows the fabric"};
   std::string uri = std::getenv("NPO_BACKEND") != nullptr ? std::getenv("NPO_BACKEND") : std::string(npo::kDefaultUri);
   bool json = false;
   std::string log_level;
   app.add_option("-b,--backend", uri,
                  "backend URI: emu:mesh8 (default), emu:N, emu:file=PATH, vfio:all, vfio:BDF "
                  "(env NPO_BACKEND overrides the default)");
-  app.add_flag("--json", json, "print one JSON object with a 'cards' array");
+  app.add_flag("--json", json, "print one JSON object (cards: a 'cards' array; topo: 'cards' and 'links')");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|critical|off (default: NPO_LOG_LEVEL or warn)");
+  auto* topo_cmd =
+      app.add_subcommand("topo", "train the optical links, then show the discovered card x card hop matrix");
+  topo_cmd->add_flag("--json", json, "print {cards, links, hops} as JSON");
   CLI11_PARSE(app, argc, argv);
 
   npo::log::Options lo;
@@ -90,6 +167,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   auto& s = **sys;
+  if (topo_cmd->parsed()) return topo(s, json);
   if (json) {
     nlohmann::json cards = nlohmann::json::array();
     for (std::size_t i = 0; i < s.device_count(); ++i) cards.push_back(card_json(s.device(i).info()));

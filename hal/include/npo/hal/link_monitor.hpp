@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // npo-hal public API: LinkMonitor -- one batched snapshot of every port and lane of every
-// card, with a health verdict per lane. Status: declared; implemented by the optics issue
-// (kUnimplemented until then).
+// card (registers.md §7). Per-lane health verdicts (LaneHealth) arrive with the optics
+// issue's channel model; the snapshot itself is real register data.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +31,8 @@ struct LinkSnapshot {
 class LinkMonitor {
  public:
   explicit LinkMonitor(System& system) : system_(&system) {}
-  /// Reads every port and lane of every card. Errors: kUnimplemented (not built yet).
+  /// Reads every port and lane of every card in one pass, card by card.
+  /// Errors: kUnavailable (a card was removed).
   Result<LinkSnapshot> snapshot();
 
  private:
