@@ -14,3 +14,4 @@
 #include "npo/hal/transceiver.hpp"
 #include "npo/hal/version.hpp"
 #include "npo/hal/window.hpp"
+#include "npo/hal/xcvr_decode.hpp"

@@ -1,0 +1,16 @@
+// SPDX-License-Identifier: Apache-2.0
+// libFuzzer target: SFF-8472 decoder (drivers/optics/decode_sff8472.cpp) on arbitrary images,
+// external calibration (IEEE-754 constants from the input) included.
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "fuzz_check.hpp"
+#include "npo/hal/xcvr_decode.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  static constexpr std::uint8_t kIds[] = {0x02, 0x03};
+  npo_fuzz::run_with_identifier(data, size, kIds,
+                                [](std::span<const std::byte> b) { return npo::xcvr::decode_sff8472(b); });
+  return 0;
+}
