@@ -181,6 +181,24 @@ void QueueModel::inject_hang(std::uint64_t now) {
   hung_.store(true);
 }
 
+Status QueueModel::check_range(std::uint64_t iova, std::uint64_t len, bool write, std::uint64_t* info) {
+  // Every page of [iova, iova+len) must be mapped with the access right; the first hole or
+  // missing right is recorded as the fault (registers.md §3.4) and nothing is accessed.
+  auto& mmu = card_.iommu();
+  for (std::uint64_t done = 0; done < len;) {
+    std::byte* host = nullptr;
+    std::uint64_t contig = 0, fault = 0;
+    const auto r = mmu.translate(iova + done, len - done, write, &host, &contig, &fault);
+    if (r != XlateResult::kOk) {
+      *info = fault;
+      card_.record_iommu_fault(fault, index_, write, r == XlateResult::kPermission);
+      return r == XlateResult::kPermission ? Status::kIommuPermission : Status::kIommuFault;
+    }
+    done += contig;
+  }
+  return Status::kOk;
+}
+
 Status QueueModel::host_access(std::uint64_t iova, std::uint64_t len, bool write, bool ring, std::byte* local,
                                std::uint64_t* info) {
   // Copies between host memory at `iova` and `local` (device-side buffer), through the IOMMU,
@@ -193,17 +211,7 @@ Status QueueModel::host_access(std::uint64_t iova, std::uint64_t len, bool write
     return Status::kIommuFault;
   }
   // Pre-check the whole range so a fault in the middle leaves memory untouched.
-  for (std::uint64_t done = 0; done < len;) {
-    std::byte* host = nullptr;
-    std::uint64_t contig = 0, fault = 0;
-    const auto r = mmu.translate(iova + done, len - done, write, &host, &contig, &fault);
-    if (r != XlateResult::kOk) {
-      *info = fault;
-      card_.record_iommu_fault(fault, index_, write, r == XlateResult::kPermission);
-      return r == XlateResult::kPermission ? Status::kIommuPermission : Status::kIommuFault;
-    }
-    done += contig;
-  }
+  if (const auto st = check_range(iova, len, write, info); st != Status::kOk) return st;
   for (std::uint64_t done = 0; done < len;) {
     std::byte* host = nullptr;
     std::uint64_t contig = 0, fault = 0;
@@ -269,21 +277,8 @@ Status QueueModel::execute(const dma::Descriptor& d, std::uint64_t* info) {
         if (st != Status::kOk) return st;
       } else {  // host -> host: check both ranges first, then copy mapping by mapping
         auto& mmu = card_.iommu();
-        for (int pass = 0; pass < 2; ++pass) {
-          const bool wr = pass == 1;
-          const std::uint64_t base = wr ? d.dst() : d.src();
-          for (std::uint64_t done = 0; done < len;) {
-            std::byte* h = nullptr;
-            std::uint64_t c = 0, f = 0;
-            const auto r = mmu.translate(base + done, len - done, wr, &h, &c, &f);
-            if (r != XlateResult::kOk) {
-              *info = f;
-              card_.record_iommu_fault(f, index_, wr, r == XlateResult::kPermission);
-              return r == XlateResult::kPermission ? Status::kIommuPermission : Status::kIommuFault;
-            }
-            done += c;
-          }
-        }
+        if (const auto st = check_range(d.src(), len, false, info); st != Status::kOk) return st;
+        if (const auto st = check_range(d.dst(), len, true, info); st != Status::kOk) return st;
         if (card_.take_injected_iommu_fault()) {
           *info = d.src();
           card_.record_iommu_fault(d.src(), index_, false, false);

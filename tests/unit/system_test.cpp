@@ -105,12 +105,6 @@ TEST(System, PortSnapshotBeforeTraining) {
   EXPECT_EQ(npo::read_port((*sys)->device(0), 8).error().code(), Code::kOutOfRange);
 }
 
-TEST(System, NotYetBuiltApiSaysSo) {
-  auto sys = npo::System::open("emu:1?hbm=1M");
-  ASSERT_TRUE(sys.has_value());
-  EXPECT_EQ(npo::discover_topology(**sys).error().code(), Code::kUnimplemented);
-}
-
 TEST(System, BadUrisAndVfioWithoutVfio) {
   auto bad = npo::System::open("emu:mesh9");
   ASSERT_FALSE(bad.has_value());
