@@ -83,9 +83,9 @@ void QueueModel::write(std::uint32_t reg, unsigned /*width*/, std::uint64_t valu
       return;
     case qr::kCqHead: {
       // registers.md §5.4: accepted if it neither passes CQ_TAIL nor moves backwards.
-      const std::uint32_t depth = 1u << qr::kConfigDepthLog2.get(config_snapshot_.load(std::memory_order_relaxed));
+      // Modular: the new head must lie in [old head, CQ_TAIL].
       const std::uint32_t old_head = cq_head_.load(std::memory_order_relaxed);
-      if (cq_tail_.load(std::memory_order_acquire) - v32 > depth || v32 - old_head > depth) return;
+      if (v32 - old_head > cq_tail_.load(std::memory_order_acquire) - old_head) return;
     }
       cq_head_.store(v32, std::memory_order_seq_cst);
       // Only a queue paused on a full CQ needs waking (run_once sets CQ_OVERFLOW before it
@@ -502,15 +502,18 @@ bool QueueModel::run_once() {
     }
     std::memcpy(host, c.raw.data(), dma::cpl::kFlags);
     // Release store: the body above is visible before the phase bit flips.
-    __atomic_store_n(reinterpret_cast<std::uint16_t*>(host + dma::cpl::kFlags),
-                     phase ? dma::cpl::kPhase : std::uint16_t{0}, __ATOMIC_RELEASE);
+    // CQ_TAIL and SQ_HEAD advance before the phase bit makes the completion visible: a host
+    // that consumed it may write CQ_HEAD up to the new tail at once (§5.4 accepts a CQ_HEAD
+    // only up to CQ_TAIL).
     ++head;
     ++ctail;
     ++done;
+    sq_head_.store(head, std::memory_order_release);
+    cq_tail_.store(ctail, std::memory_order_release);
+    __atomic_store_n(reinterpret_cast<std::uint16_t*>(host + dma::cpl::kFlags),
+                     phase ? dma::cpl::kPhase : std::uint16_t{0}, __ATOMIC_RELEASE);
     irq = irq || (d.op_flags() & dma::flags::kInterrupt) != 0;
   }
-  sq_head_.store(head, std::memory_order_release);
-  cq_tail_.store(ctail, std::memory_order_release);
   completed_.fetch_add(done, std::memory_order_relaxed);
   if (done > 0 && (irq || qr::kConfigIrqEnable.get(cfg))) card_.raise_msix(fw::pci::kMsixVectorQueueBase + index_);
   return head != sq_tail_.load(std::memory_order_acquire) && !hung_.load() &&

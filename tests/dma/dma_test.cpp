@@ -6,6 +6,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -164,6 +165,36 @@ TEST(Dma, FillGatherAndManyPassesOverTheRing) {
       EXPECT_EQ(x.status, OpStatus::kOk);
     }
   }
+}
+
+// Stress: a ring kept full with 1 MiB copies, completions reaped a ring's worth at a time,
+// CQ_HEAD written lazily by the driver: the queue must never stall (no watchdog reset).
+// (The regression this guards -- a CQ_TAIL register lagging the completions in memory, so the
+// card ignored a CQ_HEAD the host had every right to write -- reproduces reliably only in
+// npo-dma-bench's pattern: tests/tools NpoDmaBench.TimedRunHasNoFailedOps.)
+TEST(Dma, FullRingsPolledInOneCallNeverStall) {
+  Rig r(1, npo::emu::ClockMode::kRealtime);
+  auto q = r.dev().open_queue({.engine = 0, .depth = 1024, .hang_timeout = 2s}).value();
+  auto buf = npo::allocate_host_memory(r.dev(), 1u << 20).value();
+  std::vector<OpCompletion> out(4096);
+  std::uint64_t done = 0;
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (done < 8'000 && std::chrono::steady_clock::now() < deadline) {
+    if (q->outstanding() + 32 <= 1024) {  // keep the ring full, 32 ops per doorbell
+      for (int i = 0; i < 32; ++i) {
+        ASSERT_TRUE(q->enqueue_copy(DmaAddress::host(buf->iova()), DmaAddress::hbm(1u << 20), 1u << 20));
+      }
+      ASSERT_TRUE(q->submit());
+    }
+    const auto n = q->poll(out);
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(out[i].status, OpStatus::kOk) << "after " << done << " ops";
+    done += n;
+    // Like npo-dma-bench: nap when nothing completed, so a poll then finds a ring's worth
+    // of completions, some of them written while the card's batch is still running.
+    if (n == 0) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  EXPECT_GE(done, 8'000u) << "stalled";
+  EXPECT_EQ(q->resets(), 0u);
 }
 
 TEST(Dma, FaultsCompleteWithTheirStatusAndLaterOpsRun) {

@@ -123,6 +123,18 @@ TEST(NpoDmaBench, PeerAndMatrixModesUseWindowsOverTheFabric) {
   EXPECT_EQ(j["results"].size(), 8u * 7u);  // every ordered pair
 }
 
+// Regression: with the card's CQ_TAIL register lagging the completions it had written, this
+// exact run stalled a queue until the 1 s hang watchdog fired (2 of 2 runs failed).
+TEST(NpoDmaBench, TimedRunHasNoFailedOps) {
+  const auto r = run(std::string(NPO_DMA_BENCH) + " --backend emu:mesh8 --sizes 1M,4M --min-seconds 0.3 --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  for (const auto& e : j["results"]) {
+    EXPECT_EQ(e["errors"], 0) << e.dump();
+    EXPECT_GT(e["ops"].get<std::uint64_t>(), 256u);
+  }
+}
+
 TEST(NpoDmaBench, RejectsBadSizes) {
   auto r = run(std::string(NPO_DMA_BENCH) + " --backend emu:1 --sizes 32 2>&1");
   EXPECT_EQ(r.status, 2);
