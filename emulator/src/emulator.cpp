@@ -24,8 +24,8 @@ namespace regs = fw::regs;
 namespace {
 
 constexpr std::string_view kForms =
-    "emu:mesh8, emu:N (1..1024), emu:file=PATH; options ?clock=virtual|realtime&seed=N&hbm=BYTES[K|M|G]"
-    "&ports=N&workers=N&scenario=PATH";
+    "emu:mesh8 (8 cards, every pair cabled), emu:N (N = 1..1024 cards, no cables); options "
+    "?clock=virtual|realtime&seed=N&hbm=BYTES[K|M|G]&ports=N&workers=1..4&scenario=PATH";
 
 Result<std::uint64_t> parse_u64(std::string_view s, std::string_view what) {
   std::uint64_t v = 0;
@@ -77,13 +77,17 @@ Result<SystemConfig> parse_uri(std::string_view rest) {
     }
   } else if (rest.starts_with("file=")) {
     return fail(Code::kUnimplemented,
-                fmt::format("emulator URI 'emu:{}': topology files arrive with the topology issue; accepted now: {}",
-                            rest, kForms));
+                fmt::format("emulator URI 'emu:{}': topology files are not supported yet; use emu:mesh8 or emu:N "
+                            "(N = 1..1024)",
+                            rest));
   } else {
     auto n = parse_u64(rest, "card count");
-    if (!n || *n < 1 || *n > 1024) {
+    if (!n) {
       return fail(Code::kInvalidArgument,
                   fmt::format("unknown emulator URI 'emu:{}'; accepted forms: {}", rest, kForms));
+    }
+    if (*n < 1 || *n > 1024) {
+      return fail(Code::kInvalidArgument, fmt::format("emulator URI 'emu:{}': the card count must be 1..1024", rest));
     }
     c.name = std::string(rest);
     c.num_cards = static_cast<unsigned>(*n);
@@ -119,6 +123,8 @@ Result<SystemConfig> parse_uri(std::string_view rest) {
     } else if (k == "workers") {
       auto s = parse_u64(v, "worker count");
       if (!s) return std::unexpected(s.error());
+      if (*s < 1 || *s > 4)
+        return fail(Code::kInvalidArgument, fmt::format("emulator URI: workers={} must be 1..4", *s));
       c.workers = static_cast<unsigned>(*s);
     } else if (k == "scenario") {
       c.scenario = std::string(v);

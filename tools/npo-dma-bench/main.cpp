@@ -50,6 +50,7 @@ struct Result {
   double hal_ns_per_op = 0;  ///< caller CPU time in enqueue+submit+non-empty poll, per op
   std::uint64_t errors = 0;
   int src_card = 0, dst_card = 0;
+  std::string first_error;  ///< status name of the first failed op
 };
 
 std::uint64_t parse_size(const std::string& s) {
@@ -131,7 +132,10 @@ Result measure(std::vector<npo::DmaQueue*>& qs, const EnqueueFn& enqueue, std::u
   r.queues = static_cast<unsigned>(qs.size());
   std::uint64_t target_batches = o.iterations;
   const bool timed = target_batches == 0;
-  if (timed) target_batches = std::max<std::uint64_t>(4, (256ULL << 20) / (size * r.batch));
+  // Start with ~64 Ki ops or 256 MiB, whichever is less; doubled below until min_seconds.
+  if (timed) {
+    target_batches = std::max<std::uint64_t>(4, std::min((256ULL << 20) / (size * r.batch), 65536ULL / r.batch));
+  }
   std::vector<npo::OpCompletion> comps(4096);
   std::uint64_t hal_ticks = 0, issued = 0, done = 0;
   const auto t0 = Clock::now();
@@ -152,7 +156,11 @@ Result measure(std::vector<npo::DmaQueue*>& qs, const EnqueueFn& enqueue, std::u
       const std::size_t n = q->poll(comps);
       if (n > 0) {
         hal_ticks += ticks() - a;
-        for (std::size_t k = 0; k < n; ++k) r.errors += comps[k].status != npo::OpStatus::kOk;
+        for (std::size_t k = 0; k < n; ++k) {
+          if (comps[k].status != npo::OpStatus::kOk) {
+            if (r.errors++ == 0) r.first_error = std::string(npo::op_status_name(comps[k].status));
+          }
+        }
         done += n;
         progressed = true;
       }
@@ -176,8 +184,9 @@ Result measure(std::vector<npo::DmaQueue*>& qs, const EnqueueFn& enqueue, std::u
   }
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   r.ops = done;
-  r.gbps = static_cast<double>(size) * static_cast<double>(r.ops) / r.seconds / 1e9;
-  r.ops_per_s = static_cast<double>(r.ops) / r.seconds;
+  // Bandwidth and rate count successful ops only: a failed op moved nothing.
+  r.gbps = static_cast<double>(size) * static_cast<double>(r.ops - r.errors) / r.seconds / 1e9;
+  r.ops_per_s = static_cast<double>(r.ops - r.errors) / r.seconds;
   r.hal_ns_per_op = static_cast<double>(hal_ticks) * ns_per_tick() / static_cast<double>(r.ops);
   return r;
 }
@@ -186,7 +195,10 @@ Result measure(std::vector<npo::DmaQueue*>& qs, const EnqueueFn& enqueue, std::u
 
 int main(int argc, char** argv) {
   Options o;
+  if (const char* env = std::getenv("NPO_BACKEND"); env != nullptr && *env != '\0') o.uri = env;
+  std::string log_level;
   CLI::App app{"npo-dma-bench: DMA bandwidth and op rate, with a same-run memcpy baseline per size"};
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error|critical|off (default: NPO_LOG_LEVEL or warn)");
   app.add_option("-b,--backend", o.uri, "backend URI (default emu:mesh8; emu:mesh8?hbm=1G for 256 MiB transfers)");
   app.add_option("-m,--mode", o.mode,
                  "h2d (host->HBM) | d2h | d2d (HBM->HBM, one card) | peer (card->card through a window) | "
@@ -204,10 +216,16 @@ int main(int argc, char** argv) {
   app.add_flag("--json", o.json, "print one JSON object with a 'results' array");
   CLI11_PARSE(app, argc, argv);
 
-  if (auto r = npo::log::configure({}); !r) return fail_with("logging", r.error());
+  npo::log::Options lo;
+  if (!log_level.empty()) lo.level = log_level;
+  if (auto r = npo::log::configure(lo); !r) return fail_with("logging", r.error());
   std::vector<std::uint64_t> sizes;
   for (const auto& s : o.sizes) {
     const std::uint64_t v = parse_size(s);
+    if (v == 0) {
+      std::fprintf(stderr, "npo-dma-bench: cannot parse size '%s' (examples: 64, 4K, 1M, 256M)\n", s.c_str());
+      return 2;
+    }
     if (v < 64 || v > (256ULL << 20)) {
       std::fprintf(stderr, "npo-dma-bench: size '%s' outside 64 B .. 256 MiB\n", s.c_str());
       return 2;
@@ -224,7 +242,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   const unsigned peer = o.peer >= 0 ? static_cast<unsigned>(o.peer) : static_cast<unsigned>((o.card + 1) % ncards);
-  if (fabric && (ncards < 2 || peer >= ncards || peer == o.card)) {
+  if (fabric && peer >= ncards) {
+    std::fprintf(stderr, "npo-dma-bench: --peer %u: no such card (%zu cards)\n", peer, ncards);
+    return 2;
+  }
+  if (fabric && (ncards < 2 || peer == o.card)) {
     std::fprintf(stderr, "npo-dma-bench: mode %s needs two distinct cards (card %u, peer %u of %zu)\n", o.mode.c_str(),
                  o.card, peer, ncards);
     return 2;
@@ -316,6 +338,7 @@ int main(int argc, char** argv) {
   };
   std::vector<Result> results;
   std::vector<std::vector<double>> matrix(ncards, std::vector<double>(ncards, 0.0));
+  std::vector<std::vector<bool>> matrix_err(ncards, std::vector<bool>(ncards, false));
   for (const std::uint64_t size : sizes) {
     const auto len = static_cast<std::uint32_t>(size);
     const std::uint64_t mc_ops = std::max<std::uint64_t>(4, (512ULL << 20) / size);
@@ -338,6 +361,7 @@ int main(int argc, char** argv) {
           auto r = measure(
               qs, [&](npo::DmaQueue& q) { return q.enqueue_remote_write(src, h, 0, len); }, size, o);
           matrix[i][j] = r.gbps;
+          matrix_err[i][j] = r.errors != 0;
           finish(r, static_cast<int>(i), static_cast<int>(j));
         }
       }
@@ -387,8 +411,10 @@ int main(int argc, char** argv) {
   } else if (o.mode == "matrix") {
     fmt::print("npo-dma-bench  backend {}  mode matrix  size {}  batch {}  queues {}\n", s.uri(), human(sizes[0]),
                o.batch, o.queues);
-    fmt::print("remote-write bandwidth, GB/s (row: source card, column: destination card); memcpy {:.2f} GB/s\n\n",
-               results.empty() ? 0.0 : results[0].memcpy_gbps);
+    fmt::print(
+        "remote-write bandwidth, GB/s (row: source card, column: destination card; ERR: ops failed, see\n"
+        "stderr); memcpy of the same size {:.2f} GB/s\n\n",
+        results.empty() ? 0.0 : results[0].memcpy_gbps);
     fmt::print("{:>6}", "");
     for (std::size_t j = 0; j < ncards; ++j) fmt::print(" {:>7}", j);
     fmt::print("\n");
@@ -398,7 +424,7 @@ int main(int argc, char** argv) {
         if (i == j) {
           fmt::print(" {:>7}", "-");
         } else {
-          fmt::print(" {:>7.2f}", matrix[i][j]);
+          fmt::print(" {:>7}", matrix_err[i][j] ? std::string("ERR") : fmt::format("{:.2f}", matrix[i][j]));
         }
       }
       fmt::print("\n");
@@ -419,6 +445,13 @@ int main(int argc, char** argv) {
   }
   std::uint64_t errs = 0;
   for (const auto& r : results) errs += r.errors;
-  if (errs != 0) std::fprintf(stderr, "npo-dma-bench: %llu ops failed\n", static_cast<unsigned long long>(errs));
+  if (errs != 0) {
+    for (const auto& r : results) {
+      if (r.errors == 0) continue;
+      std::fprintf(stderr, "npo-dma-bench: %s %s card %d -> %d: %llu of %llu ops failed (first: %s)\n", r.mode.c_str(),
+                   human(r.size).c_str(), r.src_card, r.dst_card, static_cast<unsigned long long>(r.errors),
+                   static_cast<unsigned long long>(r.ops), r.first_error.c_str());
+    }
+  }
   return errs == 0 ? 0 : 1;
 }

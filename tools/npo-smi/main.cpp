@@ -91,9 +91,23 @@ int topo(npo::System& s, bool json) {
                        {"state", l.up ? "up" : "down"},
                        {"lanes", l.lanes}});
     }
-    nlohmann::json out = {{"uri", s.uri()}, {"cards", cards}, {"links", links}, {"hops", t->hop_matrix()}};
+    nlohmann::json out = {{"uri", s.uri()},
+                          {"training",
+                           {{"ports_with_module", up->ports_with_module},
+                            {"up", up->up},
+                            {"failed", up->failed},
+                            {"elapsed_ms", static_cast<double>(up->elapsed_ns) / 1e6}}},
+                          {"cards", cards},
+                          {"links", links},
+                          {"hops", t->hop_matrix()}};
     std::puts(out.dump(2).c_str());
     return 0;
+  }
+  if (up->up < up->ports_with_module) {
+    fmt::print(stderr,
+               "npo-smi: {} of {} ports with a module did not train Up (with clock=virtual, time moves only when a "
+               "test advances it)\n",
+               up->ports_with_module - up->up, up->ports_with_module);
   }
   fmt::print("npo-smi topo  backend {}  {} cards  {} links; {} of {} ports with a module trained Up in {:.1f} ms\n\n",
              s.uri(), t->cards.size(), t->links.size(), up->up, up->ports_with_module,
@@ -148,11 +162,12 @@ int main(int argc, char** argv) {
   app.add_option("-b,--backend", uri,
                  "backend URI: emu:mesh8 (default), emu:N, emu:file=PATH, vfio:all, vfio:BDF "
                  "(env NPO_BACKEND overrides the default)");
-  app.add_flag("--json", json, "print one JSON object (cards: a 'cards' array; topo: 'cards' and 'links')");
+  app.add_flag("--json", json, "print one JSON object (cards: a 'cards' array; topo: 'cards', 'links', 'hops')");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|critical|off (default: NPO_LOG_LEVEL or warn)");
   auto* topo_cmd =
       app.add_subcommand("topo", "train the optical links, then show the discovered card x card hop matrix");
   topo_cmd->add_flag("--json", json, "print {cards, links, hops} as JSON");
+  topo_cmd->fallthrough();  // `npo-smi topo --backend X` works like `npo-smi --backend X topo`
   CLI11_PARSE(app, argc, argv);
 
   npo::log::Options lo;
@@ -200,7 +215,8 @@ int main(int argc, char** argv) {
     fmt::print("BARs: {}.\n", bars);
   }
   fmt::print(
-      "\nFABRIC: the card's identity on the optical fabric (BAR0 FABRIC_ID). HBM: device memory (BAR0 HBM_SIZE,\n"
+      "\nFABRIC: the card's identity on the optical fabric (BAR0 FABRIC_ID). NUMA: the node the backend reports (the\n"
+      "emulator spreads cards over 2 nodes). HBM: device memory (BAR0 HBM_SIZE,\n"
       "confirmed by firmware IDENTIFY). PCIe: negotiated link (LnkSta). FIRMWARE: mailbox GET_VERSIONS.\n");
   return 0;
 }
