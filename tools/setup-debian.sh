@@ -20,6 +20,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # format check (tests/structure/check-format.sh)
   clang-format
+  # VFIO real-kernel test in a QEMU TCG guest (tests/vfio/qemu, ctest label vfio-qemu)
+  qemu-system-x86 busybox-static
 )
 
 for arg in "$@"; do
