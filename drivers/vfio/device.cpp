@@ -242,10 +242,16 @@ VfioDevice::~VfioDevice() {
   {
     std::lock_guard lock(irq_mu_);
     if (msix_enabled_ > 0) {
-      if (auto r = set_irqs(VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_TRIGGER, 0, {}); !r) {
+      if (auto r = set_irqs(uapi::kPciMsixIrq, VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_TRIGGER, 0, {}); !r) {
         logger().warn("{}: disabling MSI-X: {}", info_.address.to_string(), r.error().to_string());
       }
       msix_enabled_ = 0;
+    }
+    if (msi_enabled_) {
+      if (auto r = set_irqs(uapi::kPciMsiIrq, VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_TRIGGER, 0, {}); !r) {
+        logger().warn("{}: disabling MSI: {}", info_.address.to_string(), r.error().to_string());
+      }
+      msi_enabled_ = false;
     }
   }
   space_->unmap_owned_by(this);
@@ -422,16 +428,16 @@ Result<void> VfioDevice::dma_unmap(std::uint64_t iova, std::uint64_t length) {
   return {};
 }
 
-// ---- MSI-X ------------------------------------------------------------------------------------
+// ---- MSI and MSI-X ----------------------------------------------------------------------------
 
-Result<void> VfioDevice::set_irqs(std::uint32_t flags, std::uint32_t start, std::span<const int> fds) {
+Result<void> VfioDevice::set_irqs(unsigned index, std::uint32_t flags, std::uint32_t start, std::span<const int> fds) {
   const bool with_fds = (flags & VFIO_IRQ_SET_DATA_EVENTFD) != 0;
   const std::size_t bytes = sizeof(uapi::IrqSet) + (with_fds ? fds.size() * sizeof(std::int32_t) : 0);
   std::vector<std::byte> buf(bytes);
   uapi::IrqSet s{};
   s.argsz = static_cast<std::uint32_t>(bytes);
   s.flags = flags;
-  s.index = uapi::kPciMsixIrq;
+  s.index = index;
   s.start = start;
   s.count = static_cast<std::uint32_t>(fds.size());
   std::memcpy(buf.data(), &s, sizeof s);
@@ -444,8 +450,8 @@ Result<void> VfioDevice::set_irqs(std::uint32_t flags, std::uint32_t start, std:
   auto r = sys_.ioctl(device_fd_.get(), uapi::kDeviceSetIrqs, buf.data());
   if (r) return {};
   const int err = r.error();
-  const std::string what =
-      fmt::format("{}: VFIO_DEVICE_SET_IRQS(MSI-X, start {}, count {})", info_.address.to_string(), start, fds.size());
+  const std::string what = fmt::format("{}: VFIO_DEVICE_SET_IRQS({}, start {}, count {})", info_.address.to_string(),
+                                       index == uapi::kPciMsiIrq ? "MSI" : "MSI-X", start, fds.size());
   switch (err) {
     case EBADF:
     case EINVAL:
@@ -461,6 +467,49 @@ Result<void> VfioDevice::set_irqs(std::uint32_t flags, std::uint32_t start, std:
   }
 }
 
+Result<void> VfioDevice::set_msi_eventfd(int fd) {
+  const std::string bdf = info_.address.to_string();
+  if (fd < -1) {
+    return fail(Code::kInvalidArgument,
+                fmt::format("{}: MSI: fd {} is neither an eventfd nor -1 (disconnect)", bdf, fd));
+  }
+  std::lock_guard lock(irq_mu_);
+  if (!msi_count_) {
+    uapi::IrqInfo ii{};
+    ii.argsz = sizeof ii;
+    ii.index = uapi::kPciMsiIrq;
+    if (auto r = sys_.ioctl(device_fd_.get(), uapi::kDeviceGetIrqInfo, &ii); !r) {
+      return std::unexpected(region_error(r.error(), "VFIO_DEVICE_GET_IRQ_INFO(MSI) on " + bdf));
+    }
+    msi_count_ = (ii.flags & VFIO_IRQ_INFO_EVENTFD) != 0 ? ii.count : 0;
+  }
+  if (*msi_count_ == 0) {
+    return fail(Code::kUnimplemented, fmt::format("{}: the function has no MSI capability (VFIO reports 0 MSI "
+                                                  "vectors); use MSI-X",
+                                                  bdf));
+  }
+  if (fd == -1) {
+    if (msi_enabled_) {
+      if (auto r = set_irqs(uapi::kPciMsiIrq, VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_TRIGGER, 0, {}); !r)
+        return r;
+      msi_enabled_ = false;
+    }
+    return {};
+  }
+  if (msix_enabled_ > 0) {
+    return fail(Code::kFailedPrecondition,
+                fmt::format("{}: MSI-X vectors are connected; disconnect them before using MSI (MSI and MSI-X "
+                            "exclude each other)",
+                            bdf));
+  }
+  const std::array<int, 1> one{fd};
+  if (auto r = set_irqs(uapi::kPciMsiIrq, VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER, 0, one); !r) {
+    return r;
+  }
+  msi_enabled_ = true;
+  return {};
+}
+
 Result<void> VfioDevice::set_msix_eventfds(unsigned first, std::span<const int> fds) {
   if (first > msix_count_ || fds.size() > msix_count_ - first) {
     return fail(Code::kOutOfRange, fmt::format("{}: MSI-X vectors {}..{} past the function's {} vectors",
@@ -472,6 +521,12 @@ Result<void> VfioDevice::set_msix_eventfds(unsigned first, std::span<const int> 
     }
   }
   std::lock_guard lock(irq_mu_);
+  if (msi_enabled_ && std::any_of(fds.begin(), fds.end(), [](int fd) { return fd >= 0; })) {
+    return fail(Code::kFailedPrecondition,
+                fmt::format("{}: MSI is connected; disconnect it (set_msi_eventfd(-1)) before using MSI-X "
+                            "(MSI and MSI-X exclude each other)",
+                            info_.address.to_string()));
+  }
   std::vector<int> next = msix_fds_;
   std::copy(fds.begin(), fds.end(), next.begin() + first);
   int highest = -1;
@@ -485,7 +540,7 @@ Result<void> VfioDevice::set_msix_eventfds(unsigned first, std::span<const int> 
   constexpr std::uint32_t kDisable = VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_TRIGGER;
   if (highest < 0) {  // nothing connected: MSI-X off
     if (msix_enabled_ > 0) {
-      if (auto r = set_irqs(kDisable, 0, {}); !r) return r;
+      if (auto r = set_irqs(uapi::kPciMsixIrq, kDisable, 0, {}); !r) return r;
       msix_enabled_ = 0;
     }
     msix_fds_ = std::move(next);
@@ -493,18 +548,21 @@ Result<void> VfioDevice::set_msix_eventfds(unsigned first, std::span<const int> 
   }
   const auto needed = static_cast<unsigned>(highest) + 1;
   if (msix_enabled_ == 0) {
-    if (auto r = set_irqs(kEventfds, 0, std::span<const int>(next.data(), needed)); !r) return r;
+    if (auto r = set_irqs(uapi::kPciMsixIrq, kEventfds, 0, std::span<const int>(next.data(), needed)); !r) return r;
     msix_enabled_ = needed;
   } else if (needed <= msix_enabled_) {
     const unsigned end = std::min<unsigned>(first + static_cast<unsigned>(fds.size()), msix_enabled_);
     if (first < end) {
-      if (auto r = set_irqs(kEventfds, first, std::span<const int>(next.data() + first, end - first)); !r) return r;
+      if (auto r =
+              set_irqs(uapi::kPciMsixIrq, kEventfds, first, std::span<const int>(next.data() + first, end - first));
+          !r)
+        return r;
     }
   } else {
     // Grow: vfio-pci (before Linux 6.5) cannot add vectors to an enabled block.
-    if (auto r = set_irqs(kDisable, 0, {}); !r) return r;
+    if (auto r = set_irqs(uapi::kPciMsixIrq, kDisable, 0, {}); !r) return r;
     msix_enabled_ = 0;
-    if (auto r = set_irqs(kEventfds, 0, std::span<const int>(next.data(), needed)); !r) {
+    if (auto r = set_irqs(uapi::kPciMsixIrq, kEventfds, 0, std::span<const int>(next.data(), needed)); !r) {
       // Put the previous routing back so a failed grow does not silence the other vectors.
       int old_highest = -1;
       for (int v = static_cast<int>(msix_fds_.size()) - 1; v >= 0 && old_highest < 0; --v) {
@@ -512,7 +570,8 @@ Result<void> VfioDevice::set_msix_eventfds(unsigned first, std::span<const int> 
       }
       if (old_highest >= 0) {
         const auto old_needed = static_cast<unsigned>(old_highest) + 1;
-        if (set_irqs(kEventfds, 0, std::span<const int>(msix_fds_.data(), old_needed))) msix_enabled_ = old_needed;
+        if (set_irqs(uapi::kPciMsixIrq, kEventfds, 0, std::span<const int>(msix_fds_.data(), old_needed)))
+          msix_enabled_ = old_needed;
       }
       return r;
     }

@@ -126,6 +126,13 @@ class VfioDevice final : public backend::Device {
   /// (DATA_NONE | ACTION_TRIGGER, count 0). Errors: kOutOfRange, kInvalidArgument (fd < -1;
   /// EBADF/EINVAL from the kernel: not an eventfd), kUnavailable (ENODEV), others by errno.
   Result<void> set_msix_eventfds(unsigned first, std::span<const int> fds) override;
+  /// VFIO_DEVICE_SET_IRQS(MSI, DATA_EVENTFD | ACTION_TRIGGER, start 0, count 1); -1 disables
+  /// MSI (DATA_NONE | ACTION_TRIGGER, count 0). The MSI vector count comes from
+  /// VFIO_DEVICE_GET_IRQ_INFO(MSI) on first use (0: no MSI capability). Connecting MSI while
+  /// MSI-X vectors are connected, or MSI-X while MSI is, is refused before the kernel sees it.
+  /// Errors: kUnimplemented (no MSI), kFailedPrecondition (MSI-X in use), kInvalidArgument
+  /// (fd < -1; EBADF/EINVAL from the kernel), kUnavailable (ENODEV), others by errno.
+  Result<void> set_msi_eventfd(int fd) override;
   /// VFIO_DEVICE_RESET when VFIO_DEVICE_GET_INFO has VFIO_DEVICE_FLAGS_RESET.
   /// Errors: kUnimplemented (no reset method), kUnavailable (EBUSY/EAGAIN/ENODEV/EIO).
   Result<void> reset() override;
@@ -152,7 +159,8 @@ class VfioDevice final : public backend::Device {
   Result<void> load_regions();
   Result<void> map_region(unsigned index);  // under mu_
   [[nodiscard]] bool is_aperture(const Region& r) const noexcept;
-  Result<void> set_irqs(std::uint32_t flags, std::uint32_t start, std::span<const int> fds);
+  /// VFIO_DEVICE_SET_IRQS on IRQ index `index` (MSI or MSI-X). Under irq_mu_.
+  Result<void> set_irqs(unsigned index, std::uint32_t flags, std::uint32_t start, std::span<const int> fds);
 
   Sys& sys_;
   backend::FunctionInfo info_;
@@ -170,8 +178,10 @@ class VfioDevice final : public backend::Device {
   std::array<std::unique_ptr<BarMmio>, 6> mmio_{};
 
   std::mutex irq_mu_;
-  std::vector<int> msix_fds_;  // the eventfd of each vector, -1 when disconnected
-  unsigned msix_enabled_ = 0;  // vectors VFIO enabled (0: MSI-X off)
+  std::vector<int> msix_fds_;          // the eventfd of each vector, -1 when disconnected
+  unsigned msix_enabled_ = 0;          // vectors VFIO enabled (0: MSI-X off)
+  std::optional<unsigned> msi_count_;  // VFIO_DEVICE_GET_IRQ_INFO(MSI), read on first use
+  bool msi_enabled_ = false;           // MSI connected to an eventfd
 };
 
 }  // namespace npo::vfio

@@ -179,6 +179,10 @@ class EmuDevice final : public backend::Device {
     return r;
   }
   unsigned msix_vectors() const noexcept override { return pci::kMsixVectors; }
+  // The emulated card has no MSI capability, only MSI-X.
+  Result<void> set_msi_eventfd(int) override {
+    return fail(Code::kUnimplemented, "the emulated card has no MSI capability (it signals MSI-X)");
+  }
   Result<void> set_msix_eventfds(unsigned first, std::span<const int> fds) override {
     if (first > pci::kMsixVectors || fds.size() > pci::kMsixVectors - first) {
       return fail(Code::kOutOfRange,

@@ -100,6 +100,63 @@ Result<PcieLinkInfo> read_pcie_link(Device& dev, const std::vector<Capability>& 
   return li;
 }
 
+Result<std::uint64_t> bar_size(Device& dev, unsigned index) {
+  constexpr std::uint32_t kCommand = 0x04;
+  constexpr std::uint16_t kCommandDecode = 0x3;  // I/O space, memory space
+  if (index > 5) return fail(Code::kInvalidArgument, fmt::format("BAR index {} (0..5)", index));
+  const std::uint32_t reg = 0x10 + 4 * index;
+  auto lo = config_read32(dev, reg);
+  if (!lo) return std::unexpected(lo.error());
+  const bool io = (*lo & 1u) != 0;
+  const bool is64 = !io && ((*lo >> 1) & 3u) == 2;
+  if (is64 && index == 5) return fail(Code::kDataLoss, "64-bit BAR in slot 5 has no upper half");
+  std::uint32_t hi = 0;
+  if (is64) {
+    auto h = config_read32(dev, reg + 4);
+    if (!h) return std::unexpected(h.error());
+    hi = *h;
+  }
+  auto cmd = config_read16(dev, kCommand);
+  if (!cmd) return std::unexpected(cmd.error());
+
+  // Size with decode off, then restore BAR and Command even if a step failed.
+  Result<void> step = config_write16(dev, kCommand, static_cast<std::uint16_t>(*cmd & ~kCommandDecode));
+  std::uint32_t lo_mask = 0, hi_mask = 0;
+  if (step) step = config_write32(dev, reg, 0xffffffffu);
+  if (step) {
+    auto r = config_read32(dev, reg);
+    if (r)
+      lo_mask = *r;
+    else
+      step = std::unexpected(r.error());
+  }
+  if (step && is64) step = config_write32(dev, reg + 4, 0xffffffffu);
+  if (step && is64) {
+    auto r = config_read32(dev, reg + 4);
+    if (r)
+      hi_mask = *r;
+    else
+      step = std::unexpected(r.error());
+  }
+  auto restore_lo = config_write32(dev, reg, *lo);
+  auto restore_hi = is64 ? config_write32(dev, reg + 4, hi) : Result<void>{};
+  auto restore_cmd = config_write16(dev, kCommand, *cmd);
+  if (!step) return std::unexpected(step.error());
+  if (!restore_lo) return std::unexpected(restore_lo.error());
+  if (!restore_hi) return std::unexpected(restore_hi.error());
+  if (!restore_cmd) return std::unexpected(restore_cmd.error());
+
+  // The size is the lowest writable address bit (as Linux's pci_size does).
+  std::uint64_t mask = 0;
+  if (io) {
+    mask = lo_mask & 0xfffffffcu;
+  } else {
+    mask = (static_cast<std::uint64_t>(is64 ? hi_mask : 0u) << 32) | (lo_mask & 0xfffffff0u);
+  }
+  if (mask == 0) return std::uint64_t{0};
+  return mask & (~mask + 1);
+}
+
 double pcie_speed_gts(unsigned code) noexcept {
   switch (code) {
     case 1: return 2.5;

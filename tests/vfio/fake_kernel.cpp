@@ -189,6 +189,12 @@ std::size_t FakeKernel::dma_mappings() const {
   return n;
 }
 
+bool FakeKernel::msi_enabled(const std::string& bdf) const {
+  std::lock_guard lock(mu_);
+  auto it = devs_.find(bdf);
+  return it != devs_.end() && it->second.msi_enabled;
+}
+
 unsigned FakeKernel::msix_enabled(const std::string& bdf) const {
   std::lock_guard lock(mu_);
   auto it = devs_.find(bdf);
@@ -361,6 +367,10 @@ void FakeKernel::close(int fd) noexcept {
       if (d != devs_.end() && d->second.msix_enabled > 0) {
         for (unsigned v = 0; v < d->second.msix_enabled; ++v) (void)d->second.model->set_msix(v, -1);
         d->second.msix_enabled = 0;
+      }
+      if (d != devs_.end() && d->second.msi_enabled) {
+        (void)d->second.model->set_msi(-1);
+        d->second.msi_enabled = false;
       }
       break;
     }
@@ -663,6 +673,7 @@ int FakeKernel::device_ioctl(Node& n, unsigned long request, void* arg) {
     if (ii->argsz < sizeof *ii || ii->index >= VFIO_PCI_NUM_IRQS) return -EINVAL;
     ii->flags = VFIO_IRQ_INFO_EVENTFD;
     ii->count = 0;
+    if (ii->index == VFIO_PCI_MSI_IRQ_INDEX) ii->count = model->msi_count();
     if (ii->index == VFIO_PCI_MSIX_IRQ_INDEX) {
       ii->flags |= VFIO_IRQ_INFO_NORESIZE;
       ii->count = model->msix_count();
@@ -671,10 +682,28 @@ int FakeKernel::device_ioctl(Node& n, unsigned long request, void* arg) {
   }
   if (request == uapi::kDeviceSetIrqs) {
     auto* s = static_cast<uapi::IrqSet*>(arg);
-    if (s->argsz < sizeof *s || s->index != VFIO_PCI_MSIX_IRQ_INDEX) return -EINVAL;
+    if (s->argsz < sizeof *s) return -EINVAL;
+    if (s->index != VFIO_PCI_MSIX_IRQ_INDEX && s->index != VFIO_PCI_MSI_IRQ_INDEX) return -EINVAL;
     const std::uint32_t data = s->flags & VFIO_IRQ_SET_DATA_TYPE_MASK;
     const std::uint32_t action = s->flags & VFIO_IRQ_SET_ACTION_TYPE_MASK;
     if (action != VFIO_IRQ_SET_ACTION_TRIGGER) return -EINVAL;
+    if (s->index == VFIO_PCI_MSI_IRQ_INDEX) {  // vfio_pci_set_msi_trigger, one message here
+      if (data == VFIO_IRQ_SET_DATA_NONE && s->count == 0) {
+        if (dev.msi_enabled) (void)model->set_msi(-1);
+        dev.msi_enabled = false;
+        return 0;
+      }
+      if (data != VFIO_IRQ_SET_DATA_EVENTFD || model->msi_count() == 0) return -EINVAL;
+      if (s->argsz < sizeof *s + s->count * sizeof(std::int32_t)) return -EINVAL;
+      if (s->start != 0 || s->count == 0 || s->count > model->msi_count()) return -EINVAL;
+      if (dev.msix_enabled > 0) return -EINVAL;  // one interrupt type at a time
+      std::int32_t fd = -1;
+      std::memcpy(&fd, s->data, sizeof fd);
+      if (fd >= 0 && ::fcntl(fd, F_GETFD) < 0) return -EBADF;
+      dev.msi_enabled = true;
+      (void)model->set_msi(fd);
+      return 0;
+    }
     if (data == VFIO_IRQ_SET_DATA_NONE && s->count == 0) {  // disable the index
       for (unsigned v = 0; v < dev.msix_enabled; ++v) (void)model->set_msix(v, -1);
       dev.msix_enabled = 0;
@@ -685,6 +714,7 @@ int FakeKernel::device_ioctl(Node& n, unsigned long request, void* arg) {
     if (s->start + s->count > model->msix_count() || s->count == 0) return -EINVAL;
     std::vector<int> fds(s->count);
     std::memcpy(fds.data(), s->data, s->count * sizeof(std::int32_t));
+    if (dev.msi_enabled) return -EINVAL;  // one interrupt type at a time
     const bool enabling = dev.msix_enabled == 0;
     if (!enabling && s->start + s->count > dev.msix_enabled) return -EINVAL;  // NORESIZE
     for (int f : fds) {

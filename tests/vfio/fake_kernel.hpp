@@ -56,6 +56,10 @@ class DeviceModel {
   virtual unsigned msix_count() = 0;
   /// Connects MSI-X vector `vector` to eventfd `fd` (-1 disconnects).
   virtual int set_msix(unsigned vector, int fd) = 0;
+  /// MSI vectors (VFIO_DEVICE_GET_IRQ_INFO(MSI) count); 0 = no MSI capability.
+  virtual unsigned msi_count() { return 0; }
+  /// Connects MSI to eventfd `fd` (-1 disconnects).
+  virtual int set_msi(int /*fd*/) { return EINVAL; }
   virtual bool can_reset() = 0;
   virtual int reset() = 0;
   virtual int dma_map(std::uint64_t vaddr, std::uint64_t iova, std::uint64_t length, bool read, bool write) = 0;
@@ -75,10 +79,12 @@ class MemoryDevice final : public DeviceModel {
   // Configuration (before opening).
   std::map<unsigned, RegionSpec> regions;  ///< by region index; config (7) is 4096 bytes R/W
   unsigned msix = 64;
+  unsigned msi = 1;  ///< MSI vectors (0: no MSI capability)
   bool resettable = true;
 
   // Observation.
   std::vector<int> vectors;  ///< current eventfd per MSI-X vector
+  int msi_fd = -1;           ///< current MSI eventfd
   unsigned resets = 0;
   std::vector<std::string> dma_log;  ///< "map iova+len rw" / "unmap iova+len"
   std::byte* config() noexcept { return config_.data(); }
@@ -91,6 +97,11 @@ class MemoryDevice final : public DeviceModel {
   std::byte* map(unsigned index, std::uint64_t offset, std::size_t len) override;
   unsigned msix_count() override { return msix; }
   int set_msix(unsigned vector, int fd) override;
+  unsigned msi_count() override { return msi; }
+  int set_msi(int fd) override {
+    msi_fd = fd;
+    return 0;
+  }
   bool can_reset() override { return resettable; }
   int reset() override;
   int dma_map(std::uint64_t vaddr, std::uint64_t iova, std::uint64_t length, bool read, bool write) override;
@@ -148,6 +159,8 @@ class FakeKernel final : public Sys {
   [[nodiscard]] std::size_t dma_mappings() const;
   /// MSI-X vectors VFIO has enabled on `bdf` (0 = off).
   [[nodiscard]] unsigned msix_enabled(const std::string& bdf) const;
+  /// Whether VFIO has MSI enabled on `bdf`.
+  [[nodiscard]] bool msi_enabled(const std::string& bdf) const;
 
   // ---- Sys ----------------------------------------------------------------------------------
   SysResult<int> open(const std::string& path, int flags) override;
@@ -193,6 +206,7 @@ class FakeKernel final : public Sys {
     DeviceModel* model = nullptr;
     std::optional<std::string> cdev;
     unsigned msix_enabled = 0;
+    bool msi_enabled = false;
   };
 
   std::optional<int> scripted_ioctl(unsigned long request);

@@ -133,6 +133,77 @@ TEST_P(VfioIrq, KernelErrorsAndAFailedGrowKeepsTheOldRouting) {
   EXPECT_EQ(rig.dev.vectors[9], -1);
 }
 
+// MSI (edu-style devices): VFIO_DEVICE_SET_IRQS on VFIO_PCI_MSI_IRQ_INDEX, exclusive with MSI-X.
+TEST_P(VfioIrq, MsiToAnEventfdExclusiveWithMsix) {
+  Rig rig;
+  const int a = efd(), b = efd(), c = efd();
+  {
+    auto o = rig.open(GetParam());
+    ASSERT_NE(o.dev, nullptr);
+    auto& d = *o.dev;
+    ASSERT_TRUE(d.set_msi_eventfd(a).has_value());
+    EXPECT_TRUE(rig.kernel->msi_enabled(Rig::kBdf));
+    EXPECT_EQ(rig.dev.msi_fd, a);
+    ASSERT_TRUE(d.set_msi_eventfd(b).has_value()) << "re-routed while enabled";
+    EXPECT_EQ(rig.dev.msi_fd, b);
+
+    // MSI-X while MSI is connected: refused before the kernel sees it.
+    const auto sets = rig.kernel->ioctl_count(uapi::kDeviceSetIrqs);
+    const std::array<int, 1> cc{c};
+    EXPECT_EQ(code_of(d.set_msix_eventfds(0, cc)), Code::kFailedPrecondition);
+    EXPECT_EQ(rig.kernel->ioctl_count(uapi::kDeviceSetIrqs), sets);
+
+    ASSERT_TRUE(d.set_msi_eventfd(-1).has_value());
+    EXPECT_FALSE(rig.kernel->msi_enabled(Rig::kBdf));
+    EXPECT_EQ(rig.dev.msi_fd, -1);
+    const auto after = rig.kernel->ioctl_count(uapi::kDeviceSetIrqs);
+    ASSERT_TRUE(d.set_msi_eventfd(-1).has_value()) << "disconnecting twice is a no-op";
+    EXPECT_EQ(rig.kernel->ioctl_count(uapi::kDeviceSetIrqs), after);
+
+    // And the other way round.
+    ASSERT_TRUE(d.set_msix_eventfds(0, cc).has_value());
+    EXPECT_EQ(code_of(d.set_msi_eventfd(a)), Code::kFailedPrecondition);
+    const std::array<int, 1> off{-1};
+    ASSERT_TRUE(d.set_msix_eventfds(0, off).has_value());
+    ASSERT_TRUE(d.set_msi_eventfd(a).has_value());
+    EXPECT_TRUE(rig.kernel->msi_enabled(Rig::kBdf));
+  }
+  EXPECT_FALSE(rig.kernel->msi_enabled(Rig::kBdf)) << "closing the device turns MSI off";
+  EXPECT_EQ(rig.dev.msi_fd, -1);
+}
+
+TEST_P(VfioIrq, MsiErrors) {
+  Rig rig;
+  auto o = rig.open(GetParam());
+  ASSERT_NE(o.dev, nullptr);
+  auto& d = *o.dev;
+  const int a = efd();
+  EXPECT_EQ(code_of(d.set_msi_eventfd(-2)), Code::kInvalidArgument);
+  int closed = 40000;
+  while (::fcntl(closed, F_GETFD) != -1) ++closed;
+  auto r = d.set_msi_eventfd(closed);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code(), Code::kInvalidArgument);
+  EXPECT_EQ(r.error().sys_errno(), EBADF);
+  EXPECT_FALSE(rig.kernel->msi_enabled(Rig::kBdf));
+  rig.kernel->fail_ioctl(uapi::kDeviceSetIrqs, ENODEV);
+  EXPECT_EQ(code_of(d.set_msi_eventfd(a)), Code::kUnavailable);
+  rig.kernel->fail_ioctl(uapi::kDeviceSetIrqs, ENOSPC);
+  EXPECT_EQ(code_of(d.set_msi_eventfd(a)), Code::kResourceExhausted);
+  EXPECT_TRUE(d.set_msi_eventfd(a).has_value()) << "the state was not corrupted";
+}
+
+TEST_P(VfioIrq, NoMsiCapabilityIsUnimplemented) {
+  Rig rig;
+  rig.dev.msi = 0;  // VFIO_DEVICE_GET_IRQ_INFO(MSI) reports 0 vectors
+  auto o = rig.open(GetParam());
+  ASSERT_NE(o.dev, nullptr);
+  const int a = efd();
+  const auto sets = rig.kernel->ioctl_count(uapi::kDeviceSetIrqs);
+  EXPECT_EQ(code_of(o.dev->set_msi_eventfd(a)), Code::kUnimplemented);
+  EXPECT_EQ(rig.kernel->ioctl_count(uapi::kDeviceSetIrqs), sets);
+}
+
 INSTANTIATE_TEST_SUITE_P(Api, VfioIrq, ::testing::Values(IommuApi::kType1, IommuApi::kIommufd), test::api_param_name);
 
 }  // namespace

@@ -148,6 +148,13 @@ class Device {
   /// take ownership of the fds. Errors: kOutOfRange (vector past msix_vectors()),
   /// kInvalidArgument (bad fd), kUnavailable.
   virtual Result<void> set_msix_eventfds(unsigned first, std::span<const int> fds) = 0;
+  /// Routes the function's MSI (one message) to an eventfd (VFIO_DEVICE_SET_IRQS on
+  /// VFIO_PCI_MSI_IRQ_INDEX with DATA_EVENTFD | ACTION_TRIGGER), for devices that signal MSI
+  /// rather than MSI-X; -1 disconnects it and turns MSI off. MSI and MSI-X exclude each other.
+  /// The backend does not take ownership of the fd. Errors: kUnimplemented (the function has
+  /// no MSI capability), kFailedPrecondition (MSI-X vectors are connected), kInvalidArgument
+  /// (bad fd), kUnavailable.
+  virtual Result<void> set_msi_eventfd(int fd) = 0;
 
   /// Function level reset (VFIO_DEVICE_RESET). Guarantee: on success every register, queue
   /// and engine is in its reset state, and DMA mappings are kept (as VFIO keeps them).

@@ -44,9 +44,27 @@ struct PcieLinkInfo {
   unsigned speed_code = 0;  ///< LnkSta
   unsigned width = 0;
   bool flr_capable = false;  ///< DevCap bit 28
+
+  /// True when the negotiated link (LnkSta) runs below its capability (LnkCap) in speed or
+  /// width, what lspci prints as "(downgraded)" -- e.g. an x16 card trained at x8, or a
+  /// 32 GT/s link at 16 GT/s. A field that is 0 on either side (unknown code, link down)
+  /// is not compared.
+  [[nodiscard]] bool downgraded() const noexcept {
+    const bool slower = speed_code != 0 && max_speed_code != 0 && speed_code < max_speed_code;
+    const bool narrower = width != 0 && max_width != 0 && width < max_width;
+    return slower || narrower;
+  }
 };
 /// Errors: kNotFound (no PCI Express capability), config read errors.
 Result<PcieLinkInfo> read_pcie_link(Device& dev, const std::vector<Capability>& caps);
+
+/// Size in bytes of BAR `index` (0..5), found the standard way (PCI Local Bus 3.0 §6.2.5.1):
+/// memory and I/O decode are turned off in Command, all-ones is written to the BAR (both
+/// halves of a 64-bit BAR), the writable address bits are read back, and the BAR and Command
+/// are restored. Returns 0 for an unimplemented BAR. Not for use while a driver has the BAR in
+/// use (decode is off for the duration). Errors: kInvalidArgument (index > 5), kDataLoss (a
+/// 64-bit BAR in slot 5), config read/write errors (restoring is attempted regardless).
+Result<std::uint64_t> bar_size(Device& dev, unsigned index);
 
 /// GT/s of a LnkCap/LnkSta speed code (0 for unknown codes).
 [[nodiscard]] double pcie_speed_gts(unsigned code) noexcept;
