@@ -10,27 +10,13 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "common/run_command.hpp"
 #include "optics_test_util.hpp"
 
 namespace {
 
-struct Run {
-  int status = -1;
-  std::string out;
-};
-
-/// Runs `cmd` through the shell, capturing stdout.
-Run run(const std::string& cmd) {
-  Run r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf;
-  std::size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using Run = npo_test::CommandResult;
+inline Run run(const std::string& cmd) { return npo_test::run_command(cmd); }
 
 std::string dump(const char* name) { return "'" + (optics_test::eeprom_dir() / name).string() + "'"; }
 

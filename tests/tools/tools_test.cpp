@@ -9,25 +9,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "common/run_command.hpp"
+
 namespace {
 
-struct Run {
-  int status = -1;
-  std::string out;
-};
-
-/// Runs `cmd` through the shell, capturing stdout (stderr goes to the test log).
-Run run(const std::string& cmd) {
-  Run r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf;
-  std::size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using Run = npo_test::CommandResult;
+inline Run run(const std::string& cmd) { return npo_test::run_command(cmd); }
 
 TEST(NpoSmi, JsonListsTheEightCardsOfMesh8) {
   const auto r = run(std::string(NPO_SMI) + " --backend emu:mesh8 --json");
