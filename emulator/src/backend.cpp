@@ -3,8 +3,10 @@
 // BAR MMIO, the HBM aperture, DMA mapping through the IOMMU model, MSI-X eventfds and FLR.
 #include <fcntl.h>
 
+#include <chrono>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -60,9 +62,32 @@ class BarMmio final : public backend::Mmio {
 
 class EmuDevice;
 
+/// The emulator's time base: its virtual clock (sleep_until advances it) or, in realtime
+/// mode, emulated time since creation (sleep_until sleeps).
+class EmuClock final : public backend::Clock {
+ public:
+  explicit EmuClock(Emulator& emu) : emu_(emu) {}
+  std::uint64_t now_ns() noexcept override { return emu_.now_ns(); }
+  void sleep_until(std::uint64_t t_ns) noexcept override {
+    const std::uint64_t now = emu_.now_ns();
+    if (t_ns <= now) return;
+    if (is_virtual()) {
+      (void)emu_.advance(t_ns - now);
+    } else {
+      std::this_thread::sleep_for(std::chrono::nanoseconds(t_ns - now));
+    }
+  }
+  bool is_virtual() const noexcept override { return emu_.config().clock == ClockMode::kVirtual; }
+
+ private:
+  Emulator& emu_;
+};
+
 class EmuBackend final : public backend::Backend {
  public:
-  EmuBackend(std::shared_ptr<Emulator> emu, std::string uri) : emu_(std::move(emu)), uri_(std::move(uri)) {}
+  EmuBackend(std::shared_ptr<Emulator> emu, std::string uri)
+      : emu_(std::move(emu)), uri_(std::move(uri)), clock_(*emu_) {}
+  backend::Clock& clock() noexcept override { return clock_; }
   std::string_view name() const noexcept override { return "emulator"; }
   const std::string& uri() const noexcept override { return uri_; }
   Result<std::vector<backend::FunctionInfo>> enumerate() override {
@@ -83,6 +108,7 @@ class EmuBackend final : public backend::Backend {
  private:
   std::shared_ptr<Emulator> emu_;
   std::string uri_;
+  EmuClock clock_;
   std::mutex mu_;
   std::set<std::uint32_t> open_;
 };

@@ -861,3 +861,10 @@ void Card::remove() {
 }
 
 }  // namespace npo::emu
+
+namespace npo::emu {
+// Link faults: the optics model implements them (issue 5). Until then they are logged only.
+void Card::inject_link_fault(const Fault& f) {
+  log_event(fmt::format("link fault {} on port {} not modelled yet", fault_name(f.kind), f.port.value_or(0)));
+}
+}  // namespace npo::emu

@@ -198,6 +198,8 @@ class Card {
   /// Fires the next step of port p's training state machine if `epoch` is still current.
   void port_step(unsigned p, std::uint64_t epoch);
   void attach_cable(unsigned port, std::uint32_t peer_card, unsigned peer_port);
+  /// Applies a link fault (FaultKind kBerRamp .. kTrainingTimeout) to f.port (and f.lane).
+  void inject_link_fault(const Fault& f);
   void log_event(const std::string& text);
 
   // Mailbox transport state (guarded by mbox_mu_).

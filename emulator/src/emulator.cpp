@@ -145,18 +145,26 @@ std::string_view fault_name(FaultKind k) noexcept {
     case FaultKind::kMailboxTimeout: return "mailbox_timeout";
     case FaultKind::kMailboxCorrupt: return "mailbox_corrupt";
     case FaultKind::kSurpriseRemoval: return "surprise_removal";
+    case FaultKind::kBerRamp: return "ber_ramp";
+    case FaultKind::kLaneLoss: return "lane_loss";
+    case FaultKind::kFlapStorm: return "flap_storm";
+    case FaultKind::kModuleRemoval: return "module_removal";
+    case FaultKind::kTrainingTimeout: return "training_timeout";
   }
   return "unknown";
 }
 
 Result<FaultKind> parse_fault_kind(std::string_view name) {
-  for (auto k : {FaultKind::kIommuFault, FaultKind::kEngineHang, FaultKind::kCompletionError,
-                 FaultKind::kMailboxTimeout, FaultKind::kMailboxCorrupt, FaultKind::kSurpriseRemoval}) {
+  for (auto k :
+       {FaultKind::kIommuFault, FaultKind::kEngineHang, FaultKind::kCompletionError, FaultKind::kMailboxTimeout,
+        FaultKind::kMailboxCorrupt, FaultKind::kSurpriseRemoval, FaultKind::kBerRamp, FaultKind::kLaneLoss,
+        FaultKind::kFlapStorm, FaultKind::kModuleRemoval, FaultKind::kTrainingTimeout}) {
     if (fault_name(k) == name) return k;
   }
   return fail(Code::kInvalidArgument,
               fmt::format("unknown fault kind '{}' (accepted: iommu_fault, engine_hang, completion_error, "
-                          "mailbox_timeout, mailbox_corrupt, surprise_removal)",
+                          "mailbox_timeout, mailbox_corrupt, surprise_removal, ber_ramp, lane_loss, flap_storm, "
+                          "module_removal, training_timeout)",
                           name));
 }
 
@@ -210,7 +218,13 @@ Result<void> EmulatorImpl::init() {
     const std::uint64_t serial = rng();
     cards.push_back(std::make_unique<Card>(*this, i, cfg.card, serial, hbm_base + i * hbm_stride, i * hbm_stride));
   }
+  cable_peer_.assign(std::size_t{cfg.num_cards} * regs::kMaxPorts, std::nullopt);
+  cable_channel_.assign(std::size_t{cfg.num_cards} * regs::kMaxPorts, ChannelParams{});
   for (const auto& cab : cfg.cables) {
+    cable_peer_[std::size_t{cab.card_a} * regs::kMaxPorts + cab.port_a] = PortRef{cab.card_b, cab.port_b};
+    cable_peer_[std::size_t{cab.card_b} * regs::kMaxPorts + cab.port_b] = PortRef{cab.card_a, cab.port_a};
+    cable_channel_[std::size_t{cab.card_a} * regs::kMaxPorts + cab.port_a] = cab.channel;
+    cable_channel_[std::size_t{cab.card_b} * regs::kMaxPorts + cab.port_b] = cab.channel;
     cards[cab.card_a]->attach_cable(cab.port_a, cab.card_b, cab.port_b);
     cards[cab.card_b]->attach_cable(cab.port_b, cab.card_a, cab.port_a);
   }
@@ -269,7 +283,22 @@ void EmulatorImpl::fire(const Fault& f) {
     case FaultKind::kMailboxTimeout: c.firmware().inject_timeout(f.count); break;
     case FaultKind::kMailboxCorrupt: c.firmware().inject_corrupt(f.count); break;
     case FaultKind::kSurpriseRemoval: c.remove(); break;
+    case FaultKind::kBerRamp:
+    case FaultKind::kLaneLoss:
+    case FaultKind::kFlapStorm:
+    case FaultKind::kModuleRemoval:
+    case FaultKind::kTrainingTimeout: c.inject_link_fault(f); break;
   }
+}
+
+std::optional<PortRef> EmulatorImpl::resolve_peer(std::uint32_t card, unsigned port) const {
+  const std::size_t i = std::size_t{card} * regs::kMaxPorts + port;
+  return i < cable_peer_.size() ? cable_peer_[i] : std::nullopt;
+}
+
+ChannelParams EmulatorImpl::channel_of(std::uint32_t card, unsigned port) const {
+  const std::size_t i = std::size_t{card} * regs::kMaxPorts + port;
+  return i < cable_channel_.size() ? cable_channel_[i] : ChannelParams{};
 }
 
 // ==== Emulator ==============================================================================

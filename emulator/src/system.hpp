@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -13,6 +14,13 @@
 #include "sched.hpp"
 
 namespace npo::emu {
+
+/// One card port.
+struct PortRef {
+  std::uint32_t card = 0;
+  unsigned port = 0;
+  friend bool operator==(const PortRef&, const PortRef&) = default;
+};
 
 class EmulatorImpl {
  public:
@@ -34,12 +42,21 @@ class EmulatorImpl {
   Card* card_by_fabric_id(std::uint32_t fid) noexcept {
     return (fid >= 1 && fid <= cards.size()) ? cards[fid - 1].get() : nullptr;
   }
+  /// The card port at the far end of the light path from (card, port): a direct cable, or
+  /// (topology issue) a path through optical-switch cross-connects. nullopt: no path.
+  /// Thread-safety: any thread; the answer can change when a switch is reconfigured.
+  [[nodiscard]] std::optional<PortRef> resolve_peer(std::uint32_t card, unsigned port) const;
+  /// Channel parameters of the light path from (card, port); defaults when there is none.
+  [[nodiscard]] ChannelParams channel_of(std::uint32_t card, unsigned port) const;
   void log(std::uint32_t card, const std::string& text);
   std::vector<std::string> log_lines() const;
   /// Arms a fault at its time.
   void fire(const Fault& f);
 
  private:
+  /// Direct cables: index card * kMaxPorts + port.
+  std::vector<std::optional<PortRef>> cable_peer_;
+  std::vector<ChannelParams> cable_channel_;
   mutable std::mutex log_mu_;
   std::vector<std::string> log_;
 };

@@ -28,12 +28,21 @@ enum class ClockMode : std::uint8_t {
   kRealtime,  ///< time follows CLOCK_MONOTONIC from creation; a timer thread fires events
 };
 
+/// Physical channel of one optical link (both directions alike). The lane model turns it
+/// into SNR and pre-FEC BER (docs/emulator.md "Channel model").
+struct ChannelParams {
+  double loss_db = 3.0;         ///< optical insertion loss of fibre, connectors and switch, dB
+  double snr_penalty_db = 0.0;  ///< extra SNR loss (dirty connector, crosstalk), dB, >= 0
+  std::uint8_t dead_lanes = 0;  ///< bitmap of lanes that carry no light
+};
+
 /// One optical cable between two card ports.
 struct Cable {
   std::uint32_t card_a = 0;
   unsigned port_a = 0;
   std::uint32_t card_b = 0;
   unsigned port_b = 0;
+  ChannelParams channel{};
 };
 
 /// Per-card parameters.
@@ -70,6 +79,12 @@ enum class FaultKind : std::uint8_t {
   kMailboxTimeout,   ///< firmware ignores the next `count` mailbox requests
   kMailboxCorrupt,   ///< the next `count` mailbox replies have one byte flipped after the CRC
   kSurpriseRemoval,  ///< the card vanishes: reads return all-ones, writes are dropped, DMA stops
+  // Link faults (port required; lane where noted). Both ends of the link see them.
+  kBerRamp,          ///< lane (or every lane) of the port: pre-FEC BER rises log-linearly to `value` over `duration_ns`
+  kLaneLoss,         ///< lane (required) goes dark: signal and CDR lock lost until `duration_ns` passes (0: stays)
+  kFlapStorm,        ///< the link drops `count` times, one every `duration_ns` (default 50 ms)
+  kModuleRemoval,    ///< the port's module is pulled; re-inserted after `duration_ns` (0: stays out)
+  kTrainingTimeout,  ///< the next `count` training attempts of the port time out (CDR never locks)
 };
 
 /// Name used in scenario files and the event log: "iommu_fault", "engine_hang",
@@ -87,7 +102,9 @@ struct Fault {
   std::optional<unsigned> queue = std::nullopt;  ///< queue within the engine
   std::optional<unsigned> port = std::nullopt;
   std::optional<unsigned> lane = std::nullopt;
-  std::uint32_t count = 1;  ///< how many accesses/ops/requests it affects
+  std::uint32_t count = 1;        ///< how many accesses/ops/requests it affects
+  double value = 0;               ///< kind-specific magnitude (kBerRamp: the final pre-FEC BER)
+  std::uint64_t duration_ns = 0;  ///< kind-specific duration (see each kind)
 };
 
 /// The emulated system. Thread-safety: every method may be called from any thread.

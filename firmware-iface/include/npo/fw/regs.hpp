@@ -50,7 +50,8 @@ inline constexpr std::uint32_t kLaneBase = 0x100;  ///< lane blocks inside a por
 inline constexpr std::uint32_t kLaneStride = 0x100;
 
 static_assert(kQueueBase + kNumQueues * kQueueStride <= kWindowBase);
-static_assert(kWindowBase + kWindowEntries * kWindowStride <= kPortBase);
+static_assert(kWindowBase + kWindowEntries * kWindowStride <= 0x30000);
+static_assert(0x30000 + 2048 * 4 <= kPortBase);
 static_assert(kLaneBase + kLanesPerPort * kLaneStride <= kPortStride);
 static_assert(kPortBase + kMaxPorts * kPortStride <= (1u << 20), "BAR0 is 1 MiB");
 
@@ -74,6 +75,9 @@ inline constexpr std::uint32_t kReset = 0x060;       // DB32 write kResetKey to 
 inline constexpr std::uint32_t kScratch = 0x064;     // RW32 free for software
 inline constexpr std::uint32_t kTimestamp = 0x068;   // RO64 device time in ns
 inline constexpr std::uint32_t kScratch64 = 0x070;   // RW64 free for software
+inline constexpr std::uint32_t kStatsAddr = 0x078;   // RW64 IOVA of the port statistics block (stats.hpp), 64 B aligned
+inline constexpr std::uint32_t kStatsCtrl = 0x080;   // DB32 write a nonzero sequence: card DMAs the stats block
+inline constexpr std::uint32_t kStatsSeq = 0x084;    // RO32 sequence of the last stats block written
 
 inline constexpr Field32 kCap0NumEngines{0, 8};
 inline constexpr Field32 kCap0QueuesPerEngine{8, 8};
@@ -167,6 +171,15 @@ inline constexpr Field32 kStatusBadEntry{1, 1};    ///< commit refused: range or
 inline constexpr Field32 kStatusInflight{8, 16};   ///< remote ops currently using the window
 }  // namespace window
 
+// ---- Fabric route table (spec §8): one entry per destination fabric ID ------------------
+inline constexpr std::uint32_t kRouteBase = 0x30000;
+inline constexpr unsigned kRouteEntries = 2048;  ///< indexed by destination fabric ID (1..2047)
+inline constexpr unsigned kMaxHops = 16;         ///< remote ops taking more hops fail kRemoteUnreachable
+namespace route {
+inline constexpr Field32 kPortMask{0, 16};  ///< egress ports of equal cost (bit n = port n)
+inline constexpr Field32 kValid{31, 1};
+}  // namespace route
+
 // ---- Optical port block p at kPortBase + p * kPortStride (spec §7) -----------------------
 namespace port {
 inline constexpr std::uint32_t kCtrl = 0x000;          // RW32
@@ -178,6 +191,13 @@ inline constexpr std::uint32_t kTrainCount = 0x018;    // RO32 training attempts
 inline constexpr std::uint32_t kFlapCount = 0x01c;     // RO32 up->down transitions since reset
 inline constexpr std::uint32_t kTrainTimeout = 0x020;  // RW32 ms per training attempt
 inline constexpr std::uint32_t kEventStatus = 0x024;   // RW1C32 latched link events
+inline constexpr std::uint32_t kLaneEnable = 0x028;    // RW32 physical lanes the host allows (lane degrade)
+inline constexpr std::uint32_t kTrainResult = 0x02c;   // RO32 outcome of the last training attempt
+inline constexpr std::uint32_t kUpCount = 0x030;       // RO32 entries into Up since reset
+inline constexpr std::uint32_t kCoeffUpdates = 0x034;  // RO32 Tx EQ coefficient requests in the last training
+inline constexpr std::uint32_t kPrbsLanes = 0x038;     // RW32 lanes the PRBS generator/checker use
+inline constexpr std::uint32_t kModuleTemp = 0x03c;    // RO32 module temperature, signed 1/256 degC (DDM mirror)
+inline constexpr std::uint32_t kModuleVcc = 0x040;     // RO32 module supply, 100 uV units (DDM mirror)
 
 inline constexpr Field32 kCtrlEnable{0, 1};       ///< allow the link to come up
 inline constexpr Field32 kCtrlTrain{1, 1};        ///< write 1: (re)start link training
@@ -185,6 +205,28 @@ inline constexpr Field32 kCtrlLoopback{2, 1};     ///< near-end loopback
 inline constexpr Field32 kCtrlPrbsGen{3, 1};      ///< transmit the PRBS pattern on all lanes
 inline constexpr Field32 kCtrlPrbsCheck{4, 1};    ///< check received PRBS on all lanes
 inline constexpr Field32 kCtrlPrbsPattern{8, 4};  ///< PrbsPattern below
+inline constexpr Field32 kCtrlPrbsSide{5, 1};     ///< 0: media side (over the fibre), 1: host side (card <-> module)
+
+inline constexpr Field32 kLaneEnableMask{0, 8};  ///< bit n: physical lane n may be used; reset 0xFF
+
+/// TRAIN_RESULT fields: what the last training attempt ended with, and where.
+inline constexpr Field32 kTrainResultCode{0, 8};      ///< TrainResult below
+inline constexpr Field32 kTrainResultState{8, 4};     ///< LinkState the attempt ended in
+inline constexpr Field32 kTrainResultLanes{16, 8};    ///< physical lanes without CDR lock at the failure
+inline constexpr Field32 kTrainResultAttempt{24, 8};  ///< attempt number within the bring-up, from 1
+
+/// Hardware training outcome codes (TRAIN_RESULT.CODE).
+enum class TrainResult : std::uint8_t {
+  kNone = 0,             ///< no attempt finished since reset / attempt in progress
+  kOk = 1,               ///< reached Up
+  kNoModule = 2,         ///< module absent or removed during training
+  kModuleNotReady = 3,   ///< module did not reach ModuleReady within t_module
+  kDataPathTimeout = 4,  ///< data path not activated within t_datapath
+  kCdrLockTimeout = 5,   ///< lanes (TRAIN_RESULT.LANES) without signal/CDR lock at TRAIN_TIMEOUT
+  kNeighborTimeout = 6,  ///< lanes locked but no partner identity exchanged within TRAIN_TIMEOUT
+  kFecLockTimeout = 7,   ///< no alignment-marker lock within t_fec
+  kAborted = 8,          ///< host disabled or retrained the port mid-attempt
+};
 
 inline constexpr Field32 kStatusState{0, 4};  ///< LinkState below
 inline constexpr Field32 kStatusFecLock{4, 1};
@@ -246,6 +288,9 @@ inline constexpr Field32 kTxEqPost{16, 8};         ///< signed post-cursor tap
 inline constexpr Field32 kLaneStatusSignal{0, 1};  ///< signal detected
 inline constexpr Field32 kLaneStatusCdrLock{1, 1};
 inline constexpr Field32 kLaneStatusPrbsLock{2, 1};
+inline constexpr std::uint32_t kRxPower = 0x40;  ///< RO32 DDM mirror: Rx optical power, 0.1 uW units (CMIS)
+inline constexpr std::uint32_t kTxPower = 0x44;  ///< RO32 DDM mirror: Tx optical power, 0.1 uW units (CMIS)
+inline constexpr std::uint32_t kTxBias = 0x48;   ///< RO32 DDM mirror: laser bias, 1 uA units (scaled)
 static_assert(kFecBin0 + kFecBins * 8 <= kLaneStride);
 }  // namespace lane
 }  // namespace port
@@ -263,6 +308,7 @@ static_assert(kFecBin0 + kFecBins * 8 <= kLaneStride);
 [[nodiscard]] constexpr std::uint32_t lane_reg(unsigned p, unsigned l, std::uint32_t reg) noexcept {
   return kPortBase + p * kPortStride + kLaneBase + l * kLaneStride + reg;
 }
+[[nodiscard]] constexpr std::uint32_t route_reg(std::uint32_t fabric_id) noexcept { return kRouteBase + fabric_id * 4; }
 [[nodiscard]] constexpr std::uint32_t mbox_reg(std::uint32_t reg) noexcept { return kMailboxBase + reg; }
 
 // ---- Machine-readable register list (drives the spec agreement test) --------------------

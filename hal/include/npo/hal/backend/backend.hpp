@@ -162,6 +162,27 @@ class Device {
   virtual Result<void> reset() = 0;
 };
 
+/// The platform's time base for driver timeouts and polling (training deadlines, flap
+/// windows, monitor intervals). Real platforms use CLOCK_MONOTONIC. The emulator's virtual
+/// clock moves only when someone waits: sleep_until() advances emulated time, so a driver
+/// state machine with a 5 s timeout runs in microseconds of wall time and replays exactly.
+/// Thread-safety: both methods may be called from any thread; on a virtual clock concurrent
+/// sleepers are serialised (time moves to the later of their deadlines).
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  /// Current time in ns (monotonic; epoch unspecified).
+  [[nodiscard]] virtual std::uint64_t now_ns() noexcept = 0;
+  /// Returns once now_ns() >= t_ns (at once if it already is). Real clocks sleep; the
+  /// virtual clock advances emulated time to t_ns, firing the events due on the way.
+  virtual void sleep_until(std::uint64_t t_ns) noexcept = 0;
+  /// True for the emulator's virtual clock.
+  [[nodiscard]] virtual bool is_virtual() const noexcept { return false; }
+};
+
+/// CLOCK_MONOTONIC (std::chrono::steady_clock). The default Backend::clock().
+[[nodiscard]] Clock& monotonic_clock() noexcept;
+
 /// A platform: finds PCI functions and opens them. Thread-safety: enumerate() and open()
 /// may be called concurrently.
 class Backend {
@@ -178,6 +199,9 @@ class Backend {
   /// kAlreadyExists (already open), kPermissionDenied, kFailedPrecondition (wrong driver bound,
   /// IOMMU group not viable; the message names the fix).
   virtual Result<std::unique_ptr<Device>> open(const PciAddress& address) = 0;
+  /// The time base drivers use for timeouts on this platform (see Clock). Valid while the
+  /// Backend lives. Default: monotonic_clock().
+  [[nodiscard]] virtual Clock& clock() noexcept { return monotonic_clock(); }
 };
 
 }  // namespace npo::backend
