@@ -85,11 +85,13 @@ Card::Card(EmulatorImpl& sys, std::uint32_t index, const CardConfig& cfg, std::u
       hbm_(hbm),
       hbm_memfd_offset_(hbm_memfd_offset),
       windows_(new WindowEntry[regs::kWindowEntries]),
+      routes_(new std::atomic<std::uint32_t>[regs::kRouteEntries]),
       ports_(cfg.num_ports),
       firmware_(*this) {
   queues_.reserve(regs::kNumQueues);
   for (unsigned q = 0; q < regs::kNumQueues; ++q) queues_.push_back(std::make_unique<QueueModel>(*this, q));
   for (auto& fd : msix_fd_) fd.store(-1);
+  for (unsigned i = 0; i < regs::kRouteEntries; ++i) routes_[i].store(0);
   bar2_size_ = std::max<std::uint64_t>(pci::kBar2MinSize, std::bit_ceil(cfg_.hbm_bytes));
   build_config_space();
   for (unsigned p = 0; p < ports_.size(); ++p) build_cmis(p);
@@ -325,6 +327,8 @@ std::uint64_t Card::bar0_read(std::uint64_t off64, unsigned width) {
   } else if (base >= regs::kWindowBase && base < regs::kWindowBase + regs::kWindowEntries * regs::kWindowStride) {
     v = window_read((base - regs::kWindowBase) / regs::kWindowStride, (base - regs::kWindowBase) % regs::kWindowStride,
                     width);
+  } else if (base >= regs::kRouteBase && base < regs::kRouteBase + regs::kRouteEntries * 4) {
+    v = routes_[(base - regs::kRouteBase) / 4].load(std::memory_order_acquire);
   } else if (base >= regs::kPortBase && base < regs::kPortBase + ports_.size() * regs::kPortStride) {
     v = port_read((base - regs::kPortBase) / regs::kPortStride, (base - regs::kPortBase) % regs::kPortStride, width);
   }
@@ -356,6 +360,10 @@ void Card::bar0_write(std::uint64_t off64, unsigned width, std::uint64_t value) 
     const unsigned w = (base - regs::kWindowBase) / regs::kWindowStride;
     const std::uint32_t r = (base - regs::kWindowBase) % regs::kWindowStride;
     window_write(w, r, half ? 64 : width, full([&] { return window_read(w, r, 64); }));
+  } else if (base >= regs::kRouteBase && base < regs::kRouteBase + regs::kRouteEntries * 4) {
+    const unsigned fid = (base - regs::kRouteBase) / 4;
+    const auto v32 = static_cast<std::uint32_t>(value) & (regs::route::kPortMask.mask() | regs::route::kValid.mask());
+    if (fid != 0) routes_[fid].store(v32, std::memory_order_release);  // entry 0 (no fabric ID 0) is RO 0
   } else if (base >= regs::kPortBase && base < regs::kPortBase + ports_.size() * regs::kPortStride) {
     const unsigned p = (base - regs::kPortBase) / regs::kPortStride;
     port_write(p, (base - regs::kPortBase) % regs::kPortStride, width, value);
@@ -805,6 +813,7 @@ void Card::reset(const char* why, bool rebuild_config) {
     mbox_rsp_len_ = 0;
     mbox_status_.store(0);
   }
+  for (unsigned i = 0; i < regs::kRouteEntries; ++i) routes_[i].store(0);
   for (unsigned w = 0; w < regs::kWindowEntries; ++w) {
     auto& e = windows_[w];
     e.hbm_offset.store(0);

@@ -189,6 +189,10 @@ class Card {
   [[nodiscard]] QueueModel& queue(unsigned q) { return *queues_[q]; }
   [[nodiscard]] Firmware& firmware() { return firmware_; }
   [[nodiscard]] WindowEntry& window(unsigned w) { return windows_[w]; }
+  /// Route table entry for destination fabric ID `fid` (registers.md §8); 0 when out of range.
+  [[nodiscard]] std::uint32_t route(std::uint32_t fid) const noexcept {
+    return fid < fw::regs::kRouteEntries ? routes_[fid].load(std::memory_order_acquire) : 0;
+  }
   [[nodiscard]] std::mutex& port_mutex() { return port_mu_; }
   [[nodiscard]] PortModel& port(unsigned p) { return ports_[p]; }
   /// Port p's STATUS register value. Caller holds port_mutex().
@@ -251,6 +255,7 @@ class Card {
   Iommu iommu_;
   std::vector<std::unique_ptr<QueueModel>> queues_;
   std::unique_ptr<WindowEntry[]> windows_;
+  std::unique_ptr<std::atomic<std::uint32_t>[]> routes_;  ///< route table (registers.md §8)
   std::mutex port_mu_;
   std::vector<PortModel> ports_;
   Firmware firmware_;
