@@ -139,6 +139,12 @@ class Firmware final : public Runnable {
   std::deque<LogEntry> log_;
 };
 
+/// Remote-op routing (registers.md §8): walks from `src` towards fabric ID `dst_fid` over Up
+/// links, following each card's route table (ECMP member chosen by a flow hash of source,
+/// destination and `queue`), or a direct link where a card has no entry. False when no Up
+/// path exists within kMaxHops (a missing entry, a down link, or a routing loop).
+bool route_reachable(Card& src, std::uint32_t dst_fid, unsigned queue);
+
 /// The card.
 class Card {
  public:

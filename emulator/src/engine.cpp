@@ -226,6 +226,56 @@ Status QueueModel::host_access(std::uint64_t iova, std::uint64_t len, bool write
   return Status::kOk;
 }
 
+namespace {
+/// An Up port of `card` with a valid neighbour: among the ports of `mask` (any port when 0)
+/// whose neighbour is `next_fid` (any neighbour when 0); several: chosen by `flow`. -1: none.
+int up_port_towards(Card& card, std::uint32_t next_fid, std::uint16_t mask, std::uint32_t flow) {
+  std::lock_guard lock(card.port_mutex());
+  int candidates[regs::kMaxPorts];
+  int n = 0;
+  for (unsigned p = 0; p < card.config().num_ports; ++p) {
+    if (mask != 0 && (mask & (1u << p)) == 0) continue;
+    const auto& pm = card.port(p);
+    if (pm.state != regs::port::LinkState::kUp || !regs::port::kNeighborValid.get(pm.neighbor)) continue;
+    if (next_fid != 0 && regs::port::kNeighborFabricId.get(pm.neighbor) != next_fid) continue;
+    candidates[n++] = static_cast<int>(p);
+  }
+  return n == 0 ? -1 : candidates[flow % static_cast<std::uint32_t>(n)];
+}
+
+/// Fabric ID of the neighbour behind port p of `card` (0 if none is known).
+std::uint32_t neighbor_of(Card& card, unsigned p) {
+  std::lock_guard lock(card.port_mutex());
+  const auto& pm = card.port(p);
+  return regs::port::kNeighborValid.get(pm.neighbor)
+             ? static_cast<std::uint32_t>(regs::port::kNeighborFabricId.get(pm.neighbor))
+             : 0;
+}
+}  // namespace
+
+bool route_reachable(Card& src, std::uint32_t dst_fid, unsigned queue) {
+  // Flow hash: the same (source, destination, queue) always takes the same ECMP member, so
+  // one queue's ops stay in order on one path; different queues spread over the set.
+  const std::uint32_t flow = (src.fabric_id() * 0x9e3779b1u) ^ (dst_fid * 0x85ebca77u) ^ (queue * 0xc2b2ae3du);
+  Card* at = &src;
+  for (unsigned hop = 0; hop <= regs::kMaxHops; ++hop) {
+    if (at->fabric_id() == dst_fid) return true;
+    if (hop == regs::kMaxHops) break;
+    const std::uint32_t entry = at->route(dst_fid);
+    int port = -1;
+    if (regs::route::kValid.get(entry)) {
+      port = up_port_towards(*at, 0, static_cast<std::uint16_t>(regs::route::kPortMask.get(entry)), flow >> hop);
+    } else {
+      port = up_port_towards(*at, dst_fid, 0, flow);  // no entry: a direct link only
+    }
+    if (port < 0) return false;
+    Card* next = at->system().card_by_fabric_id(neighbor_of(*at, static_cast<unsigned>(port)));
+    if (next == nullptr || next->removed()) return false;
+    at = next;
+  }
+  return false;
+}
+
 Status QueueModel::execute(const dma::Descriptor& d, std::uint64_t* info) {
   *info = 0;
   const auto op = d.opcode();
@@ -358,19 +408,11 @@ Status QueueModel::execute(const dma::Descriptor& d, std::uint64_t* info) {
     case dma::Opcode::kRemoteRead: {
       const bool is_write = op == dma::Opcode::kRemoteWrite;
       Card* target = card_.system().card_by_fabric_id(d.remote_card());
-      // Direct neighbours only (multi-hop routing arrives with the topology issue): some
-      // port of this card must be up with `target` as its neighbour.
+      // Routed through the fabric (registers.md §8): hop by hop over Up links, following each
+      // card's route table, or a direct link when the source has no entry for the target.
       bool reachable = target == &card_;  // a card's own windows: loopback, no link needed
       if (!reachable && target != nullptr && !target->removed()) {
-        std::lock_guard lock(card_.port_mutex());
-        for (unsigned p = 0; p < card_.config().num_ports; ++p) {
-          const auto& pm = card_.port(p);
-          if (pm.state == regs::port::LinkState::kUp &&
-              regs::port::kNeighborFabricId.get(pm.neighbor) == d.remote_card()) {
-            reachable = true;
-            break;
-          }
-        }
+        reachable = route_reachable(card_, d.remote_card(), index_);
       }
       if (!reachable) {
         *info = d.remote_card();

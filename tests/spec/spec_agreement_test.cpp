@@ -177,6 +177,7 @@ TEST(SpecAgreement, BlockMapMatchesBases) {
       {"MBOX", {regs::kMailboxBase, std::nullopt, 1}},
       {"QUEUE", {regs::kQueueBase, regs::kQueueStride, regs::kNumQueues}},
       {"WINDOW", {regs::kWindowBase, regs::kWindowStride, regs::kWindowEntries}},
+      {"ROUTE", {regs::kRouteBase, 4, regs::kRouteEntries}},
       {"PORT", {regs::kPortBase, regs::kPortStride, regs::kMaxPorts}},
       {"LANE", {regs::kLaneBase, regs::kLaneStride, regs::kLanesPerPort}},
   };
