@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // npo-smi: lists the NPO cards a backend exposes, with identity, BARs, NUMA node, HBM,
 // PCIe link and firmware read from each card. Uses only the public npo-hal API.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -65,8 +66,34 @@ nlohmann::json card_json(const npo::DeviceInfo& d) {
       {"bars", bars}};
 }
 
-/// `npo-smi topo`: trains every link with a module, then prints the discovered graph as a
-/// card x card matrix of hops (like nvidia-smi topo -m), or JSON.
+/// Link class of card i -> card j for the matrix: X itself, L<h> for h hops over trained
+/// links (L1xk: k parallel direct links; a trailing '*' marks a direct link that trained
+/// narrower than the others), '-' unreachable.
+std::string link_class(const npo::Topology& t, const npo::RouteTable& rt, std::size_t i, std::size_t j, bool compact) {
+  if (i == j) return "X";
+  const int h = rt.hops(t.cards[i], t.cards[j]);
+  if (h < 0) return "-";
+  if (h > 1) return compact ? fmt::format("{}", h) : fmt::format("L{}", h);
+  unsigned par = 0;
+  unsigned min_lanes = ~0u;
+  unsigned max_lanes = 0;
+  for (const auto& l : t.links) {
+    if (!l.up) continue;
+    if ((l.a_fabric_id == t.cards[i] && l.b_fabric_id == t.cards[j]) ||
+        (l.a_fabric_id == t.cards[j] && l.b_fabric_id == t.cards[i])) {
+      ++par;
+      min_lanes = std::min(min_lanes, l.lanes);
+      max_lanes = std::max(max_lanes, l.lanes);
+    }
+  }
+  const std::string narrow = min_lanes < max_lanes || (par > 0 && min_lanes < 8) ? "*" : "";
+  if (compact) return fmt::format("{}{}", par > 1 ? fmt::format("1x{}", par) : "1", narrow);
+  return fmt::format("{}{}", par > 1 ? fmt::format("L1x{}", par) : "L1", narrow);
+}
+
+/// `npo-smi topo`: trains every link with a module, discovers the graph from the identities
+/// training exchanged, computes routes, then prints a card x card matrix of hops (like
+/// nvidia-smi topo -m; compact up to 64 cards, summarised beyond), or JSON.
 int topo(npo::System& s, bool json) {
   auto up = npo::bring_up_links(s);
   if (!up) {
@@ -78,6 +105,12 @@ int topo(npo::System& s, bool json) {
     std::fprintf(stderr, "npo-smi: topology: %s\n", t.error().to_string().c_str());
     return 1;
   }
+  auto rt = npo::RouteTable::compute(*t);
+  if (!rt) {
+    std::fprintf(stderr, "npo-smi: routes: %s\n", rt.error().to_string().c_str());
+    return 1;
+  }
+  const std::size_t n = t->cards.size();
   if (json) {
     nlohmann::json cards = nlohmann::json::array();
     for (std::size_t i = 0; i < s.device_count(); ++i) {
@@ -91,6 +124,12 @@ int topo(npo::System& s, bool json) {
                        {"state", l.up ? "up" : "down"},
                        {"lanes", l.lanes}});
     }
+    nlohmann::json hops = nlohmann::json::array();
+    for (std::size_t i = 0; i < n; ++i) {
+      nlohmann::json row = nlohmann::json::array();
+      for (std::size_t j = 0; j < n; ++j) row.push_back(rt->hops(t->cards[i], t->cards[j]));
+      hops.push_back(std::move(row));
+    }
     nlohmann::json out = {{"uri", s.uri()},
                           {"training",
                            {{"ports_with_module", up->ports_with_module},
@@ -99,55 +138,74 @@ int topo(npo::System& s, bool json) {
                             {"elapsed_ms", static_cast<double>(up->elapsed_ns) / 1e6}}},
                           {"cards", cards},
                           {"links", links},
-                          {"hops", t->hop_matrix()}};
+                          {"diameter", rt->diameter()},
+                          {"hops", hops}};
     std::puts(out.dump(2).c_str());
     return 0;
   }
   if (up->up < up->ports_with_module) {
-    fmt::print(stderr,
-               "npo-smi: {} of {} ports with a module did not train Up (with clock=virtual, time moves only when a "
-               "test advances it)\n",
-               up->ports_with_module - up->up, up->ports_with_module);
+    fmt::print(stderr, "npo-smi: {} of {} ports with a module did not train Up\n", up->ports_with_module - up->up,
+               up->ports_with_module);
   }
-  fmt::print("npo-smi topo  backend {}  {} cards  {} links; {} of {} ports with a module trained Up in {:.1f} ms\n\n",
-             s.uri(), t->cards.size(), t->links.size(), up->up, up->ports_with_module,
-             static_cast<double>(up->elapsed_ns) / 1e6);
-  const auto m = t->hop_matrix();
-  const std::size_t n = t->cards.size();
+  unsigned up_links = 0;
+  for (const auto& l : t->links) up_links += l.up ? 1 : 0;
+  fmt::print(
+      "npo-smi topo  backend {}  {} cards  {} links Up; {} of {} ports with a module trained Up in {:.1f} ms  "
+      "diameter {} hops\n\n",
+      s.uri(), n, up_links, up->up, up->ports_with_module, static_cast<double>(up->elapsed_ns) / 1e6, rt->diameter());
   if (n <= 64) {
-    fmt::print("{:>5}", "");
-    for (std::size_t j = 0; j < n; ++j) fmt::print("{:>5}", fmt::format("C{}", j));
+    const bool compact = n > 16;
+    const int w = compact ? 4 : 6;
+    fmt::print("{:>{}}", "", w);
+    for (std::size_t j = 0; j < n; ++j) fmt::print("{:>{}}", compact ? fmt::format("{}", j) : fmt::format("C{}", j), w);
     fmt::print("\n");
     for (std::size_t i = 0; i < n; ++i) {
-      fmt::print("{:>5}", fmt::format("C{}", i));
-      for (std::size_t j = 0; j < n; ++j) {
-        std::string cell;
-        if (i == j) {
-          cell = "X";
-        } else if (m[i][j] < 0) {
-          cell = "-";
-        } else {
-          const unsigned par = m[i][j] == 1 ? t->direct_links(t->cards[i], t->cards[j]) : 0;
-          cell = par > 1 ? fmt::format("L1x{}", par) : fmt::format("L{}", m[i][j]);
-        }
-        fmt::print("{:>5}", cell);
-      }
+      fmt::print("{:>{}}", compact ? fmt::format("{}", i) : fmt::format("C{}", i), w);
+      for (std::size_t j = 0; j < n; ++j) fmt::print("{:>{}}", link_class(*t, *rt, i, j, compact), w);
       fmt::print("\n");
     }
-  } else {
-    std::map<int, std::size_t> hist;
-    for (std::size_t i = 0; i < n; ++i) {
-      for (std::size_t j = 0; j < n; ++j) {
-        if (i != j) ++hist[m[i][j]];
+    fmt::print(
+        "\n{}: card n (fabric ID n+1). X: itself. {}: reachable in h hops over trained optical links ({}: a direct\n"
+        "link; {}: k parallel links; *: a direct link that trained with fewer than 8 lanes). -: unreachable.\n"
+        "Discovered from the identities exchanged in link training; hops are the routes the cards use.\n",
+        compact ? "Row/column n" : "Cn", compact ? "h" : "Lh", compact ? "1" : "L1", compact ? "1xk" : "L1xk");
+    return 0;
+  }
+  // Beyond 64 cards: the degree distribution, the hop histogram and the farthest pair.
+  std::map<unsigned, std::size_t> degree;
+  {
+    std::map<std::uint32_t, unsigned> deg;
+    for (const auto& l : t->links) {
+      if (!l.up) continue;
+      ++deg[l.a_fabric_id];
+      ++deg[l.b_fabric_id];
+    }
+    for (const auto c : t->cards) ++degree[deg[c]];
+  }
+  std::map<int, std::size_t> hist;
+  std::pair<std::uint32_t, std::uint32_t> far{0, 0};
+  int far_h = -1;
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t j = 0; j < n; ++j) {
+      if (i == j) continue;
+      const int h = rt->hops(t->cards[i], t->cards[j]);
+      ++hist[h];
+      if (h > far_h) {
+        far_h = h;
+        far = {t->cards[i], t->cards[j]};
       }
     }
-    fmt::print("{} cards: too many for a matrix (--json has it). Card pairs by hop count:\n", n);
-    for (const auto& [h, c] : hist)
-      fmt::print("  {:>8}: {} pairs\n", h < 0 ? std::string("unreach") : fmt::format("{} hops", h), c);
   }
-  fmt::print(
-      "\nCn: card n (fabric ID n+1). X: itself. Lh: reachable in h hops over trained optical links (L1: a direct\n"
-      "link; L1xk: k parallel links). -: unreachable. Discovered from the identities exchanged in link training.\n");
+  fmt::print("{} cards: too many for a matrix (--json has the full hop matrix).\n\nCards by Up links (degree):\n", n);
+  for (const auto& [d, c] : degree) fmt::print("  {:>3} links: {} cards\n", d, c);
+  fmt::print("\nOrdered card pairs by hop count:\n");
+  for (const auto& [h, c] : hist) {
+    fmt::print("  {:>8}: {} pairs\n", h < 0 ? std::string("unreach") : fmt::format("{} hops", h), c);
+  }
+  if (far_h > 0) {
+    fmt::print("\nFarthest pair: fabric ID {} -> {} ({} hops, {} equal-cost paths)\n", far.first, far.second, far_h,
+               rt->path_count(far.first, far.second));
+  }
   return 0;
 }
 
