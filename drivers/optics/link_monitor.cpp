@@ -1,29 +1,233 @@
 // SPDX-License-Identifier: Apache-2.0
-// drivers/optics: LinkMonitor -- one batched register snapshot of every port and lane of
-// every card. Health verdicts arrive with the optics issue's channel model.
+// drivers/optics: LinkMonitor -- one batched snapshot of every port and lane of every card
+// through the statistics DMA block (fw/stats.hpp), register reads as the fallback, and
+// health verdicts / port states across snapshots.
 #include "npo/hal/link_monitor.hpp"
 
+#include <atomic>
 #include <chrono>
+#include <cstring>
+#include <thread>
 
+#include <fmt/format.h>
+
+#include "gpu/device_impl.hpp"
+#include "npo/fw/regs.hpp"
+#include "npo/fw/stats.hpp"
+#include "npo/hal/backend/backend.hpp"
+#include "npo/hal/memory.hpp"
 #include "npo/hal/system.hpp"
+#include "npo/hal/xcvr_decode.hpp"
+#include "optics/port_record.hpp"
 
 namespace npo {
 
+namespace regs = fw::regs;
+namespace g = fw::regs::global;
+namespace pr = fw::regs::port;
+namespace st = fw::stats;
+
+struct PortTrack {
+  bool have_prev = false;
+  std::vector<LaneCounters> prev;
+  std::vector<LaneHealthTracker> lanes;
+  FlapDamper damper;
+  std::uint32_t last_flap = 0;
+  std::optional<PortTraining> training;
+};
+
+struct CardTrack {
+  std::unique_ptr<MemoryRegion> buf;
+  bool dma_failed = false;  // never answered: registers from now on
+  bool dma_seen = false;    // answered at least once
+  bool dma_last = false;
+  std::uint32_t seq = 0;
+  std::vector<PortTrack> ports;
+};
+
+struct LinkMonitor::State {
+  std::vector<CardTrack> cards;
+  std::uint64_t last_ns = 0;
+};
+
+LinkMonitor::LinkMonitor(System& system, LinkMonitorOptions options)
+    : system_(&system), options_(options), state_(std::make_unique<State>()) {
+  state_->cards.resize(system.device_count());
+  for (std::size_t c = 0; c < system.device_count(); ++c) {
+    auto& ct = state_->cards[c];
+    ct.ports.resize(system.device(c).port_count());
+    for (auto& pt : ct.ports) pt.damper = FlapDamper(options_.flap);
+  }
+}
+
+LinkMonitor::~LinkMonitor() {
+  // Stop the card from writing into the buffers before they are unmapped.
+  for (std::size_t c = 0; c < state_->cards.size(); ++c) {
+    if (state_->cards[c].buf) system_->device(c).impl().bar0->write64(g::kStatsAddr, 0);
+  }
+}
+
+bool LinkMonitor::uses_stats_dma(std::uint32_t card) const noexcept {
+  return card < state_->cards.size() && state_->cards[card].dma_last;
+}
+
+std::uint64_t LinkMonitor::now_ns() const noexcept { return system_->backend().clock().now_ns(); }
+
+void LinkMonitor::sleep_ns(std::uint64_t ns) const noexcept {
+  auto& clock = system_->backend().clock();
+  clock.sleep_until(clock.now_ns() + ns);
+}
+
+void LinkMonitor::note_training(std::span<const PortTraining> results) {
+  for (const auto& r : results) {
+    if (r.card < state_->cards.size() && r.port < state_->cards[r.card].ports.size()) {
+      state_->cards[r.card].ports[r.port].training = r;
+    }
+  }
+}
+
+Result<void> LinkMonitor::enable_port(std::uint32_t card, unsigned port) {
+  if (card >= system_->device_count()) {
+    return fail(Code::kOutOfRange, fmt::format("card {} outside 0..{}", card, system_->device_count() - 1),
+                {.card = card});
+  }
+  auto r = npo::enable_port(system_->device(card), port, true);
+  if (!r) return r;
+  auto& pt = state_->cards[card].ports[port];
+  pt.damper.release();
+  return {};
+}
+
+namespace {
+std::uint32_t load_seq(const std::byte* base) {
+  // The card writes `seq` last with a release store (stats.hpp).
+  auto* p = reinterpret_cast<std::uint32_t*>(const_cast<std::byte*>(base) + offsetof(st::StatsHeader, seq));
+  return std::atomic_ref<std::uint32_t>(*p).load(std::memory_order_acquire);
+}
+}  // namespace
+
 Result<LinkSnapshot> LinkMonitor::snapshot() {
+  auto& clock = system_->backend().clock();
+  const std::size_t n = system_->device_count();
+  auto& cards = state_->cards;
+  // 1. Ring STATS_CTRL on every card that supports the stats block.
+  if (options_.use_stats_dma) {
+    for (std::size_t c = 0; c < n; ++c) {
+      auto& ct = cards[c];
+      if (ct.dma_failed) continue;
+      auto& dev = system_->device(c);
+      if (!ct.buf) {
+        auto b = allocate_host_memory(dev, st::block_bytes(dev.port_count()));
+        if (!b) return std::unexpected(b.error());
+        ct.buf = std::move(*b);
+        dev.impl().bar0->write64(g::kStatsAddr, ct.buf->iova());
+      }
+      ++ct.seq;
+      if (ct.seq == 0) ct.seq = 1;
+      dev.impl().bar0->write32(g::kStatsCtrl, ct.seq);
+    }
+  }
+  // 2. Wait for every block (bounded in wall time: the DMA does not need emulated time).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(options_.stats_timeout_ns);
+  std::vector<std::uint8_t> arrived(n, 0);
+  if (options_.use_stats_dma) {
+    for (unsigned spin = 0;; ++spin) {
+      bool all = true;
+      for (std::size_t c = 0; c < n; ++c) {
+        auto& ct = cards[c];
+        if (ct.dma_failed || arrived[c]) continue;
+        if (load_seq(ct.buf->bytes().data()) == ct.seq) {
+          arrived[c] = 1;
+        } else {
+          all = false;
+        }
+      }
+      if (all || std::chrono::steady_clock::now() >= deadline) break;
+      if (spin > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
   LinkSnapshot s;
-  s.timestamp_ns = static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-          .count());
-  s.cards.reserve(system_->device_count());
-  for (std::size_t c = 0; c < system_->device_count(); ++c) {
+  s.timestamp_ns = clock.now_ns();
+  s.interval_ns = state_->last_ns == 0 ? 0 : s.timestamp_ns - state_->last_ns;
+  state_->last_ns = s.timestamp_ns;
+  s.cards.reserve(n);
+  st::PortRecord rec{};
+  for (std::size_t c = 0; c < n; ++c) {
     auto& dev = system_->device(c);
+    auto& ct = cards[c];
+    auto& m = *dev.impl().bar0;
+    const unsigned lanes = dev.info().lanes_per_port;
+    if (m.read32(g::kMagic) == 0xffffffffu) {
+      return fail(Code::kUnavailable, "card removed", {.card = static_cast<std::uint32_t>(c)});
+    }
     LinkSnapshot::CardPorts cp;
     cp.card = static_cast<std::uint32_t>(c);
-    cp.ports.reserve(dev.port_count());
-    for (unsigned p = 0; p < dev.port_count(); ++p) {
-      auto ps = read_port(dev, p);
-      if (!ps) return std::unexpected(ps.error());
-      cp.ports.push_back(std::move(*ps));
+    const bool dma = options_.use_stats_dma && !ct.dma_failed && arrived[c];
+    if (options_.use_stats_dma && !ct.dma_failed && !arrived[c] && !ct.dma_seen) {
+      ct.dma_failed = true;  // STATS_SEQ never advanced: this card does not support it
+      m.write64(g::kStatsAddr, 0);
+    }
+    ct.dma_seen = ct.dma_seen || dma;
+    ct.dma_last = dma;
+    cp.via_stats_dma = dma;
+    const std::byte* block = dma ? ct.buf->bytes().data() : nullptr;
+    const unsigned nports = dev.port_count();
+    cp.ports.reserve(nports);
+    cp.health.reserve(nports);
+    for (unsigned p = 0; p < nports; ++p) {
+      if (dma) {
+        std::memcpy(&rec, block + st::kHeaderBytes + p * st::kPortRecordBytes, sizeof rec);
+      } else {
+        std::memset(&rec, 0, sizeof rec);
+        optics::read_port_record(m, p, lanes, rec, false);
+        // An empty cage has no lane data worth 200 register reads.
+        if (pr::kStatusModulePresent.get(rec.status) != 0) optics::read_port_record(m, p, lanes, rec, true);
+      }
+      PortStatus ps = optics::decode_port_record(rec, p, lanes);
+      auto& pt = ct.ports[p];
+      if (pt.lanes.size() != lanes) {
+        pt.lanes.assign(lanes, LaneHealthTracker(options_.limits));
+        pt.prev.assign(lanes, LaneCounters{});
+      }
+      // Flap policy: FLAP_COUNT increments since the last snapshot are downs now.
+      if (pt.have_prev && ps.flap_count > pt.last_flap) {
+        if (pt.damper.on_down(s.timestamp_ns, ps.flap_count - pt.last_flap) && options_.enforce_flap_policy) {
+          m.write32(regs::port_reg(p, pr::kCtrl), pr::kCtrlEnable.set(ps.ctrl, 0));
+          ps.ctrl = pr::kCtrlEnable.set(ps.ctrl, 0);
+        }
+      }
+      pt.last_flap = ps.flap_count;
+      std::vector<LaneHealthReport> reports;
+      std::optional<xcvr::DecodedModule> module;
+      if (ps.state == LinkState::kUp && options_.check_module_ddm) {
+        if (auto img = read_module_image(dev, p)) {
+          if (auto dm = xcvr::decode_module(*img)) module = std::move(*dm);
+        }
+      }
+      if (ps.state == LinkState::kUp) {
+        for (unsigned l = 0; l < lanes; ++l) {
+          if (((ps.lane_enable >> l) & 1u) == 0) continue;
+          const bool locked = ((ps.lanes_up >> l) & 1u) != 0;
+          // Module LOS / Tx-fault flags and DDM thresholds live in CMIS pages 02h/11h (mailbox):
+          // judged only with check_module_ddm. Media lane l+1 carries physical lane l here.
+          LaneDdmFlags flags;
+          const xcvr::Thresholds* thr = nullptr;
+          if (module) {
+            thr = &module->thresholds;
+            if (module->lane_flags) {
+              flags.rx_los = module->lane_flags->test(xcvr::LaneFlag::kRxLos, l + 1);
+              flags.tx_fault = module->lane_flags->test(xcvr::LaneFlag::kTxFault, l + 1);
+            }
+          }
+          auto r = pt.lanes[l].update(pt.prev[l], ps.lanes[l], locked, flags, thr);
+          r.lane = l;
+          reports.push_back(std::move(r));
+        }
+      }
+      for (unsigned l = 0; l < lanes; ++l) pt.prev[l] = ps.lanes[l];
+      pt.have_prev = true;
+      cp.health.push_back(assess_port(ps, reports, lanes, pt.damper.reason(), pt.training ? &*pt.training : nullptr));
+      cp.ports.push_back(std::move(ps));
     }
     s.cards.push_back(std::move(cp));
   }

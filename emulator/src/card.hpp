@@ -10,6 +10,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -19,7 +20,9 @@
 #include "npo/fw/dma.hpp"
 #include "npo/fw/mailbox.hpp"
 #include "npo/fw/pci.hpp"
+#include "npo/fw/prbs.hpp"
 #include "npo/fw/regs.hpp"
+#include "optics.hpp"
 #include "sched.hpp"
 
 namespace npo::emu {
@@ -88,11 +91,56 @@ struct WindowEntry {
   std::atomic<std::uint32_t> inflight{0};
 };
 
-/// One optical port: cable end, link state machine, module memory map.
+/// PRBS generator/checker state of one lane (registers.md §7.4), allocated while PRBS runs.
+struct PrbsLaneState {
+  fw::prbs::PrbsGenerator gen{fw::prbs::Pattern::kPrbs31};  ///< the far transmitter's stream (sampled)
+  fw::prbs::PrbsChecker chk{fw::prbs::Pattern::kPrbs31};    ///< the local checker
+  std::uint8_t gen_pattern = 0xff;                          ///< pattern `gen` was built for
+  std::uint8_t chk_pattern = 0xff;                          ///< pattern `chk` was built for
+};
+
+/// One physical lane of a port: receive-side channel state, counters and training result
+/// (docs/emulator.md "Channel model"). Guarded by the card's port mutex.
+struct LaneModel {
+  optics::FecCounters fec;              ///< RS(544,514) counters (registers.md §7.3)
+  std::uint64_t prbs_bits = 0;          ///< LANE.PRBS_BITS
+  std::uint64_t prbs_errors = 0;        ///< LANE.PRBS_ERRORS
+  bool prbs_lock = false;               ///< LANE_STATUS.PRBS_LOCK
+  std::unique_ptr<PrbsLaneState> prbs;  ///< present while the checker has run
+  optics::Rng rng;                      ///< seeded per (system seed, card, port, lane)
+  std::uint64_t synced_ns = 0;          ///< counters integrated up to this emulated time
+  double spread_db = 0;                 ///< seeded receiver SNR spread, ±optics::kLaneSpreadDb
+  optics::TxEq optimum;                 ///< seeded optimum of this lane's transmitter
+  bool trained = false;                 ///< last training tuned the lane (TX_EQ = optimum)
+  std::uint64_t dark_until_ns = 0;      ///< lane_loss: no light received before this time (~0: forever)
+  bool ramp = false;                    ///< ber_ramp active on the receive side
+  std::uint64_t ramp_start_ns = 0;
+  std::uint64_t ramp_dur_ns = 0;
+  double ramp_from = 0;    ///< BER at ramp start
+  double ramp_to = 0;      ///< final BER
+  double ber_cache = 0;    ///< channel BER at ber_cache_ns (recomputed every 50 ms of emulated time)
+  double snr_cache = 0;    ///< channel SNR (dB) at ber_cache_ns
+  double rx_mw_cache = 0;  ///< received optical power (mW) at ber_cache_ns
+  /// Counter snapshot for TELEMETRY max_ber (mailbox.md §3.7).
+  struct Snap {
+    std::uint64_t t = 0, cw = 0, se = 0, unc = 0;
+  };
+  Snap tel_old, tel_new;      ///< two snapshots about a second apart
+  double tx_offset_db = 0;    ///< seeded offset of this lane's laser power, dB
+  double bias_offset_ma = 0;  ///< seeded offset of this lane's laser bias, mA
+  std::uint64_t ber_cache_ns = 0;
+  bool ber_valid = false;
+};
+
+/// CMIS memory of one module: lower memory and the upper pages this model implements.
+enum class CmisPage : std::uint8_t { kLower = 0, k00 = 1, k01 = 2, k02 = 3, k10 = 4, k11 = 5 };
+inline constexpr unsigned kCmisPages = 6;
+
+/// One optical port: module (CMIS state machines), link state machine, lanes.
 struct PortModel {
   std::uint32_t ctrl = 0;
   fw::regs::port::LinkState state = fw::regs::port::LinkState::kDisabled;
-  bool cabled = false;
+  bool cabled = false;  ///< a module is plugged (emulated ports with a cable carry one)
   std::uint32_t peer_card = 0;
   unsigned peer_port = 0;
   std::uint32_t train_count = 0;
@@ -100,11 +148,30 @@ struct PortModel {
   std::uint32_t train_timeout_ms = 500;
   std::uint32_t events = 0;
   std::uint64_t neighbor = 0;
-  std::uint64_t train_start_ns = 0;
-  unsigned attempts = 0;    ///< training attempts in the current bring-up (budget kTrainAttempts)
-  std::uint64_t epoch = 0;  ///< bumps on every state-machine restart; stale timers check it
-  /// CMIS memory: lower page (0..127) and upper page 00h (128..255).
-  std::array<std::uint8_t, 256> cmis{};
+  std::uint64_t train_start_ns = 0;         ///< start of the current Training attempt / FecLock wait / ModuleWait
+  unsigned attempts = 0;                    ///< training attempts in the current bring-up (budget kTrainAttempts)
+  std::uint64_t epoch = 0;                  ///< bumps on every state-machine restart; stale timers check it
+  std::uint32_t lane_enable = 0xff;         ///< PORT.LANE_ENABLE
+  std::uint8_t lanes_in_use = 0;            ///< physical lanes of the data path / negotiated link
+  std::uint32_t train_result = 0;           ///< PORT.TRAIN_RESULT
+  std::uint32_t up_count = 0;               ///< PORT.UP_COUNT
+  std::uint32_t coeff_updates = 0;          ///< PORT.COEFF_UPDATES
+  std::uint32_t prbs_lanes = 0xff;          ///< PORT.PRBS_LANES
+  std::uint32_t inject_train_timeouts = 0;  ///< training_timeout fault: attempts left to fail
+  std::uint64_t module_seed = 0;            ///< seeds DDM and lane spreads of this port's module
+  std::uint64_t module_ready_ns = 0;        ///< module reaches ModuleReady at this time (while PwrUp)
+  std::uint64_t dp_ready_ns = 0;            ///< data path reaches DPActivated at this time (while DPInit)
+  std::uint8_t dp_lanes = 0;                ///< lanes whose CMIS data path is initialised / activated
+  bool dp_activated = false;                ///< the firmware saw DPActivated on every lane in use
+  bool rx_ready = false;                    ///< every lane in use locked in this training attempt
+  /// CMIS memory: lower memory and pages 00h, 01h, 02h, 10h, 11h (CmisPage order).
+  std::array<std::array<std::uint8_t, 128>, kCmisPages> cmis{};
+  std::array<LaneModel, fw::regs::kLanesPerPort> lanes;
+  /// Published for lock-free reads by the far end: STATE (bits 3:0), RX_READY (bit 4),
+  /// transmitting lanes (15:8), LANE_ENABLE (23:16), PRBS generator on (24), pattern (28:25).
+  std::atomic<std::uint32_t> pub{0};
+  std::atomic<std::uint32_t> pub_prbs_lanes{0};   ///< lanes transmitting the PRBS pattern
+  std::atomic<std::uint64_t> pub_power_on_ns{0};  ///< module power-on time (DDM warm-up)
 };
 
 /// Firmware model: the mailbox command processor.
@@ -201,15 +268,30 @@ class Card {
   }
   [[nodiscard]] std::mutex& port_mutex() { return port_mu_; }
   [[nodiscard]] PortModel& port(unsigned p) { return ports_[p]; }
-  /// Port p's STATUS register value. Caller holds port_mutex().
-  [[nodiscard]] std::uint32_t port_status_locked(unsigned p) const;
+  /// Port p's STATUS register value (registers.md §7.1). Caller holds port_mutex().
+  [[nodiscard]] std::uint32_t port_status_locked(unsigned p);
   /// Link-control entry point (register CTRL writes and mailbox LINK_CONTROL). Holds port_mutex.
   void port_set_ctrl(unsigned p, std::uint32_t ctrl);
   /// Fires the next step of port p's training state machine if `epoch` is still current.
   void port_step(unsigned p, std::uint64_t epoch);
   void attach_cable(unsigned port, std::uint32_t peer_card, unsigned peer_port);
-  /// Applies a link fault (FaultKind kBerRamp .. kTrainingTimeout) to f.port (and f.lane).
+  /// Applies a link fault (FaultKind kBerRamp .. kTrainingTimeout) to f.port (and f.lane);
+  /// physical faults (ber_ramp, lane_loss) reach the receive side of both ends of the link.
   void inject_link_fault(const Fault& f);
+  /// XCVR_READ / XCVR_WRITE of port `port` (mailbox.md §3.5): reads refresh the monitors and
+  /// clear latched flags; writes drive the module and data path state machines (CMIS 5.2).
+  /// `in` holds `len` bytes for a write; a read appends `len` bytes to `out`.
+  fw::mbox::Status xcvr_access(unsigned port, unsigned bank, unsigned page, unsigned off, unsigned len, bool write,
+                               const std::byte* in, std::vector<std::byte>& out);
+  /// Per-port TELEMETRY values (mailbox.md §3.7).
+  struct PortTelemetry {
+    std::int16_t mod_temp_q8 = 0;  ///< module temperature, 1/256 °C; 0 without module
+    std::uint16_t mod_vcc = 0;     ///< module Vcc, 100 µV; 0 without module
+    std::uint32_t max_ber = 0;     ///< worst lane pre-FEC BER as round(-log10 × 1000); 0 none
+  };
+  [[nodiscard]] PortTelemetry port_telemetry(unsigned p);
+  /// Far end view of this port used by the peer's model: published state word (PortModel::pub).
+  [[nodiscard]] std::uint32_t port_pub(unsigned p) const noexcept { return ports_[p].pub.load(); }
   void log_event(const std::string& text);
 
   // Mailbox transport state (guarded by mbox_mu_).
@@ -223,6 +305,40 @@ class Card {
  private:
   void build_config_space();
   void build_cmis(unsigned port);
+  struct LinkView;
+  /// What port p's receivers see now: peer, channel, far transmitter (lock-free peer reads).
+  LinkView link_view(unsigned p, std::uint64_t now);
+  /// Channel BER of lane l of port p at `now` (cached; ramps and dark lanes applied).
+  double lane_ber(unsigned p, unsigned l, std::uint64_t now, const LinkView& v);
+  /// Whether lane l of port p receives light from the far transmitter at `now`.
+  bool lane_signal(unsigned p, unsigned l, std::uint64_t now, const LinkView& v) const;
+  /// Integrates lane counters (FEC, PRBS) of port p up to `now`. Caller holds port_mu_.
+  void sync_lanes(unsigned p, std::uint64_t now, const LinkView* known = nullptr);
+  void sync_prbs(unsigned p, unsigned l, std::uint64_t from, std::uint64_t to, const LinkView& v);
+  std::uint64_t lane_read(unsigned p, unsigned l, std::uint32_t reg);
+  std::uint32_t lane_reg_value(unsigned p, unsigned l, std::uint32_t reg, std::uint64_t now, const LinkView& v,
+                               double own_temp_c);
+  std::uint32_t port_status_view(unsigned p, std::uint64_t now, const LinkView& v);
+  std::uint64_t port_read_locked(unsigned p, std::uint32_t reg);
+  void latch_port_events(unsigned p, std::uint32_t bits);
+  void start_training(unsigned p, std::uint64_t now, bool fresh);
+  void enter_module_wait(unsigned p, std::uint64_t now, bool release_low_power);
+  void enter_datapath_init(unsigned p, std::uint64_t now);
+  std::uint32_t lane_status_locked(unsigned p, unsigned l, std::uint64_t now, const LinkView& v);
+  void fill_port_record(unsigned p, void* record);
+  void stats_dma(std::uint32_t seq);
+  /// Refreshes the CMIS monitor bytes and state nibbles of port p. Caller holds port_mu_.
+  void refresh_cmis(unsigned p, std::uint64_t now);
+  void publish(unsigned p);
+  void module_power(unsigned p, bool low_power, std::uint64_t now);
+  void set_dp_states(unsigned p, std::uint64_t now);
+  void schedule_link_check(unsigned p, std::uint64_t delay_ns);
+  void link_check(unsigned p);
+  void train_fail(unsigned p, std::uint8_t code, std::uint8_t lanes, std::uint64_t now);
+  void leave_up_for_training(unsigned p, std::uint64_t now, const char* why);
+  void module_presence(unsigned p, bool present);
+  void lane_dark(unsigned p, unsigned lane, std::uint64_t until);
+  void lane_ramp(unsigned p, std::optional<unsigned> lane, double to, std::uint64_t dur);
   std::uint64_t global_read(std::uint32_t off, unsigned width);
   void global_write(std::uint32_t off, unsigned width, std::uint64_t value);
   std::uint64_t mbox_read(std::uint32_t off, unsigned width);
@@ -253,6 +369,10 @@ class Card {
   std::atomic<std::uint32_t> err_mask_{0};
   std::atomic<std::uint32_t> scratch_{0};
   std::atomic<std::uint64_t> scratch64_{0};
+  std::atomic<std::uint64_t> stats_addr_{0};  ///< GLOBAL.STATS_ADDR
+  std::atomic<std::uint32_t> stats_seq_{0};   ///< GLOBAL.STATS_SEQ
+  std::atomic<std::uint32_t> stats_ctrl_{0};  ///< GLOBAL.STATS_CTRL (last value written)
+  std::mutex stats_mu_;                       ///< one stats DMA at a time
   std::atomic<std::uint32_t> fault_count_{0};
   std::atomic<std::uint32_t> inject_iommu_{0};
   std::mutex fault_mu_;

@@ -24,7 +24,8 @@ namespace regs = fw::regs;
 namespace {
 
 constexpr std::string_view kForms =
-    "emu:mesh8 (8 cards, every pair cabled), emu:N (N = 1..1024 cards, no cables); options "
+    "emu:mesh8 (8 cards, every pair cabled), emu:N (N = 1..1024 cards, no cables), emu:file=PATH (topology "
+    "file); options "
     "?clock=virtual|realtime&seed=N&hbm=BYTES[K|M|G]&ports=N&workers=1..4&scenario=PATH";
 
 Result<std::uint64_t> parse_u64(std::string_view s, std::string_view what) {
@@ -61,6 +62,7 @@ Result<std::uint64_t> parse_u64(std::string_view s, std::string_view what) {
 
 Result<SystemConfig> parse_uri(std::string_view rest) {
   SystemConfig c;
+  bool from_file = false;
   std::string_view opts;
   if (auto q = rest.find('?'); q != std::string_view::npos) {
     opts = rest.substr(q + 1);
@@ -76,10 +78,16 @@ Result<SystemConfig> parse_uri(std::string_view rest) {
       }
     }
   } else if (rest.starts_with("file=")) {
-    return fail(Code::kUnimplemented,
-                fmt::format("emulator URI 'emu:{}': topology files are not supported yet; use emu:mesh8 or emu:N "
-                            "(N = 1..1024)",
-                            rest));
+    // A topology file (docs/topology.md); options below apply on top of it.
+    const std::string_view path = rest.substr(5);
+    if (path.empty()) return fail(Code::kInvalidArgument, "emulator URI 'emu:file=': needs a path");
+    auto spec = load_fabric_spec(std::filesystem::path(std::string(path)));
+    if (!spec) return std::unexpected(std::move(Error(spec.error())).prefixed("emulator URI 'emu:file='"));
+    auto fc = system_config_from_spec(*spec);
+    if (!fc) return std::unexpected(fc.error());
+    c = std::move(*fc);
+    c.name = std::string(rest);
+    from_file = true;
   } else {
     auto n = parse_u64(rest, "card count");
     if (!n) {
@@ -100,6 +108,10 @@ Result<SystemConfig> parse_uri(std::string_view rest) {
     if (eq == std::string_view::npos)
       return fail(Code::kInvalidArgument, fmt::format("emulator URI option '{}' lacks '=': {}", kv, kForms));
     const std::string_view k = kv.substr(0, eq), v = kv.substr(eq + 1);
+    if (from_file && k == "ports") {
+      return fail(Code::kInvalidArgument,
+                  "emulator URI option 'ports' does not combine with file=: the topology file's cabling sets it");
+    }
     if (k == "clock") {
       if (v == "virtual")
         c.clock = ClockMode::kVirtual;
@@ -116,6 +128,7 @@ Result<SystemConfig> parse_uri(std::string_view rest) {
       auto s = parse_u64(v, "hbm size");
       if (!s) return std::unexpected(s.error());
       c.card.hbm_bytes = *s;
+      for (auto& pc : c.per_card) pc.hbm_bytes = *s;  // file=: overrides every card's HBM
     } else if (k == "ports") {
       auto s = parse_u64(v, "port count");
       if (!s) return std::unexpected(s.error());
@@ -194,16 +207,27 @@ Result<void> EmulatorImpl::init() {
     return fail(Code::kInvalidArgument,
                 fmt::format("emulator: {} ports per card; must be 1..{}", cfg.card.num_ports, regs::kMaxPorts));
   }
-  for (const auto& cab : cfg.cables) {
-    if (cab.card_a >= cfg.num_cards || cab.card_b >= cfg.num_cards || cab.port_a >= cfg.card.num_ports ||
-        cab.port_b >= cfg.card.num_ports) {
-      return fail(Code::kInvalidArgument, fmt::format("emulator: cable {}:{} - {}:{} outside the system", cab.card_a,
-                                                      cab.port_a, cab.card_b, cab.port_b));
-    }
+  // Per-card overrides (topology files): same rules as `card`; HBM slots are sized for the largest.
+  if (!cfg.per_card.empty() && cfg.per_card.size() != cfg.num_cards) {
+    return fail(Code::kInvalidArgument,
+                fmt::format("emulator: per_card has {} entries for {} cards", cfg.per_card.size(), cfg.num_cards));
   }
+  std::uint64_t hbm_max = cfg.card.hbm_bytes;
+  std::vector<unsigned> ports_of(cfg.num_cards, cfg.card.num_ports);
+  for (std::size_t i = 0; i < cfg.per_card.size(); ++i) {
+    const auto& pc = cfg.per_card[i];
+    if (pc.hbm_bytes < (1u << 20) || pc.hbm_bytes % 4096 != 0 || pc.hbm_bytes > (64ULL << 30) || pc.num_ports < 1 ||
+        pc.num_ports > regs::kMaxPorts) {
+      return fail(Code::kInvalidArgument, fmt::format("emulator: card {}: HBM {} bytes / {} ports out of range", i,
+                                                      pc.hbm_bytes, pc.num_ports));
+    }
+    hbm_max = std::max(hbm_max, pc.hbm_bytes);
+    ports_of[i] = pc.num_ports;
+  }
+  if (auto r = fabric.build(cfg, ports_of); !r) return r;
   // All cards' HBM lives in one memfd so a window can be handed to another process as
   // (fd, offset). Pages are touched only when used.
-  hbm_stride = (cfg.card.hbm_bytes + 0x1fffff) & ~std::uint64_t{0x1fffff};
+  hbm_stride = (hbm_max + 0x1fffff) & ~std::uint64_t{0x1fffff};
   hbm_total = hbm_stride * cfg.num_cards;
   memfd = ::memfd_create("npo-emu-hbm", MFD_CLOEXEC);
   if (memfd < 0) return fail_errno(errno, "emulator: memfd_create for HBM");
@@ -216,17 +240,15 @@ Result<void> EmulatorImpl::init() {
   cards.reserve(cfg.num_cards);
   for (std::uint32_t i = 0; i < cfg.num_cards; ++i) {
     const std::uint64_t serial = rng();
-    cards.push_back(std::make_unique<Card>(*this, i, cfg.card, serial, hbm_base + i * hbm_stride, i * hbm_stride));
+    cards.push_back(std::make_unique<Card>(*this, i, cfg.per_card.empty() ? cfg.card : cfg.per_card[i], serial,
+                                           hbm_base + i * hbm_stride, i * hbm_stride));
   }
-  cable_peer_.assign(std::size_t{cfg.num_cards} * regs::kMaxPorts, std::nullopt);
-  cable_channel_.assign(std::size_t{cfg.num_cards} * regs::kMaxPorts, ChannelParams{});
-  for (const auto& cab : cfg.cables) {
-    cable_peer_[std::size_t{cab.card_a} * regs::kMaxPorts + cab.port_a] = PortRef{cab.card_b, cab.port_b};
-    cable_peer_[std::size_t{cab.card_b} * regs::kMaxPorts + cab.port_b] = PortRef{cab.card_a, cab.port_a};
-    cable_channel_[std::size_t{cab.card_a} * regs::kMaxPorts + cab.port_a] = cab.channel;
-    cable_channel_[std::size_t{cab.card_b} * regs::kMaxPorts + cab.port_b] = cab.channel;
-    cards[cab.card_a]->attach_cable(cab.port_a, cab.card_b, cab.port_b);
-    cards[cab.card_b]->attach_cable(cab.port_b, cab.card_a, cab.port_a);
+  // Every card port with a light path (direct cable or through switch cross-connects) gets
+  // its module and far end; ports whose light ends at an idle switch port stay dark.
+  for (std::uint32_t c = 0; c < cfg.num_cards; ++c) {
+    for (unsigned port = 0; port < ports_of[c]; ++port) {
+      if (const auto peer = fabric.resolve(c, port)) cards[c]->attach_cable(port, peer->card, peer->port);
+    }
   }
   return {};
 }
@@ -250,7 +272,10 @@ void EmulatorImpl::fire(const Fault& f) {
   if (f.queue) where += fmt::format(" queue={}", *f.queue);
   if (f.port) where += fmt::format(" port={}", *f.port);
   if (f.lane) where += fmt::format(" lane={}", *f.lane);
-  log(f.card, fmt::format("fault {}{} count={}", fault_name(f.kind), where, f.count));
+  std::string extra;
+  if (f.value != 0) extra += fmt::format(" value={:g}", f.value);
+  if (f.duration_ns != 0) extra += fmt::format(" duration_ns={}", f.duration_ns);
+  log(f.card, fmt::format("fault {}{} count={}{}", fault_name(f.kind), where, f.count, extra));
   switch (f.kind) {
     case FaultKind::kIommuFault: c.inject_iommu_faults(f.count); break;
     case FaultKind::kEngineHang: {
@@ -292,14 +317,10 @@ void EmulatorImpl::fire(const Fault& f) {
 }
 
 std::optional<PortRef> EmulatorImpl::resolve_peer(std::uint32_t card, unsigned port) const {
-  const std::size_t i = std::size_t{card} * regs::kMaxPorts + port;
-  return i < cable_peer_.size() ? cable_peer_[i] : std::nullopt;
+  return fabric.resolve(card, port);
 }
 
-ChannelParams EmulatorImpl::channel_of(std::uint32_t card, unsigned port) const {
-  const std::size_t i = std::size_t{card} * regs::kMaxPorts + port;
-  return i < cable_channel_.size() ? cable_channel_[i] : ChannelParams{};
-}
+ChannelParams EmulatorImpl::channel_of(std::uint32_t card, unsigned port) const { return fabric.channel(card, port); }
 
 // ==== Emulator ==============================================================================
 
@@ -310,6 +331,9 @@ Result<std::shared_ptr<Emulator>> Emulator::create(const SystemConfig& config) {
   auto impl = std::make_unique<EmulatorImpl>(config);
   if (auto r = impl->init(); !r) return std::unexpected(r.error());
   std::shared_ptr<Emulator> emu(new Emulator(std::move(impl)));
+  for (const auto& f : config.faults) {  // scripted faults of a topology file
+    if (auto r = emu->inject(f); !r) return std::unexpected(std::move(Error(r.error())).prefixed("topology faults"));
+  }
   if (!config.scenario.empty()) {
     if (auto r = emu->load_scenario_file(config.scenario); !r) return std::unexpected(r.error());
   }
@@ -347,9 +371,10 @@ Result<void> validate_fault(const EmulatorImpl& s, const Fault& f) {
     return fail(Code::kOutOfRange, fmt::format("fault {}: queue {} outside 0..{}", fault_name(f.kind), *f.queue,
                                                regs::kQueuesPerEngine - 1));
   }
-  if (f.port && *f.port >= s.cfg.card.num_ports) {
+  const unsigned nports = s.cfg.per_card.empty() ? s.cfg.card.num_ports : s.cfg.per_card[f.card].num_ports;
+  if (f.port && *f.port >= nports) {
     return fail(Code::kOutOfRange,
-                fmt::format("fault {}: port {} outside 0..{}", fault_name(f.kind), *f.port, s.cfg.card.num_ports - 1));
+                fmt::format("fault {}: port {} outside 0..{}", fault_name(f.kind), *f.port, nports - 1));
   }
   if (f.lane && *f.lane >= regs::kLanesPerPort) {
     return fail(Code::kOutOfRange,
@@ -360,6 +385,18 @@ Result<void> validate_fault(const EmulatorImpl& s, const Fault& f) {
   }
   if (f.count == 0)
     return fail(Code::kInvalidArgument, fmt::format("fault {}: count must be >= 1", fault_name(f.kind)));
+  // Link faults (emulator.hpp FaultKind kBerRamp .. kTrainingTimeout).
+  const bool link = f.kind == FaultKind::kBerRamp || f.kind == FaultKind::kLaneLoss ||
+                    f.kind == FaultKind::kFlapStorm || f.kind == FaultKind::kModuleRemoval ||
+                    f.kind == FaultKind::kTrainingTimeout;
+  if (link && !f.port) return fail(Code::kInvalidArgument, fmt::format("fault {} needs a port", fault_name(f.kind)));
+  if (f.kind == FaultKind::kLaneLoss && !f.lane) {
+    return fail(Code::kInvalidArgument, fmt::format("fault {} needs a lane", fault_name(f.kind)));
+  }
+  if (f.kind == FaultKind::kBerRamp && !(f.value > 0.0 && f.value < 0.5)) {
+    return fail(Code::kInvalidArgument,
+                fmt::format("fault {}: value (final pre-FEC BER) {} must be in (0, 0.5)", fault_name(f.kind), f.value));
+  }
   return {};
 }
 }  // namespace
@@ -390,8 +427,9 @@ Result<void> Emulator::load_scenario_text(std::string_view text) {
       };
       if (!n.IsMap()) return bad("entry must be a map");
       for (const auto& kv : n) {
-        static constexpr std::string_view kKeys[] = {"at_ns",  "at_us", "at_ms", "kind", "card",
-                                                     "engine", "queue", "port",  "lane", "count"};
+        static constexpr std::string_view kKeys[] = {"at_ns",  "at_us",       "at_ms",       "kind",       "card",
+                                                     "engine", "queue",       "port",        "lane",       "count",
+                                                     "value",  "duration_ns", "duration_us", "duration_ms"};
         const auto key = kv.first.as<std::string>();
         if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys)) {
           return bad(fmt::format("unknown field '{}'", key));
@@ -417,6 +455,13 @@ Result<void> Emulator::load_scenario_text(std::string_view text) {
       if (n["port"]) f.port = n["port"].as<unsigned>();
       if (n["lane"]) f.lane = n["lane"].as<unsigned>();
       if (n["count"]) f.count = n["count"].as<std::uint32_t>();
+      if (n["value"]) f.value = n["value"].as<double>();
+      if (n["duration_ns"])
+        f.duration_ns = n["duration_ns"].as<std::uint64_t>();
+      else if (n["duration_us"])
+        f.duration_ns = n["duration_us"].as<std::uint64_t>() * 1'000;
+      else if (n["duration_ms"])
+        f.duration_ns = n["duration_ms"].as<std::uint64_t>() * 1'000'000;
       if (auto r = validate_fault(*impl_, f); !r) return bad(r.error().message());
       faults.push_back(f);
       ++i;
@@ -442,5 +487,41 @@ Result<void> Emulator::load_scenario_file(const std::filesystem::path& path) {
 }
 
 std::vector<std::string> Emulator::event_log() const { return impl_->log_lines(); }
+
+// ==== Optical switches ======================================================================
+
+namespace {
+/// Tells the cards whose light path changed: the new far end is attached (the next training
+/// finds it). Logged per changed port so replays stay byte-identical.
+void apply_fabric_changes(EmulatorImpl& s, std::string_view what, const std::vector<OpticalFabric::Change>& changes) {
+  for (const auto& ch : changes) {
+    if (ch.peer) {
+      s.log(ch.port.card, fmt::format("fabric {} port={} light path now to card={} port={}", what, ch.port.port,
+                                      ch.peer->card, ch.peer->port));
+      s.cards[ch.port.card]->attach_cable(ch.port.port, ch.peer->card, ch.peer->port);
+    } else {
+      s.log(ch.port.card, fmt::format("fabric {} port={} light path now dark", what, ch.port.port));
+    }
+  }
+}
+}  // namespace
+
+Result<void> Emulator::connect(std::string_view name, unsigned a, unsigned b) {
+  auto changes = impl_->fabric.connect(name, a, b);
+  if (!changes) return std::unexpected(changes.error());
+  apply_fabric_changes(*impl_, fmt::format("connect {}:{}-{}", name, a, b), *changes);
+  return {};
+}
+
+Result<void> Emulator::disconnect(std::string_view name, unsigned port) {
+  auto changes = impl_->fabric.disconnect(name, port);
+  if (!changes) return std::unexpected(changes.error());
+  apply_fabric_changes(*impl_, fmt::format("disconnect {}:{}", name, port), *changes);
+  return {};
+}
+
+Result<std::vector<std::pair<unsigned, unsigned>>> Emulator::cross_connects(std::string_view name) const {
+  return impl_->fabric.cross_connects(name);
+}
 
 }  // namespace npo::emu

@@ -184,22 +184,9 @@ mb::Status Firmware::handle(mb::Command cmd, std::span<const std::byte> req, std
       if (port >= card_.config().num_ports || len == 0 || len > x::kMaxLength || off + len > 256) {
         return mb::Status::kBadArgument;
       }
-      std::lock_guard lock(card_.port_mutex());
-      auto& pm = card_.port(port);
-      if (!pm.cabled) return mb::Status::kNoModule;
-      // Only bank 0 page 00h exists in this model; the lower page is reachable from any page.
-      if (off + len > 128 && (bank != 0 || page != 0)) return mb::Status::kPageNotSupported;
-      if (write) {
-        // Writable: lower-page control bytes 26..127 (CMIS 5.2 §8.2); everything else is RO.
-        for (unsigned i = 0; i < len; ++i) {
-          if (off + i < 26 || off + i >= 128) return mb::Status::kReadOnly;
-        }
-        for (unsigned i = 0; i < len; ++i) pm.cmis[off + i] = static_cast<std::uint8_t>(req[x::kData + i]);
-        return mb::Status::kOk;
-      }
-      rsp.resize(len);
-      for (unsigned i = 0; i < len; ++i) rsp[i] = static_cast<std::byte>(pm.cmis[off + i]);
-      return mb::Status::kOk;
+      // The module model (card.cpp) applies CMIS read side effects (latched flags clear)
+      // and write side effects (module and data path state machines).
+      return card_.xcvr_access(port, bank, page, off, len, write, write ? req.data() + x::kData : nullptr, rsp);
     }
     case mb::Command::kLinkControl: {
       namespace l = mb::link;
@@ -223,8 +210,15 @@ mb::Status Firmware::handle(mb::Command cmd, std::span<const std::byte> req, std
           ctrl = pr::kCtrlPrbsPattern.set(ctrl, arg) | pr::kCtrlPrbsGen.mask() | pr::kCtrlPrbsCheck.mask();
           break;
         case l::Action::kPrbsStop: ctrl &= ~(pr::kCtrlPrbsGen.mask() | pr::kCtrlPrbsCheck.mask()); break;
-        case l::Action::kLoopbackOn: ctrl |= pr::kCtrlLoopback.mask(); break;
-        case l::Action::kLoopbackOff: ctrl &= ~pr::kCtrlLoopback.mask(); break;
+        case l::Action::kLoopbackOn:
+        case l::Action::kLoopbackOff: {
+          // ENABLE = 0, change LOOPBACK, then ENABLE restored (mailbox.md §3.6).
+          const bool on = static_cast<l::Action>(action) == l::Action::kLoopbackOn;
+          const std::uint32_t lb = on ? (ctrl | pr::kCtrlLoopback.mask()) : (ctrl & ~pr::kCtrlLoopback.mask());
+          card_.port_set_ctrl(port, pr::kCtrlEnable.set(lb, 0));
+          ctrl = lb;
+          break;
+        }
       }
       card_.port_set_ctrl(port, ctrl);
       rsp.assign(l::kRspSize, std::byte{0});
@@ -240,18 +234,20 @@ mb::Status Firmware::handle(mb::Command cmd, std::span<const std::byte> req, std
       store_le<std::uint64_t>(rsp.data(), t::kTimestampNs, sys.sched.now_ns());
       store_le<std::int16_t>(rsp.data(), t::kTempQ8, static_cast<std::int16_t>(55 * 256));
       store_le<std::uint32_t>(rsp.data(), t::kPowerMw, 350'000);
-      std::lock_guard lock(card_.port_mutex());
       for (unsigned p = 0; p < np; ++p) {
         const std::size_t base = t::kPorts + p * t::kPortRecord;
-        const auto& pm = card_.port(p);
-        store_le<std::uint32_t>(rsp.data(), base + t::kPortStatus, card_.port_status_locked(p));
-        store_le<std::uint32_t>(rsp.data(), base + t::kPortFlaps, pm.flap_count);
-        if (pm.cabled) {
-          const auto temp = static_cast<std::int16_t>((pm.cmis[14] << 8) | pm.cmis[15]);
-          store_le<std::int16_t>(rsp.data(), base + t::kPortModTempQ8, temp);
-          store_le<std::uint16_t>(rsp.data(), base + t::kPortModVcc,
-                                  static_cast<std::uint16_t>((pm.cmis[16] << 8) | pm.cmis[17]));
+        const Card::PortTelemetry pt = card_.port_telemetry(p);
+        std::uint32_t status = 0, flaps = 0;
+        {
+          std::lock_guard lock(card_.port_mutex());
+          status = card_.port_status_locked(p);
+          flaps = card_.port(p).flap_count;
         }
+        store_le<std::uint32_t>(rsp.data(), base + t::kPortStatus, status);
+        store_le<std::uint32_t>(rsp.data(), base + t::kPortFlaps, flaps);
+        store_le<std::int16_t>(rsp.data(), base + t::kPortModTempQ8, pt.mod_temp_q8);
+        store_le<std::uint16_t>(rsp.data(), base + t::kPortModVcc, pt.mod_vcc);
+        store_le<std::uint32_t>(rsp.data(), base + t::kPortMaxBer, pt.max_ber);
       }
       return mb::Status::kOk;
     }

@@ -10,17 +10,11 @@
 #include <vector>
 
 #include "card.hpp"
+#include "fabric.hpp"
 #include "npo/emu/emulator.hpp"
 #include "sched.hpp"
 
 namespace npo::emu {
-
-/// One card port.
-struct PortRef {
-  std::uint32_t card = 0;
-  unsigned port = 0;
-  friend bool operator==(const PortRef&, const PortRef&) = default;
-};
 
 class EmulatorImpl {
  public:
@@ -37,16 +31,19 @@ class EmulatorImpl {
   std::uint64_t hbm_stride = 0;
   std::vector<std::unique_ptr<Card>> cards;
   std::mt19937_64 rng;
+  /// Cables and optical switches (fabric.hpp); resolve_peer/channel_of read it.
+  OpticalFabric fabric;
 
   /// Card by fabric ID, or null.
   Card* card_by_fabric_id(std::uint32_t fid) noexcept {
     return (fid >= 1 && fid <= cards.size()) ? cards[fid - 1].get() : nullptr;
   }
-  /// The card port at the far end of the light path from (card, port): a direct cable, or
-  /// (topology issue) a path through optical-switch cross-connects. nullopt: no path.
+  /// The card port at the far end of the light path from (card, port): a direct cable, or a
+  /// path through optical-switch cross-connects (fabric.hpp). nullopt: no path.
   /// Thread-safety: any thread; the answer can change when a switch is reconfigured.
   [[nodiscard]] std::optional<PortRef> resolve_peer(std::uint32_t card, unsigned port) const;
-  /// Channel parameters of the light path from (card, port); defaults when there is none.
+  /// Channel parameters of the light path from (card, port): losses of every cable plus each
+  /// switch's insertion loss, SNR penalties summed, dead lanes OR-ed; defaults when there is none.
   [[nodiscard]] ChannelParams channel_of(std::uint32_t card, unsigned port) const;
   void log(std::uint32_t card, const std::string& text);
   std::vector<std::string> log_lines() const;
@@ -54,9 +51,6 @@ class EmulatorImpl {
   void fire(const Fault& f);
 
  private:
-  /// Direct cables: index card * kMaxPorts + port.
-  std::vector<std::optional<PortRef>> cable_peer_;
-  std::vector<ChannelParams> cable_channel_;
   mutable std::mutex log_mu_;
   std::vector<std::string> log_;
 };

@@ -549,8 +549,8 @@ TEST_P(BackendConformance, MmioReadOnlyAndReservedRegisters) {
   EXPECT_EQ(b.read64(g::kHbmSize), hbm) << "HBM_SIZE is RO";
 
   const unsigned ports = g::kCap0NumPorts.get(b.read32(g::kCap0));
-  std::vector<std::uint32_t> reserved = {0x078,
-                                         0x07c,
+  std::vector<std::uint32_t> reserved = {0x088,
+                                         0x08c,
                                          0x0fc,
                                          0x800,
                                          0xffc,

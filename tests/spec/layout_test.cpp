@@ -293,6 +293,7 @@ std::uint32_t block_span(std::string_view block) {
   if (block == "WINDOW") return regs::kWindowStride;
   if (block == "PORT") return regs::kLaneBase;  // lane blocks start inside the port block
   if (block == "LANE") return regs::kLaneStride;
+  if (block == "ROUTE") return 4;
   return 0;
 }
 

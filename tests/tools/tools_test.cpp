@@ -64,10 +64,11 @@ TEST(NpoSmi, TopoTrainsLinksAndPrintsTheHopMatrix) {
   }
   EXPECT_EQ(j["hops"][0][0], 0);
   EXPECT_EQ(j["hops"][0][7], 1);
+  EXPECT_EQ(j["diameter"], 1);
   r = run(std::string(NPO_SMI) + " --backend emu:mesh8 topo");
   ASSERT_EQ(r.status, 0);
   EXPECT_NE(r.out.find("56 of 56 ports with a module trained Up"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("   C7   L1   L1   L1   L1   L1   L1   L1    X"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("    C7    L1    L1    L1    L1    L1    L1    L1     X"), std::string::npos) << r.out;
 }
 
 TEST(NpoDmaBench, JsonResultsCarryTheBaselineAndRatio) {

@@ -67,7 +67,7 @@ TEST(EmulatorUri, FormsAndOptions) {
   EXPECT_EQ(npo::emu::parse_uri("8?clock=fast").error().code(), Code::kInvalidArgument);
   EXPECT_EQ(npo::emu::parse_uri("8?colour=red").error().code(), Code::kInvalidArgument);
   EXPECT_EQ(npo::emu::parse_uri("8?hbm=99999999999999999999G").error().code(), Code::kInvalidArgument);
-  EXPECT_EQ(npo::emu::parse_uri("file=/tmp/t.yaml").error().code(), Code::kUnimplemented);
+  EXPECT_EQ(npo::emu::parse_uri("file=/nonexistent/t.yaml").error().code(), Code::kNotFound);  // docs/topology.md
 }
 
 TEST(EmulatorConfig, RejectsBadSystems) {

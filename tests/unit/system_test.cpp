@@ -80,7 +80,8 @@ TEST(System, TransceiverPagesThroughTheMailbox) {
   EXPECT_EQ(static_cast<unsigned>(id[0]), 0x18u);  // SFF-8024: QSFP-DD
   std::array<std::byte, 4> p{};
   EXPECT_EQ(npo::read_transceiver(dev, 7, 0, 0, 128, p).error().code(), Code::kNotFound);  // port 7 has no cable
-  EXPECT_EQ(npo::read_transceiver(dev, 0, 0, 0x11, 128, p).error().code(), Code::kUnimplemented);  // page 11h absent
+  EXPECT_EQ(npo::read_transceiver(dev, 0, 0, 0x13, 128, p).error().code(),
+            Code::kUnimplemented);  // page 13h (diagnostics) not advertised
   EXPECT_EQ(npo::read_transceiver(dev, 9, 0, 0, 0, p).error().code(), Code::kOutOfRange);
   std::array<std::byte, 130> big{};
   EXPECT_EQ(npo::read_transceiver(dev, 0, 0, 0, 0, big).error().code(), Code::kOutOfRange);

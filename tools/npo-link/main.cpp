@@ -3,7 +3,11 @@
 // `ethtool -m IF raw on` writes them, `ethtool -m IF hex on` text, or a tests/data/eeprom .hex
 // file) into an ethtool-like listing or JSON. The link subcommands (show, ddm, fec, prbs, train,
 // health) arrive with the rest of the optics issue. Uses only the public npo-hal API.
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -15,6 +19,12 @@
 #include <nlohmann/json.hpp>
 
 #include "npo/hal/error.hpp"
+#include "npo/hal/link_health.hpp"
+#include "npo/hal/link_monitor.hpp"
+#include "npo/hal/link_training.hpp"
+#include "npo/hal/port.hpp"
+#include "npo/hal/system.hpp"
+#include "npo/hal/transceiver.hpp"
 #include "npo/hal/xcvr_decode.hpp"
 
 namespace {
@@ -226,6 +236,416 @@ int decode(const std::string& file, bool as_json) {
   return 0;
 }
 
+// ---- Live subcommands ----------------------------------------------------------------------
+
+struct Common {
+  std::string backend = std::string(npo::kDefaultUri);
+  bool json = false;
+  double watch = 0;    ///< seconds between repeats; 0: run once
+  unsigned count = 0;  ///< repeats with --watch; 0: until interrupted
+  bool all = false;    ///< include ports without a module
+};
+
+void add_common(CLI::App* s, Common& c) {
+  s->add_option("--backend", c.backend, "backend URI (emu:mesh8, emu:N, vfio:all, vfio:BDF)");
+  s->add_flag("--json", c.json, "print JSON");
+  s->add_option("--watch", c.watch, "repeat every SECONDS (on the emulator's virtual clock, waiting advances time)");
+  s->add_option("--count", c.count, "with --watch: stop after N repeats");
+}
+
+int report(const npo::Error& e, std::string_view what) {
+  std::fprintf(stderr, "npo-link: %.*s: %s\n", static_cast<int>(what.size()), what.data(), e.to_string().c_str());
+  return 1;
+}
+
+json opt_u(const std::optional<unsigned>& v) { return v ? json(*v) : json(nullptr); }
+
+/// Card index of a fabric ID, if the card is in this system.
+std::optional<std::uint32_t> card_of(npo::System& sys, std::optional<std::uint32_t> fid) {
+  if (!fid) return std::nullopt;
+  auto d = sys.device_by_fabric_id(*fid);
+  if (!d) return std::nullopt;
+  return (*d)->info().index;
+}
+
+/// Brings links up when a port with a module is not Up (as `npo-smi topo` does).
+npo::Result<void> ensure_up(npo::System& sys, npo::LinkMonitor& mon) {
+  bool need = false;
+  for (std::size_t c = 0; c < sys.device_count() && !need; ++c) {
+    for (unsigned p = 0; p < sys.device(c).port_count(); ++p) {
+      auto ps = npo::read_port(sys.device(c), p);
+      if (!ps) return std::unexpected(ps.error());
+      if (ps->module_present && ps->state != npo::LinkState::kUp && (ps->ctrl & 1u) == 0) need = true;
+      if (ps->module_present && ps->state == npo::LinkState::kFault) need = true;
+      if (ps->module_present && ps->state != npo::LinkState::kUp && (ps->ctrl & 1u) != 0) need = true;
+    }
+  }
+  if (!need) return {};
+  auto up = npo::bring_up_links(sys, 10'000'000'000ULL);
+  if (!up) return std::unexpected(up.error());
+  mon.note_training(up->ports);
+  return {};
+}
+
+/// Repeats `body` per --watch / --count.
+int repeat(const Common& c, npo::LinkMonitor& mon, const std::function<int()>& body) {
+  for (unsigned i = 0;; ++i) {
+    const int rc = body();
+    if (rc != 0 || c.watch <= 0) return rc;
+    if (c.count != 0 && i + 1 >= c.count) return 0;
+    std::fflush(stdout);
+    mon.sleep_ns(static_cast<std::uint64_t>(c.watch * 1e9));
+  }
+}
+
+std::string ber_text(const std::optional<double>& b) { return b ? fmt::format("{:.2e}", *b) : std::string("-"); }
+
+/// The BER to show for a lane: over the last interval when the monitor has one, else since clear.
+std::optional<double> lane_ber(const npo::PortStatus& ps, const npo::PortHealth& h, unsigned lane) {
+  for (const auto& l : h.lanes) {
+    if (l.lane == lane && l.ber) return l.ber;
+  }
+  return ps.lanes[lane].pre_fec_ber;
+}
+
+std::optional<double> worst_ber(const npo::PortStatus& ps, const npo::PortHealth& h) {
+  std::optional<double> w;
+  if (ps.state != npo::LinkState::kUp) return w;
+  for (unsigned l = 0; l < ps.lanes.size(); ++l) {
+    if (((ps.lane_enable >> l) & 1u) == 0) continue;
+    const auto b = lane_ber(ps, h, l);
+    if (b && (!w || *b > *w)) w = b;
+  }
+  return w;
+}
+
+json fec_json(const npo::LaneCounters& l) {
+  json bins = json::array();
+  for (auto b : l.fec_bins) bins.push_back(b);
+  return {{"codewords", l.codewords},
+          {"corrected", l.corrected},
+          {"uncorrectable", l.uncorrectable},
+          {"symbol_errors", l.symbol_errors},
+          {"bins", bins}};
+}
+
+json lane_json(const npo::PortStatus& ps, const npo::PortHealth& h, unsigned lane) {
+  const auto& l = ps.lanes[lane];
+  json j = {{"lane", lane},
+            {"in_use", ((ps.lane_enable >> lane) & 1u) != 0 && ps.state == npo::LinkState::kUp},
+            {"cdr_lock", ((ps.lanes_up >> lane) & 1u) != 0},
+            {"tx_power_mw", l.tx_power_mw},
+            {"tx_power_dbm", opt(l.tx_power_dbm)},
+            {"rx_power_mw", l.rx_power_mw},
+            {"rx_power_dbm", opt(l.rx_power_dbm)},
+            {"tx_bias_ma", l.tx_bias_ma},
+            {"snr_db", l.snr_db},
+            {"tx_eq", {{"pre", l.tx_eq.pre}, {"main", l.tx_eq.main}, {"post", l.tx_eq.post}}},
+            {"fec", fec_json(l)},
+            {"pre_fec_ber", opt(lane_ber(ps, h, lane))}};
+  for (const auto& r : h.lanes) {
+    if (r.lane == lane) {
+      j["verdict"] = std::string(npo::lane_health_name(r.verdict));
+      j["reasons"] = r.reasons;
+    }
+  }
+  return j;
+}
+
+json port_json(npo::System& sys, std::uint32_t card, const npo::PortStatus& ps, const npo::PortHealth& h) {
+  json nb = nullptr;
+  if (ps.neighbor_fabric_id) {
+    nb = {{"card", card_of(sys, ps.neighbor_fabric_id) ? json(*card_of(sys, ps.neighbor_fabric_id)) : json(nullptr)},
+          {"port", opt_u(ps.neighbor_port)},
+          {"fabric_id", *ps.neighbor_fabric_id}};
+  }
+  json lanes = json::array();
+  for (unsigned l = 0; l < ps.lanes.size(); ++l) lanes.push_back(lane_json(ps, h, l));
+  return {{"card", card},
+          {"port", ps.port},
+          {"state", std::string(npo::port_state_name(h.state))},
+          {"reason", h.reason},
+          {"link_state", std::string(npo::link_state_name(ps.state))},
+          {"module_present", ps.module_present},
+          {"speed_gbps", ps.speed_gbps()},
+          {"lane_count", ps.lane_count},
+          {"lane_enable", ps.lane_enable},
+          {"lane_rate_mbd", ps.lane_rate_mbd},
+          {"modulation", ps.pam4 ? "PAM4" : "NRZ"},
+          {"neighbor", nb},
+          {"worst_pre_fec_ber", opt(worst_ber(ps, h))},
+          {"train_count", ps.train_count},
+          {"flap_count", ps.flap_count},
+          {"up_count", ps.up_count},
+          {"coeff_updates", ps.coeff_updates},
+          {"train_result",
+           {{"code", ps.train_result.code},
+            {"attempt", ps.train_result.attempt},
+            {"failed_lanes", ps.train_result.failed_lanes}}},
+          {"module_temp_c", opt(ps.module_temp_c)},
+          {"module_vcc_v", opt(ps.module_vcc_v)},
+          {"lanes", lanes}};
+}
+
+int show_once(npo::System& sys, npo::LinkMonitor& mon, const Common& c, bool fec) {
+  auto snap = mon.snapshot();
+  if (!snap) return report(snap.error(), "snapshot");
+  if (c.json) {
+    json ports = json::array();
+    for (const auto& cp : snap->cards) {
+      for (std::size_t i = 0; i < cp.ports.size(); ++i) {
+        if (!c.all && !cp.ports[i].module_present) continue;
+        ports.push_back(port_json(sys, cp.card, cp.ports[i], cp.health[i]));
+      }
+    }
+    json j = {{"backend", sys.uri()},
+              {"timestamp_ns", snap->timestamp_ns},
+              {"interval_ns", snap->interval_ns},
+              {"ports", ports}};
+    std::puts(j.dump(2).c_str());
+    return 0;
+  }
+  if (!fec) {
+    fmt::print("{:>4} {:>4}  {:<9} {:>6} {:>5}  {:<9} {:>9}  {}\n", "CARD", "PORT", "STATE", "GB/S", "LANES",
+               "NEIGHBOR", "WORST-BER", "REASON");
+  }
+  for (const auto& cp : snap->cards) {
+    for (std::size_t i = 0; i < cp.ports.size(); ++i) {
+      const auto& ps = cp.ports[i];
+      const auto& h = cp.health[i];
+      if (!c.all && !ps.module_present) continue;
+      if (!fec) {
+        std::string nb = "-";
+        if (auto nc = card_of(sys, ps.neighbor_fabric_id)) nb = fmt::format("{}:{}", *nc, ps.neighbor_port.value_or(0));
+        fmt::print("{:>4} {:>4}  {:<9} {:>6g} {:>5}  {:<9} {:>9}  {}\n", cp.card, ps.port,
+                   npo::port_state_name(h.state), ps.speed_gbps(), fmt::format("{}/{}", ps.lane_count, ps.lanes.size()),
+                   nb, ber_text(worst_ber(ps, h)), h.reason);
+        continue;
+      }
+      fmt::print("card {} port {}: {} ({})\n", cp.card, ps.port, npo::port_state_name(h.state), h.reason);
+      fmt::print("  {:>4} {:>14} {:>12} {:>8} {:>12} {:>9}  {}\n", "LANE", "CODEWORDS", "CORRECTED", "UNCORR",
+                 "SYM-ERRORS", "PRE-BER", "BINS (errors:codewords, bins 1..15)");
+      for (unsigned l = 0; l < ps.lanes.size(); ++l) {
+        const auto& lc = ps.lanes[l];
+        std::string bins;
+        for (unsigned b = 1; b < lc.fec_bins.size(); ++b) {
+          if (lc.fec_bins[b] != 0) bins += fmt::format("{}{}:{}", bins.empty() ? "" : " ", b, lc.fec_bins[b]);
+        }
+        fmt::print("  {:>4} {:>14} {:>12} {:>8} {:>12} {:>9}  {}\n", l, lc.codewords, lc.corrected, lc.uncorrectable,
+                   lc.symbol_errors, ber_text(lane_ber(ps, h, l)), bins.empty() ? "-" : bins);
+      }
+    }
+  }
+  return 0;
+}
+
+int ddm_once(npo::System& sys, const Common& c) {
+  json mods = json::array();
+  for (std::size_t ci = 0; ci < sys.device_count(); ++ci) {
+    auto& dev = sys.device(ci);
+    for (unsigned p = 0; p < dev.port_count(); ++p) {
+      auto ps = npo::read_port(dev, p);
+      if (!ps) return report(ps.error(), "read port");
+      if (!ps->module_present) continue;
+      auto img = npo::read_module_image(dev, p);
+      if (!img) return report(img.error(), fmt::format("card {} port {}: module", ci, p));
+      auto m = npo::xcvr::decode_module(*img);
+      if (!m) return report(m.error(), fmt::format("card {} port {}: decode", ci, p));
+      if (c.json) {
+        mods.push_back({{"card", ci}, {"port", p}, {"module", module_json(*m)}});
+        continue;
+      }
+      fmt::print("card {} port {}: {} {} {} (SN {}), {}\n", ci, p, m->identifier_name, m->vendor_name, m->part_number,
+                 m->serial_number, m->module_state ? m->module_state->name : std::string("state unknown"));
+      fmt::print("  temperature {}  supply {}\n",
+                 m->temperature_c ? fmt::format("{:.2f} C", *m->temperature_c) : std::string("not reported"),
+                 m->supply_voltage_v ? fmt::format("{:.4f} V", *m->supply_voltage_v) : std::string("not reported"));
+      for (const auto& l : m->lanes) {
+        fmt::print("  lane {}: bias {}  tx {}  rx {}\n", l.lane,
+                   l.tx_bias_ma ? fmt::format("{:.3f} mA", *l.tx_bias_ma) : std::string("-"),
+                   power_text(l.tx_power_mw, l.tx_power_dbm), power_text(l.rx_power_mw, l.rx_power_dbm));
+      }
+      // The card's DDM mirrors (registers.md §7.3), read with the port block.
+      for (unsigned l = 0; l < ps->lanes.size(); ++l) {
+        const auto& lc = ps->lanes[l];
+        fmt::print("  mirror lane {}: bias {:.3f} mA  tx {}  rx {}\n", l, lc.tx_bias_ma,
+                   power_text(lc.tx_power_mw, lc.tx_power_dbm), power_text(lc.rx_power_mw, lc.rx_power_dbm));
+      }
+    }
+  }
+  if (c.json) std::puts(json{{"backend", sys.uri()}, {"modules", mods}}.dump(2).c_str());
+  return 0;
+}
+
+json training_json(npo::System& sys, const npo::PortTraining& r) {
+  json stages = json::object();
+  for (std::size_t s = 0; s + 1 < npo::kTrainStageCount; ++s) {
+    stages[std::string(npo::train_stage_name(static_cast<npo::TrainStage>(s)))] =
+        static_cast<double>(r.stage_ns[s]) / 1e6;
+  }
+  json attempts = json::array();
+  for (const auto& a : r.attempts) {
+    attempts.push_back({{"attempt", a.attempt},
+                        {"result", std::string(npo::train_code_name(a.code))},
+                        {"failed_lanes", a.failed_lanes},
+                        {"from_card", a.from_card},
+                        {"at_ms", static_cast<double>(a.at_ns) / 1e6}});
+  }
+  json nb = nullptr;
+  if (r.neighbor_fabric_id) {
+    auto nc = card_of(sys, r.neighbor_fabric_id);
+    nb = {{"card", nc ? json(*nc) : json(nullptr)}, {"port", opt_u(r.neighbor_port)}};
+  }
+  return {{"card", r.card},
+          {"port", r.port},
+          {"result", std::string(npo::train_code_name(r.code))},
+          {"stage", std::string(npo::train_stage_name(r.stage))},
+          {"total_ms", static_cast<double>(r.total_ns) / 1e6},
+          {"stage_ms", stages},
+          {"attempts", attempts},
+          {"host_retries", r.host_retries},
+          {"lanes_up", r.lanes_up},
+          {"lanes_total", r.lanes_total},
+          {"failed_lanes", r.failed_lanes},
+          {"dropped_lanes", r.dropped_lanes},
+          {"module_ready_timeout_ms", static_cast<double>(r.module_ready_timeout_ns) / 1e6},
+          {"datapath_init_timeout_ms", static_cast<double>(r.datapath_init_timeout_ns) / 1e6},
+          {"neighbor", nb},
+          {"cmis_module_state", r.cmis_module_state ? json(*r.cmis_module_state) : json(nullptr)},
+          {"cmis_datapath_activated", r.cmis_datapath_activated ? json(*r.cmis_datapath_activated) : json(nullptr)},
+          {"detail", r.detail}};
+}
+
+int train_once(npo::System& sys, const Common& c, std::optional<unsigned> card, std::optional<unsigned> port) {
+  std::vector<npo::PortRef> ports;
+  if (card || port) {
+    const unsigned ci = card.value_or(0), pi = port.value_or(0);
+    if (ci >= sys.device_count()) {
+      std::fprintf(stderr, "npo-link train: card %u outside 0..%zu\n", ci, sys.device_count() - 1);
+      return 1;
+    }
+    ports.push_back({ci, pi});
+    // Both ends of the link: the far end learned in the last training, if any.
+    if (auto ps = npo::read_port(sys.device(ci), pi); ps && ps->neighbor_fabric_id) {
+      if (auto nc = card_of(sys, ps->neighbor_fabric_id)) ports.push_back({*nc, ps->neighbor_port.value_or(0)});
+    }
+  }
+  auto res = npo::train_ports(sys, ports, {}, 20'000'000'000ULL, true);
+  if (!res) return report(res.error(), "train");
+  if (c.json) {
+    json out = json::array();
+    for (const auto& r : *res) {
+      if (!c.all && r.code == npo::TrainCode::kNoModule && r.stage == npo::TrainStage::kDetect) continue;
+      out.push_back(training_json(sys, r));
+    }
+    std::puts(json{{"backend", sys.uri()}, {"ports", out}}.dump(2).c_str());
+    return 0;
+  }
+  for (const auto& r : *res) {
+    if (!c.all && r.code == npo::TrainCode::kNoModule && r.stage == npo::TrainStage::kDetect) continue;
+    std::string stages;
+    for (std::size_t s = 0; s + 1 < npo::kTrainStageCount; ++s) {
+      stages +=
+          fmt::format("{}{}={:.1f}ms", stages.empty() ? "" : " ",
+                      npo::train_stage_name(static_cast<npo::TrainStage>(s)), static_cast<double>(r.stage_ns[s]) / 1e6);
+    }
+    fmt::print("card {} port {}: {} in {:.1f} ms ({})\n  {}\n", r.card, r.port, npo::train_code_name(r.code),
+               static_cast<double>(r.total_ns) / 1e6, r.detail, stages);
+    for (const auto& a : r.attempts) {
+      fmt::print("  attempt {} at {:.1f} ms: {}{}{}\n", a.attempt, static_cast<double>(a.at_ns) / 1e6,
+                 npo::train_code_name(a.code), a.failed_lanes ? fmt::format(" lanes 0x{:02x}", a.failed_lanes) : "",
+                 a.from_card ? "" : " (host deadline)");
+    }
+  }
+  return 0;
+}
+
+int prbs_once(npo::System& sys, const Common& c, const std::string& pattern, double seconds, const std::string& side,
+              unsigned card, unsigned port, unsigned lanes) {
+  auto pat = npo::parse_prbs_pattern(pattern);
+  if (!pat) return report(pat.error(), "prbs");
+  if (side != "media" && side != "host") {
+    std::fprintf(stderr, "npo-link prbs: --side is media or host, not '%s'\n", side.c_str());
+    return 1;
+  }
+  npo::PrbsOptions o{.pattern = *pat,
+                     .host_side = side == "host",
+                     .lanes = static_cast<std::uint8_t>(lanes),
+                     .duration_ns = static_cast<std::uint64_t>(seconds * 1e9)};
+  auto r = npo::run_prbs(sys, card, port, o);
+  if (!r) return report(r.error(), "prbs");
+  if (c.json) {
+    json ports = json::array();
+    for (const auto& pr : *r) {
+      json ls = json::array();
+      for (const auto& l : pr.lanes) {
+        ls.push_back(
+            {{"lane", l.lane}, {"locked", l.locked}, {"bits", l.bits}, {"errors", l.errors}, {"ber", opt(l.ber)}});
+      }
+      ports.push_back({{"card", pr.card}, {"port", pr.port}, {"lanes", ls}});
+    }
+    std::puts(json{
+        {"pattern", std::string(npo::prbs_pattern_name(*pat))}, {"side", side}, {"seconds", seconds}, {"ports", ports}}
+                  .dump(2)
+                  .c_str());
+    return 0;
+  }
+  fmt::print("PRBS {} {} side, {:g} s\n", npo::prbs_pattern_name(*pat), side, seconds);
+  for (const auto& pr : *r) {
+    fmt::print("card {} port {}:\n  {:>4} {:>6} {:>16} {:>12} {:>10}\n", pr.card, pr.port, "LANE", "LOCK", "BITS",
+               "ERRORS", "BER");
+    for (const auto& l : pr.lanes) {
+      fmt::print("  {:>4} {:>6} {:>16} {:>12} {:>10}\n", l.lane, l.locked ? "yes" : "no", l.bits, l.errors,
+                 ber_text(l.ber));
+    }
+  }
+  return 0;
+}
+
+int health_once(npo::System& sys, npo::LinkMonitor& mon, const Common& c, double interval) {
+  if (auto s0 = mon.snapshot(); !s0) return report(s0.error(), "snapshot");
+  mon.sleep_ns(static_cast<std::uint64_t>(interval * 1e9));
+  auto snap = mon.snapshot();
+  if (!snap) return report(snap.error(), "snapshot");
+  json ports = json::array();
+  for (const auto& cp : snap->cards) {
+    for (std::size_t i = 0; i < cp.ports.size(); ++i) {
+      const auto& ps = cp.ports[i];
+      const auto& h = cp.health[i];
+      if (!c.all && !ps.module_present) continue;
+      if (c.json) {
+        json lanes = json::array();
+        for (const auto& l : h.lanes) {
+          lanes.push_back({{"lane", l.lane},
+                           {"verdict", std::string(npo::lane_health_name(l.verdict))},
+                           {"raw", std::string(npo::lane_health_name(l.raw))},
+                           {"pre_fec_ber", opt(l.ber)},
+                           {"baseline_ber", opt(l.baseline_ber)},
+                           {"tail_codewords", l.tail_codewords},
+                           {"uncorrectable", l.uncorrectable},
+                           {"reasons", l.reasons}});
+        }
+        ports.push_back({{"card", cp.card},
+                         {"port", ps.port},
+                         {"state", std::string(npo::port_state_name(h.state))},
+                         {"reason", h.reason},
+                         {"lanes", lanes}});
+        continue;
+      }
+      fmt::print("card {} port {}: {} ({})\n", cp.card, ps.port, npo::port_state_name(h.state), h.reason);
+      for (const auto& l : h.lanes) {
+        std::string why;
+        for (const auto& r : l.reasons) why += fmt::format("{}{}", why.empty() ? "" : "; ", r);
+        fmt::print("  lane {}: {:<8} {}\n", l.lane, npo::lane_health_name(l.verdict), why);
+      }
+    }
+  }
+  if (c.json) {
+    std::puts(json{{"backend", sys.uri()}, {"interval_ns", snap->interval_ns}, {"ports", ports}}.dump(2).c_str());
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -238,27 +658,53 @@ int main(int argc, char** argv) {
   dec->add_option("FILE", file, "dump file")->required();
   dec->add_flag("--json", as_json, "print one JSON object");
 
-  const std::vector<std::pair<const char*, const char*>> later = {
-      {"show", "port and module summary"},
-      {"ddm", "per-lane digital diagnostics of live modules"},
-      {"fec", "FEC counters and symbol-error bins"},
-      {"prbs", "PRBS generator/checker"},
-      {"train", "link training"},
-      {"health", "per-lane health verdicts"}};
-  std::vector<CLI::App*> stubs;
-  for (const auto& [name, help] : later) {
-    auto* s = app.add_subcommand(name, fmt::format("{} (not built yet)", help));
-    s->allow_extras();
-    stubs.push_back(s);
+  Common c;
+  auto* show = app.add_subcommand("show", "one line per port: state, reason, speed, lanes, neighbour, worst-lane BER");
+  auto* ddm = app.add_subcommand("ddm", "decode each live module over the mailbox (CMIS) and the card's DDM mirrors");
+  auto* fec = app.add_subcommand("fec", "FEC counters and symbol-error bins per lane");
+  auto* prbs = app.add_subcommand("prbs", "PRBS test on both ends of a link, per-lane bits/errors/BER");
+  auto* train = app.add_subcommand("train", "retrain and print the supervisor's per-stage times and result codes");
+  auto* health = app.add_subcommand("health", "lane verdicts with reasons over an interval between two snapshots");
+  for (auto* s : {show, ddm, fec, prbs, train, health}) add_common(s, c);
+  for (auto* s : {show, fec, train, health}) s->add_flag("--all", c.all, "include ports without a module");
+  std::string pattern = "PRBS31", side = "media";
+  double seconds = 1.0, interval = 1.0;
+  std::optional<unsigned> card, port;
+  unsigned lanes = 0xff;
+  prbs->add_option("--pattern", pattern, "PRBS7, PRBS9, PRBS11, PRBS13, PRBS15, PRBS23, PRBS31");
+  prbs->add_option("--seconds", seconds, "checking time (platform clock)");
+  prbs->add_option("--side", side, "media (over the fibre) or host (card <-> module)");
+  prbs->add_option("--lanes", lanes, "PRBS_LANES bitmap (default 0xff)");
+  for (auto* s : {prbs, train}) {
+    s->add_option("--card", card, "card index");
+    s->add_option("--port", port, "port");
   }
+  health->add_option("--interval", interval, "seconds between the two snapshots (platform clock)");
 
   CLI11_PARSE(app, argc, argv);
   if (dec->parsed()) return decode(file, as_json);
-  for (auto* s : stubs) {
-    if (s->parsed()) {
-      std::fprintf(stderr, "npo-link %s: not built yet (optics issue)\n", s->get_name().c_str());
-      return 2;
-    }
+
+  auto sys = npo::System::open(c.backend);
+  if (!sys) return report(sys.error(), c.backend);
+  npo::System& s = **sys;
+  // `health` also judges the modules' DDM (thresholds, Rx LOS, Tx fault) over the mailbox.
+  npo::LinkMonitorOptions mo;
+  mo.check_module_ddm = health->parsed();
+  npo::LinkMonitor mon(s, mo);
+  // Links are brought up first when they are down (like `npo-smi topo`); `train` with a port
+  // needs the neighbour known to retrain both ends.
+  if (show->parsed() || fec->parsed() || health->parsed() || prbs->parsed() || ddm->parsed() ||
+      (train->parsed() && (card || port))) {
+    if (auto r = ensure_up(s, mon); !r) return report(r.error(), "link bring-up");
+  }
+  if (show->parsed()) return repeat(c, mon, [&] { return show_once(s, mon, c, false); });
+  if (fec->parsed()) return repeat(c, mon, [&] { return show_once(s, mon, c, true); });
+  if (ddm->parsed()) return repeat(c, mon, [&] { return ddm_once(s, c); });
+  if (health->parsed()) return repeat(c, mon, [&] { return health_once(s, mon, c, interval); });
+  if (train->parsed()) return repeat(c, mon, [&] { return train_once(s, c, card, port); });
+  if (prbs->parsed()) {
+    return repeat(c, mon,
+                  [&] { return prbs_once(s, c, pattern, seconds, side, card.value_or(0), port.value_or(0), lanes); });
   }
   return 2;
 }

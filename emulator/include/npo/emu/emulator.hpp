@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "npo/hal/backend/backend.hpp"
@@ -45,31 +46,35 @@ struct Cable {
   ChannelParams channel{};
 };
 
+/// One optical circuit switch (docs/topology.md "Optical switches"): `ports` ports, each idle
+/// or cross-connected to one other port. Light entering a port leaves through its partner.
+struct SwitchConfig {
+  std::string name;                                           ///< unique; used by Emulator::connect
+  unsigned ports = 0;                                         ///< radix, 1..4096
+  double insertion_loss_db = 1.5;                             ///< loss each pass adds, dB
+  std::vector<std::pair<unsigned, unsigned>> cross_connects;  ///< initial port pairs
+};
+
+/// One end of a SwitchCable: a card port or a switch port.
+struct FabricPort {
+  bool on_switch = false;  ///< false: `node` is a card index; true: an index into SystemConfig::switches
+  std::uint32_t node = 0;
+  unsigned port = 0;
+};
+
+/// A cable with at least one end on an optical switch (card-to-card cables are `Cable`).
+struct SwitchCable {
+  FabricPort a{};
+  FabricPort b{};
+  ChannelParams channel{};
+};
+
 /// Per-card parameters.
 struct CardConfig {
   std::uint64_t hbm_bytes = 64u << 20;  ///< bytes of HBM, multiple of 4 KiB, >= 1 MiB (memfd-backed, sparse)
   unsigned num_ports = 8;               ///< optical ports, 1..16
   std::string firmware_version = "1.2.0";
 };
-
-/// A whole emulated system.
-struct SystemConfig {
-  std::string name = "mesh8";  ///< for logs: "mesh8", "8", "file=..."
-  unsigned num_cards = 8;      ///< 1..1024
-  CardConfig card;
-  std::vector<Cable> cables;  ///< optical fabric
-  ClockMode clock = ClockMode::kRealtime;
-  std::uint64_t seed = 1;                  ///< seeds every random choice (serials, noise)
-  unsigned workers = 1;                    ///< threads executing DMA and firmware work (1..4)
-  std::uint64_t watchdog_ns = 50'000'000;  ///< engine hang detection: no progress for this long
-  std::string scenario;                    ///< fault scenario file to load at creation ("" none)
-};
-
-/// Parses the part of an emulator URI after "emu:": "mesh8", "N" (1..1024), "file=PATH"
-/// (reserved for topology files: kUnimplemented until the topology issue), each optionally
-/// followed by "?key=value&...": clock=virtual|realtime, seed=N, hbm=BYTES[K|M|G],
-/// ports=N, workers=N, scenario=PATH. Errors: kInvalidArgument naming the accepted forms.
-Result<SystemConfig> parse_uri(std::string_view rest);
 
 /// Kinds of injectable faults. DESIGN.md "Emulator principles"; later issues add link faults.
 enum class FaultKind : std::uint8_t {
@@ -106,6 +111,31 @@ struct Fault {
   double value = 0;               ///< kind-specific magnitude (kBerRamp: the final pre-FEC BER)
   std::uint64_t duration_ns = 0;  ///< kind-specific duration (see each kind)
 };
+
+/// A whole emulated system.
+struct SystemConfig {
+  std::string name = "mesh8";  ///< for logs: "mesh8", "8", "file=..."
+  unsigned num_cards = 8;      ///< 1..1024
+  CardConfig card;
+  std::vector<Cable> cables;  ///< optical fabric
+  ClockMode clock = ClockMode::kRealtime;
+  std::uint64_t seed = 1;                  ///< seeds every random choice (serials, noise)
+  unsigned workers = 1;                    ///< threads executing DMA and firmware work (1..4)
+  std::uint64_t watchdog_ns = 50'000'000;  ///< engine hang detection: no progress for this long
+  std::string scenario;                    ///< fault scenario file to load at creation ("" none)
+  std::vector<SwitchConfig> switches;      ///< optical circuit switches
+  std::vector<SwitchCable> switch_cables;  ///< cables with a switch end
+  std::vector<CardConfig> per_card;        ///< empty: every card is `card`; else one entry per card
+  std::vector<Fault> faults;               ///< scheduled at creation (topology files' `faults`)
+};
+
+/// Parses the part of an emulator URI after "emu:": "mesh8", "N" (1..1024), "file=PATH" (a
+/// topology file, docs/topology.md: cards, switches, cables with channel parameters, faults),
+/// each optionally followed by "?key=value&...": clock=virtual|realtime, seed=N,
+/// hbm=BYTES[K|M|G], ports=N, workers=N, scenario=PATH (with file=, hbm= replaces every card's
+/// HBM size and ports= is refused: the file's cabling sets it). Errors: kInvalidArgument
+/// naming the accepted forms or the file's entry and field; kNotFound when the file is missing.
+Result<SystemConfig> parse_uri(std::string_view rest);
 
 /// The emulated system. Thread-safety: every method may be called from any thread.
 class Emulator : public std::enable_shared_from_this<Emulator> {
@@ -147,6 +177,22 @@ class Emulator : public std::enable_shared_from_this<Emulator> {
   /// events driven by emulated time and register/mailbox actions are logged, so the same
   /// scenario, seed and driver actions give a byte-identical log.
   [[nodiscard]] std::vector<std::string> event_log() const;
+
+  // ---- Optical switches (docs/topology.md "Optical switches") -------------------------
+  /// Cross-connects ports `a` and `b` of switch `name` (a circuit: light entering one leaves
+  /// through the other), as a real optical circuit switch reconfigures. Light paths through
+  /// those ports change at once (resolve_peer/channel_of), each changed card port is logged
+  /// and its next training meets the new peer; a link still Up does not drop by itself yet
+  /// (docs/topology.md "Open points"). Errors: kNotFound (no such switch), kOutOfRange (port
+  /// beyond the radix), kInvalidArgument (a == b), kFailedPrecondition (a port is already
+  /// cross-connected: disconnect it first, or a port has no cable).
+  Result<void> connect(std::string_view name, unsigned a, unsigned b);
+  /// Removes the cross-connect holding port `port` of switch `name` (both its ports go idle).
+  /// Errors: kNotFound (no such switch), kOutOfRange, kFailedPrecondition (port is idle).
+  Result<void> disconnect(std::string_view name, unsigned port);
+  /// The current cross-connects of switch `name`, each pair once (lower port first), sorted.
+  /// Errors: kNotFound.
+  [[nodiscard]] Result<std::vector<std::pair<unsigned, unsigned>>> cross_connects(std::string_view name) const;
 
   /// Internal.
   [[nodiscard]] EmulatorImpl& impl() noexcept { return *impl_; }

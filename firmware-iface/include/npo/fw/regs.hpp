@@ -192,7 +192,7 @@ inline constexpr std::uint32_t kFlapCount = 0x01c;     // RO32 up->down transiti
 inline constexpr std::uint32_t kTrainTimeout = 0x020;  // RW32 ms per training attempt
 inline constexpr std::uint32_t kEventStatus = 0x024;   // RW1C32 latched link events
 inline constexpr std::uint32_t kLaneEnable = 0x028;    // RW32 physical lanes the host allows (lane degrade)
-inline constexpr std::uint32_t kTrainResult = 0x02c;   // RO32 outcome of the last training attempt
+inline constexpr std::uint32_t kTrainResult = 0x02c;   // RO32 outcome of the last finished training attempt
 inline constexpr std::uint32_t kUpCount = 0x030;       // RO32 entries into Up since reset
 inline constexpr std::uint32_t kCoeffUpdates = 0x034;  // RO32 Tx EQ coefficient requests in the last training
 inline constexpr std::uint32_t kPrbsLanes = 0x038;     // RW32 lanes the PRBS generator/checker use
@@ -217,7 +217,7 @@ inline constexpr Field32 kTrainResultAttempt{24, 8};  ///< attempt number within
 
 /// Hardware training outcome codes (TRAIN_RESULT.CODE).
 enum class TrainResult : std::uint8_t {
-  kNone = 0,             ///< no attempt finished since reset / attempt in progress
+  kNone = 0,             ///< no attempt finished since reset (a running attempt keeps the last result)
   kOk = 1,               ///< reached Up
   kNoModule = 2,         ///< module absent or removed during training
   kModuleNotReady = 3,   ///< module did not reach ModuleReady within t_module
@@ -350,6 +350,9 @@ inline constexpr RegisterDesc kRegisters[] = {
     {"GLOBAL", "SCRATCH", global::kScratch, 32, Access::kRW},
     {"GLOBAL", "TIMESTAMP", global::kTimestamp, 64, Access::kRO},
     {"GLOBAL", "SCRATCH64", global::kScratch64, 64, Access::kRW},
+    {"GLOBAL", "STATS_ADDR", global::kStatsAddr, 64, Access::kRW},
+    {"GLOBAL", "STATS_CTRL", global::kStatsCtrl, 32, Access::kDB},
+    {"GLOBAL", "STATS_SEQ", global::kStatsSeq, 32, Access::kRO},
     {"MBOX", "CTRL", mbox::kCtrl, 32, Access::kDB},
     {"MBOX", "STATUS", mbox::kStatus, 32, Access::kRW1C},
     {"MBOX", "REQ_LEN", mbox::kReqLen, 32, Access::kRW},
@@ -381,6 +384,13 @@ inline constexpr RegisterDesc kRegisters[] = {
     {"PORT", "FLAP_COUNT", port::kFlapCount, 32, Access::kRO},
     {"PORT", "TRAIN_TIMEOUT", port::kTrainTimeout, 32, Access::kRW},
     {"PORT", "EVENT_STATUS", port::kEventStatus, 32, Access::kRW1C},
+    {"PORT", "LANE_ENABLE", port::kLaneEnable, 32, Access::kRW},
+    {"PORT", "TRAIN_RESULT", port::kTrainResult, 32, Access::kRO},
+    {"PORT", "UP_COUNT", port::kUpCount, 32, Access::kRO},
+    {"PORT", "COEFF_UPDATES", port::kCoeffUpdates, 32, Access::kRO},
+    {"PORT", "PRBS_LANES", port::kPrbsLanes, 32, Access::kRW},
+    {"PORT", "MODULE_TEMP", port::kModuleTemp, 32, Access::kRO},
+    {"PORT", "MODULE_VCC", port::kModuleVcc, 32, Access::kRO},
     {"LANE", "CODEWORDS", port::lane::kCodewords, 64, Access::kRO},
     {"LANE", "CORRECTED", port::lane::kCorrected, 64, Access::kRO},
     {"LANE", "UNCORRECTABLE", port::lane::kUncorrectable, 64, Access::kRO},
@@ -391,6 +401,9 @@ inline constexpr RegisterDesc kRegisters[] = {
     {"LANE", "TX_EQ", port::lane::kTxEq, 32, Access::kRO},
     {"LANE", "LANE_STATUS", port::lane::kLaneStatus, 32, Access::kRO},
     {"LANE", "CLEAR", port::lane::kClear, 32, Access::kDB},
+    {"LANE", "RX_POWER", port::lane::kRxPower, 32, Access::kRO},
+    {"LANE", "TX_POWER", port::lane::kTxPower, 32, Access::kRO},
+    {"LANE", "TX_BIAS", port::lane::kTxBias, 32, Access::kRO},
     {"LANE", "FEC_BIN0", port::lane::kFecBin0, 64, Access::kRO},
 };
 
@@ -447,6 +460,7 @@ inline constexpr FieldDesc kFields[] = {
     {"PORT.CTRL", "LOOPBACK", port::kCtrlLoopback.shift, port::kCtrlLoopback.width},
     {"PORT.CTRL", "PRBS_GEN", port::kCtrlPrbsGen.shift, port::kCtrlPrbsGen.width},
     {"PORT.CTRL", "PRBS_CHECK", port::kCtrlPrbsCheck.shift, port::kCtrlPrbsCheck.width},
+    {"PORT.CTRL", "PRBS_SIDE", port::kCtrlPrbsSide.shift, port::kCtrlPrbsSide.width},
     {"PORT.CTRL", "PRBS_PATTERN", port::kCtrlPrbsPattern.shift, port::kCtrlPrbsPattern.width},
     {"PORT.STATUS", "STATE", port::kStatusState.shift, port::kStatusState.width},
     {"PORT.STATUS", "FEC_LOCK", port::kStatusFecLock.shift, port::kStatusFecLock.width},
@@ -463,6 +477,11 @@ inline constexpr FieldDesc kFields[] = {
     {"PORT.EVENT_STATUS", "LINK_DOWN", port::kEventLinkDown.shift, port::kEventLinkDown.width},
     {"PORT.EVENT_STATUS", "TRAIN_FAIL", port::kEventTrainFail.shift, port::kEventTrainFail.width},
     {"PORT.EVENT_STATUS", "MODULE_CHANGE", port::kEventModuleChange.shift, port::kEventModuleChange.width},
+    {"PORT.LANE_ENABLE", "MASK", port::kLaneEnableMask.shift, port::kLaneEnableMask.width},
+    {"PORT.TRAIN_RESULT", "CODE", port::kTrainResultCode.shift, port::kTrainResultCode.width},
+    {"PORT.TRAIN_RESULT", "STATE", port::kTrainResultState.shift, port::kTrainResultState.width},
+    {"PORT.TRAIN_RESULT", "LANES", port::kTrainResultLanes.shift, port::kTrainResultLanes.width},
+    {"PORT.TRAIN_RESULT", "ATTEMPT", port::kTrainResultAttempt.shift, port::kTrainResultAttempt.width},
     {"LANE.TX_EQ", "PRE", port::lane::kTxEqPre.shift, port::lane::kTxEqPre.width},
     {"LANE.TX_EQ", "MAIN", port::lane::kTxEqMain.shift, port::lane::kTxEqMain.width},
     {"LANE.TX_EQ", "POST", port::lane::kTxEqPost.shift, port::lane::kTxEqPost.width},

@@ -1,42 +1,97 @@
 // SPDX-License-Identifier: Apache-2.0
 // npo-hal public API: LinkMonitor -- one batched snapshot of every port and lane of every
-// card (registers.md §7). Per-lane health verdicts (LaneHealth) arrive with the optics
-// issue's channel model; the snapshot itself is real register data.
+// card (registers.md §7), and across successive snapshots per-lane health verdicts and port
+// states (link_health.hpp) with the flap policy (link_training.hpp FlapDamper).
+//
+// A snapshot uses the card's statistics DMA (fw/stats.hpp, registers.md §7.5): the monitor
+// registers one host buffer per card, rings GLOBAL.STATS_CTRL on every card first, then
+// waits for every block's sequence -- no per-port register round trips. A card whose
+// sequence never advances is read register by register instead (fallback).
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "npo/hal/error.hpp"
+#include "npo/hal/link_health.hpp"
+#include "npo/hal/link_training.hpp"
 #include "npo/hal/port.hpp"
 
 namespace npo {
 
 class System;
 
-/// Health verdict of a lane, combining pre-FEC BER, FEC bins, SNR and DDM with hysteresis.
-enum class LaneHealth : std::uint8_t { kGood, kDegraded, kFailing, kDown };
-
 /// One snapshot of all ports of all cards.
 struct LinkSnapshot {
-  std::uint64_t timestamp_ns = 0;
+  std::uint64_t timestamp_ns = 0;  ///< platform clock when the snapshot was taken
+  std::uint64_t interval_ns = 0;   ///< since the previous snapshot of this monitor (0: first)
   struct CardPorts {
     std::uint32_t card = 0;
+    bool via_stats_dma = false;  ///< read from the card's stats block (else register reads)
     std::vector<PortStatus> ports;
+    /// Per port (same order as ports): state, reason, lane verdicts. From the second snapshot
+    /// on the lane verdicts cover the interval since the previous one; on the first, lanes
+    /// report their cumulative counters (since the last clear).
+    std::vector<PortHealth> health;
   };
   std::vector<CardPorts> cards;
+};
+
+/// Options of a LinkMonitor.
+struct LinkMonitorOptions {
+  HealthLimits limits;  ///< lane verdict limits and hysteresis
+  FlapPolicy flap;      ///< downs within a window -> port held DISABLED
+  /// Take ports that trip the flap policy down (CTRL.ENABLE = 0) until enable_port().
+  bool enforce_flap_policy = true;
+  bool use_stats_dma = true;  ///< false: always read registers
+  /// Also judge each Up port's module DDM: thresholds (CMIS page 02h) against the card's
+  /// DDM mirrors, and the latched Rx LOS / Tx fault flags (page 11h). Costs ~6 mailbox reads
+  /// per port per snapshot, so it is off by default (a 1024-card snapshot stays mailbox-free).
+  bool check_module_ddm = false;
+  /// Wall-clock bound for the stats blocks of one snapshot to arrive, ns.
+  std::uint64_t stats_timeout_ns = 20'000'000;
 };
 
 /// Batched link monitoring. Thread-safety: one thread per LinkMonitor.
 class LinkMonitor {
  public:
-  explicit LinkMonitor(System& system) : system_(&system) {}
-  /// Reads every port and lane of every card in one pass, card by card.
-  /// Errors: kUnavailable (a card was removed).
+  explicit LinkMonitor(System& system, LinkMonitorOptions options = {});
+  ~LinkMonitor();
+  LinkMonitor(const LinkMonitor&) = delete;
+  LinkMonitor& operator=(const LinkMonitor&) = delete;
+
+  /// Reads every port and lane of every card (stats DMA, else registers), updates the lane
+  /// trackers and flap dampers, and returns the snapshot with health. Ports that trip the
+  /// flap policy are disabled (if enforce_flap_policy).
+  /// Errors: kUnavailable (a card was removed), kResourceExhausted (stats buffer).
   Result<LinkSnapshot> snapshot();
+
+  /// Re-enables a port held down by the flap policy (or disabled): releases the damper and
+  /// writes CTRL.ENABLE = 1. Errors: kOutOfRange, kUnavailable.
+  Result<void> enable_port(std::uint32_t card, unsigned port);
+
+  /// Records training results (e.g. from bring_up_links) so port reasons can name dropped
+  /// lanes and failure codes.
+  void note_training(std::span<const PortTraining> results);
+
+  /// Now on the platform clock (emulated time on the emulator), ns.
+  [[nodiscard]] std::uint64_t now_ns() const noexcept;
+  /// Sleeps `ns` on the platform clock: on the emulator's virtual clock this advances
+  /// emulated time (the links keep running), elsewhere it sleeps. For `--watch` loops and the
+  /// interval between two snapshots. Thread-safety: as the clock's.
+  void sleep_ns(std::uint64_t ns) const noexcept;
+
+  /// Whether card `card` answered the stats DMA on the last snapshot.
+  [[nodiscard]] bool uses_stats_dma(std::uint32_t card) const noexcept;
+
+  struct State;
 
  private:
   System* system_;
+  LinkMonitorOptions options_;
+  std::unique_ptr<State> state_;
 };
 
 }  // namespace npo

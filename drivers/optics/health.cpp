@@ -1,0 +1,260 @@
+// SPDX-License-Identifier: Apache-2.0
+// drivers/optics: per-lane health verdicts and port states (link_health.hpp). Pure logic.
+#include <algorithm>
+#include <bit>
+
+#include <fmt/format.h>
+
+#include "npo/hal/link_health.hpp"
+
+namespace npo {
+
+std::string_view lane_health_name(LaneHealth h) noexcept {
+  switch (h) {
+    case LaneHealth::kGood: return "GOOD";
+    case LaneHealth::kDegraded: return "DEGRADED";
+    case LaneHealth::kFailing: return "FAILING";
+    case LaneHealth::kDown: return "DOWN";
+  }
+  return "UNKNOWN";
+}
+
+std::string_view port_state_name(PortState s) noexcept {
+  switch (s) {
+    case PortState::kHealthy: return "HEALTHY";
+    case PortState::kDegraded: return "DEGRADED";
+    case PortState::kFailed: return "FAILED";
+    case PortState::kDisabled: return "DISABLED";
+  }
+  return "UNKNOWN";
+}
+
+namespace {
+// A counter that went backwards was cleared: the interval counts from 0.
+std::uint64_t delta(std::uint64_t prev, std::uint64_t cur) noexcept { return cur >= prev ? cur - prev : cur; }
+
+// RS(544,514) over GF(2^10): 5440 bits per codeword; an uncorrectable codeword counts as
+// 16 symbol errors, the least it can have (registers.md §7.3).
+constexpr double kBitsPerCodeword = 5440.0;
+constexpr double kUncorrectableSymbols = 16.0;
+
+LaneHealth worst(LaneHealth a, LaneHealth b) noexcept { return a > b ? a : b; }
+
+void check_ddm(double value, const std::optional<xcvr::ThresholdSet>& t, std::string_view what, std::string_view unit,
+               LaneAssessment& a) {
+  if (!t) return;
+  if (value > t->high_alarm) {
+    a.level = worst(a.level, LaneHealth::kFailing);
+    a.reasons.push_back(fmt::format("{} {:.4f} {} above high alarm {:.4f} {}", what, value, unit, t->high_alarm, unit));
+  } else if (value < t->low_alarm) {
+    a.level = worst(a.level, LaneHealth::kFailing);
+    a.reasons.push_back(fmt::format("{} {:.4f} {} below low alarm {:.4f} {}", what, value, unit, t->low_alarm, unit));
+  } else if (value > t->high_warning) {
+    a.level = worst(a.level, LaneHealth::kDegraded);
+    a.reasons.push_back(
+        fmt::format("{} {:.4f} {} above high warning {:.4f} {}", what, value, unit, t->high_warning, unit));
+  } else if (value < t->low_warning) {
+    a.level = worst(a.level, LaneHealth::kDegraded);
+    a.reasons.push_back(
+        fmt::format("{} {:.4f} {} below low warning {:.4f} {}", what, value, unit, t->low_warning, unit));
+  }
+}
+}  // namespace
+
+std::optional<double> pre_fec_ber(const LaneCounters& prev, const LaneCounters& cur) noexcept {
+  const std::uint64_t cw = delta(prev.codewords, cur.codewords);
+  if (cw == 0) return std::nullopt;
+  const double errs = static_cast<double>(delta(prev.symbol_errors, cur.symbol_errors)) +
+                      kUncorrectableSymbols * static_cast<double>(delta(prev.uncorrectable, cur.uncorrectable));
+  return errs / (kBitsPerCodeword * static_cast<double>(cw));
+}
+
+LaneAssessment assess_lane(const LaneCounters& prev, const LaneCounters& cur, bool locked, const LaneDdmFlags& flags,
+                           const xcvr::Thresholds* thresholds, std::optional<double> baseline, bool came_back,
+                           const HealthLimits& limits) {
+  LaneAssessment a;
+  if (!locked) {
+    a.level = LaneHealth::kDown;
+    a.reasons.push_back(flags.rx_los || !cur.signal ? "no signal (Rx LOS)" : "no CDR lock");
+    return a;
+  }
+  a.codewords = delta(prev.codewords, cur.codewords);
+  a.uncorrectable = delta(prev.uncorrectable, cur.uncorrectable);
+  for (unsigned b = std::min<unsigned>(limits.tail_bin, 16); b < 16; ++b) {
+    a.tail_codewords += delta(prev.fec_bins[b], cur.fec_bins[b]);
+  }
+  a.ber = pre_fec_ber(prev, cur);
+  if (a.ber) {
+    const double ber = *a.ber;
+    if (ber > limits.ber_failing) {
+      a.level = worst(a.level, LaneHealth::kFailing);
+      a.reasons.push_back(fmt::format("pre-FEC BER {:.2e} above the KP4 limit {:.1e}", ber, limits.ber_failing));
+    } else if (ber > limits.ber_warning) {
+      a.level = worst(a.level, LaneHealth::kDegraded);
+      a.reasons.push_back(fmt::format("pre-FEC BER {:.2e} above the warning level {:.1e}", ber, limits.ber_warning));
+    }
+    if (baseline) {
+      const double base = std::max(*baseline, limits.baseline_floor);
+      const double errors = ber * kBitsPerCodeword * static_cast<double>(a.codewords);
+      const double ratio = ber / base;
+      if (ratio >= limits.baseline_factor && errors >= static_cast<double>(limits.min_errors_for_change)) {
+        a.level = worst(a.level, LaneHealth::kDegraded);
+        a.reasons.push_back(fmt::format("pre-FEC BER {:.2e} is {:.0f}x the baseline {:.2e}{}", ber, ratio, *baseline,
+                                        came_back ? fmt::format(" (came back {:.0f}x worse)", ratio) : ""));
+      }
+    }
+  }
+  if (a.uncorrectable > limits.uncorrectable_max) {
+    a.level = worst(a.level, LaneHealth::kFailing);
+    a.reasons.push_back(fmt::format("{} uncorrectable codewords", a.uncorrectable));
+  }
+  if (a.tail_codewords > limits.tail_max) {
+    a.level = worst(a.level, LaneHealth::kFailing);
+    a.reasons.push_back(
+        fmt::format("FEC tail: {} codewords with >= {} symbol errors", a.tail_codewords, limits.tail_bin));
+  }
+  if (flags.rx_los) {
+    a.level = worst(a.level, LaneHealth::kFailing);
+    a.reasons.push_back("module reports Rx LOS");
+  }
+  if (flags.tx_fault) {
+    a.level = worst(a.level, LaneHealth::kFailing);
+    a.reasons.push_back("module reports Tx fault");
+  }
+  if (thresholds != nullptr) {
+    check_ddm(cur.rx_power_mw, thresholds->rx_power_mw, "rx power", "mW", a);
+    check_ddm(cur.tx_power_mw, thresholds->tx_power_mw, "tx power", "mW", a);
+    check_ddm(cur.tx_bias_ma, thresholds->tx_bias_ma, "tx bias", "mA", a);
+  }
+  return a;
+}
+
+LaneHealthReport LaneHealthTracker::update(const LaneCounters& prev, const LaneCounters& cur, bool locked,
+                                           const LaneDdmFlags& flags, const xcvr::Thresholds* thresholds) {
+  LaneAssessment a = assess_lane(prev, cur, locked, flags, thresholds, baseline_, came_back_, limits_);
+  LaneHealthReport r;
+  r.raw = a.level;
+  r.ber = a.ber;
+  r.tail_codewords = a.tail_codewords;
+  r.uncorrectable = a.uncorrectable;
+  const bool no_evidence = !a.ber && a.reasons.empty() && a.level == LaneHealth::kGood;
+
+  if (a.level == LaneHealth::kDown) {
+    verdict_ = LaneHealth::kDown;
+    came_back_ = came_back_ || baseline_.has_value();
+    run_ = 0;
+    run_dir_ = 0;
+  } else if (!started_ || verdict_ == LaneHealth::kDown) {
+    // First interval, or back from DOWN: report what this interval shows.
+    if (!no_evidence || !started_) verdict_ = a.level;
+    run_ = 0;
+    run_dir_ = 0;
+  } else if (no_evidence || a.level == verdict_) {
+    run_ = 0;
+    run_dir_ = 0;
+  } else {
+    const int dir = a.level > verdict_ ? 1 : -1;
+    if (dir != run_dir_) {
+      run_dir_ = dir;
+      run_ = 0;
+      run_level_ = a.level;
+    }
+    ++run_;
+    // The level that persisted through the whole run: the least change from the verdict.
+    run_level_ = dir > 0 ? std::min(run_level_, a.level) : std::max(run_level_, a.level);
+    const unsigned need = dir > 0 ? limits_.worsen_intervals : limits_.recover_intervals;
+    if (run_ >= std::max(need, 1u)) {
+      verdict_ = run_level_;
+      run_ = 0;
+      run_dir_ = 0;
+    }
+  }
+  started_ = true;
+
+  // Baseline: the first healthy intervals with traffic after the lane first came up.
+  if (!baseline_ && a.ber && a.level == LaneHealth::kGood) {
+    base_err_ += *a.ber * kBitsPerCodeword * static_cast<double>(a.codewords);
+    base_bits_ += kBitsPerCodeword * static_cast<double>(a.codewords);
+    if (++base_n_ >= std::max(limits_.baseline_intervals, 1u)) baseline_ = base_err_ / base_bits_;
+  }
+  if (came_back_ && a.level == LaneHealth::kGood && a.ber) came_back_ = false;
+
+  r.verdict = verdict_;
+  if (no_evidence) r.raw = verdict_;  // nothing measured: the interval holds the verdict
+  r.baseline_ber = baseline_;
+  r.pending = run_;
+  r.reasons = std::move(a.reasons);
+  if (r.verdict != r.raw && r.raw != LaneHealth::kDown) {
+    r.reasons.push_back(fmt::format("{} for {} interval{}; verdict stays {} (needs {})", lane_health_name(r.raw), run_,
+                                    run_ == 1 ? "" : "s", lane_health_name(r.verdict),
+                                    r.raw > r.verdict ? limits_.worsen_intervals : limits_.recover_intervals));
+  }
+  if (r.reasons.empty()) {
+    r.reasons.push_back(r.ber ? fmt::format("pre-FEC BER {:.2e} within limits", *r.ber)
+                              : std::string("no codewords in the interval"));
+  }
+  return r;
+}
+
+PortHealth assess_port(const PortStatus& st, std::span<const LaneHealthReport> lanes, unsigned lanes_total,
+                       std::string_view held_reason, const PortTraining* last) {
+  PortHealth h;
+  h.lanes.assign(lanes.begin(), lanes.end());
+  if (!held_reason.empty()) {
+    h.state = PortState::kDisabled;
+    h.reason = std::string(held_reason);
+    return h;
+  }
+  if ((st.ctrl & 1u) == 0) {
+    h.state = PortState::kDisabled;
+    h.reason = st.module_present ? "disabled by host" : "disabled by host (no module)";
+    return h;
+  }
+  if (!st.module_present) {
+    h.state = PortState::kFailed;
+    h.reason = "no module";
+    return h;
+  }
+  if (st.state != LinkState::kUp) {
+    h.state = PortState::kFailed;
+    if (last != nullptr && last->code != TrainCode::kOk) {
+      h.reason = fmt::format("training failed: {}", train_code_name(last->code));
+      if (last->code == TrainCode::kTimeoutCdrLock && last->failed_lanes != 0) {
+        h.reason += fmt::format(" (lanes 0x{:02x})", last->failed_lanes);
+      }
+    } else if (st.state == LinkState::kFault) {
+      h.reason = "training failed: card in Fault";
+    } else {
+      h.reason = fmt::format("down: {}", link_state_name(st.state));
+    }
+    return h;
+  }
+  const unsigned total = lanes_total == 0 ? 8 : lanes_total;
+  const unsigned in_use = st.lane_count != 0 ? st.lane_count : static_cast<unsigned>(std::popcount(st.lanes_up));
+  h.reason = fmt::format("up {}/{} lanes", in_use, total);
+  h.state = PortState::kHealthy;
+  std::vector<std::string> details;
+  const std::uint8_t full = static_cast<std::uint8_t>(total >= 8 ? 0xff : ((1u << total) - 1));
+  const std::uint8_t dropped = static_cast<std::uint8_t>(full & ~st.lane_enable);
+  if (in_use < total) h.state = PortState::kDegraded;
+  for (unsigned l = 0; l < 8; ++l) {
+    if ((dropped >> l) & 1u) {
+      const bool cdr = last != nullptr && ((last->dropped_lanes >> l) & 1u) != 0;
+      details.push_back(fmt::format("lane {} dropped ({})", l, cdr ? "no CDR lock" : "LANE_ENABLE"));
+    }
+  }
+  for (const auto& lr : lanes) {
+    if (lr.verdict == LaneHealth::kGood) continue;
+    if (lr.verdict == LaneHealth::kFailing || lr.verdict == LaneHealth::kDown) {
+      h.state = PortState::kFailed;
+    } else if (h.state == PortState::kHealthy) {
+      h.state = PortState::kDegraded;
+    }
+    details.push_back(fmt::format("lane {} {}: {}", lr.lane, lane_health_name(lr.verdict),
+                                  lr.reasons.empty() ? std::string() : lr.reasons.front()));
+  }
+  for (std::size_t i = 0; i < details.size(); ++i) h.reason += (i == 0 ? ": " : "; ") + details[i];
+  return h;
+}
+
+}  // namespace npo

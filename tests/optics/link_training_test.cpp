@@ -1,0 +1,439 @@
+// SPDX-License-Identifier: Apache-2.0
+// The training supervisor, LinkMonitor and link faults on the emulator's virtual clock
+// (registers.md §7.2, §7.3). Fault tests need the emulator's physical optics model and skip
+// with a reason until it is there.
+#include "npo/hal/link_training.hpp"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "npo/hal/backend/backend.hpp"
+#include "npo/hal/link_health.hpp"
+#include "npo/hal/link_monitor.hpp"
+#include "npo/hal/port.hpp"
+#include "npo/hal/system.hpp"
+#include "npo/hal/transceiver.hpp"
+#include "optics_emu_rig.hpp"
+
+namespace {
+
+using npo::TrainCode;
+using npo::TrainStage;
+using optics_test::EmuRig;
+namespace emu = npo::emu;
+
+constexpr std::uint64_t kMs = 1'000'000;
+
+std::size_t stage(TrainStage s) { return static_cast<std::size_t>(s); }
+
+TEST(TrainingSupervisor, Mesh8AllPortsUpWithStageTimes) {
+  EmuRig rig("mesh8?clock=virtual&hbm=1M");
+  ASSERT_TRUE(rig.ok());
+  auto up = npo::bring_up_links(*rig.sys, 10'000 * kMs);
+  ASSERT_TRUE(up.has_value()) << up.error().to_string();
+  EXPECT_EQ(up->ports_with_module, 56u);  // 8 cards x 7 cabled ports
+  EXPECT_EQ(up->up, 56u);
+  EXPECT_EQ(up->failed, 0u);
+  EXPECT_EQ(up->degraded, 0u);
+  ASSERT_EQ(up->ports.size(), 64u);  // every port of every card, port 7 without a module
+  // Published worst case from ENABLE with a ready module: 2000 + 3 x (500 + 100) ms (§7.2).
+  EXPECT_LE(up->elapsed_ns, 5'000 * kMs + 3'800 * kMs);
+  for (const auto& r : up->ports) {
+    if (r.port == 7) {
+      EXPECT_EQ(r.code, TrainCode::kNoModule);
+      EXPECT_EQ(r.stage, TrainStage::kDetect);
+      continue;
+    }
+    ASSERT_EQ(r.code, TrainCode::kOk) << "card " << r.card << " port " << r.port << ": " << r.detail;
+    EXPECT_EQ(r.stage, TrainStage::kDone);
+    EXPECT_EQ(r.lanes_up, 8u);
+    EXPECT_EQ(r.lanes_total, 8u);
+    EXPECT_EQ(r.dropped_lanes, 0u);
+    EXPECT_EQ(r.detail, "up 8/8 lanes");
+    // mesh8 wiring: card a port (b-1) <-> card b port a for a < b (fabric ID = index + 1).
+    ASSERT_TRUE(r.neighbor_fabric_id.has_value());
+    const std::uint32_t peer = *r.neighbor_fabric_id - 1;
+    EXPECT_EQ(r.port, peer > r.card ? peer - 1 : peer) << "card " << r.card;
+    EXPECT_EQ(*r.neighbor_port, r.card > peer ? r.card - 1 : r.card);
+    // Per-stage times are recorded and add up to the total.
+    std::uint64_t sum = 0;
+    for (auto ns : r.stage_ns) sum += ns;
+    EXPECT_EQ(sum, r.total_ns);
+    EXPECT_GT(r.total_ns, 0u);
+    EXPECT_GT(r.stage_ns[stage(TrainStage::kCdrLock)] + r.stage_ns[stage(TrainStage::kDataPathInit)] +
+                  r.stage_ns[stage(TrainStage::kModuleReady)],
+              0u);
+    // Timeouts: the module's advertisement (page 01h bytes 167 / 144, CMIS 5.2 Table 8-43)
+    // when it has page 01h, else the published t_module / t_datapath.
+    std::array<std::byte, 24> p01{};
+    if (npo::read_transceiver(rig.sys->device(r.card), r.port, 0, 1, 144, p01)) {
+      EXPECT_EQ(r.module_ready_timeout_ns, npo::cmis_duration_ns(static_cast<std::uint8_t>(p01[23]) & 0xf).value());
+      EXPECT_EQ(r.datapath_init_timeout_ns, npo::cmis_duration_ns(static_cast<std::uint8_t>(p01[0]) & 0xf).value());
+    } else {
+      EXPECT_EQ(r.module_ready_timeout_ns, 5'000 * kMs);
+      EXPECT_EQ(r.datapath_init_timeout_ns, 2'000 * kMs);
+    }
+  }
+  // A second bring-up of links already up finds them up without retraining.
+  auto again = npo::bring_up_links(*rig.sys, 10'000 * kMs);
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->up, 56u);
+}
+
+TEST(TrainingSupervisor, HeldDownPortsAreNotTouched) {
+  EmuRig rig("mesh8?clock=virtual&hbm=1M");
+  ASSERT_TRUE(rig.ok());
+  const npo::PortRef held{0, 0};
+  // Card 0 port 1 <-> card 2 port 0 (mesh8): both ends trained, card 0 port 0 held down.
+  std::vector<npo::PortRef> ports{{0, 0}, {0, 1}, {2, 0}};
+  auto r = npo::train_ports(*rig.sys, ports, {}, 10'000 * kMs, false, std::span(&held, 1));
+  ASSERT_TRUE(r.has_value());
+  ASSERT_EQ(r->size(), 3u);
+  EXPECT_EQ((*r)[2].code, TrainCode::kOk);
+  EXPECT_EQ((*r)[0].code, TrainCode::kDisabledFlapping);
+  EXPECT_EQ((*r)[1].code, TrainCode::kOk);
+  auto ps = npo::read_port(rig.sys->device(0), 0);
+  ASSERT_TRUE(ps.has_value());
+  EXPECT_EQ(ps->ctrl & 1u, 0u);  // left disabled
+  EXPECT_FALSE(npo::train_ports(*rig.sys, std::vector<npo::PortRef>{{9, 0}}).has_value());
+  EXPECT_EQ(npo::train_ports(*rig.sys, std::vector<npo::PortRef>{{0, 16}}).error().code(), npo::Code::kOutOfRange);
+}
+
+TEST(TrainingSupervisor, UncabledCardsEndWithNoModule) {
+  EmuRig rig("3?clock=virtual&hbm=1M");
+  ASSERT_TRUE(rig.ok());
+  auto up = npo::bring_up_links(*rig.sys, 1'000 * kMs);
+  ASSERT_TRUE(up.has_value());
+  EXPECT_EQ(up->ports_with_module, 0u);
+  for (const auto& r : up->ports) EXPECT_EQ(r.code, TrainCode::kNoModule);
+}
+
+/// 1024 cards, each cabled to its ring neighbour (port 0 <-> port 1) and to the card 32 on
+/// (port 2 <-> port 3): 4096 ports trained concurrently by one loop on the virtual clock.
+TEST(TrainingSupervisor, ThousandCardsBringUpConcurrently) {
+  emu::SystemConfig cfg;
+  cfg.name = "ring1024";
+  cfg.num_cards = 1024;
+  cfg.card.hbm_bytes = 1u << 20;
+  cfg.clock = emu::ClockMode::kVirtual;
+  for (std::uint32_t i = 0; i < cfg.num_cards; ++i) {
+    cfg.cables.push_back({.card_a = i, .port_a = 0, .card_b = (i + 1) % cfg.num_cards, .port_b = 1, .channel = {}});
+    cfg.cables.push_back({.card_a = i, .port_a = 2, .card_b = (i + 32) % cfg.num_cards, .port_b = 3, .channel = {}});
+  }
+  EmuRig rig(cfg);
+  ASSERT_TRUE(rig.ok());
+  const auto w0 = std::chrono::steady_clock::now();
+  auto up = npo::bring_up_links(*rig.sys, 20'000 * kMs);
+  const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+  ASSERT_TRUE(up.has_value()) << up.error().to_string();
+  EXPECT_EQ(up->ports_with_module, 4096u);
+  EXPECT_EQ(up->up, 4096u);
+  EXPECT_EQ(up->failed, 0u);
+  std::printf("1024 cards / 4096 cabled ports: bring-up %.3f s wall, %.1f ms emulated\n", wall_s,
+              static_cast<double>(up->elapsed_ns) / 1e6);
+  // One monitor snapshot of every port and lane.
+  npo::LinkMonitor mon(*rig.sys);
+  const auto s0 = std::chrono::steady_clock::now();
+  auto snap = mon.snapshot();
+  const double snap_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s0).count();
+  ASSERT_TRUE(snap.has_value()) << snap.error().to_string();
+  EXPECT_EQ(snap->cards.size(), 1024u);
+  std::printf("LinkMonitor snapshot of 1024 cards: %.1f ms (stats DMA on card 0: %s)\n", snap_ms,
+              mon.uses_stats_dma(0) ? "yes" : "no");
+}
+
+TEST(TrainingSupervisor, OneEndedLinkTimesOutInCdrLockAfterTheRetryBudget) {
+  EmuRig rig("mesh8?clock=virtual&hbm=1M");
+  ASSERT_TRUE(rig.ok());
+  npo::TrainingPolicy pol;
+  pol.host_retries = 1;
+  // Only card 0 port 0 trains; its partner (card 1 port 0) stays disabled.
+  std::vector<npo::PortRef> one{{0, 0}};
+  auto r = npo::train_ports(*rig.sys, one, pol, 60'000 * kMs);
+  ASSERT_TRUE(r.has_value());
+  const auto& t = (*r)[0];
+  EXPECT_EQ(t.code, TrainCode::kTimeoutCdrLock) << t.detail;
+  EXPECT_EQ(t.stage, TrainStage::kCdrLock);
+  EXPECT_EQ(t.host_retries, 1u);
+  // Two bring-ups (first try + one host retry), each the card's 3 attempts of TRAIN_TIMEOUT
+  // (500 ms, registers.md §7.2) before Fault.
+  EXPECT_GE(t.total_ns, 2 * 3 * 500 * kMs);
+  EXPECT_LE(t.total_ns, 2 * (5'000 + 2'000 + 3 * 600 + 100) * kMs);
+  EXPECT_GE(t.stage_ns[stage(TrainStage::kCdrLock)], 2 * 3 * 500 * kMs - 100 * kMs);
+  EXPECT_NE(t.detail.find("TIMEOUT_CDR_LOCK"), std::string::npos);
+}
+
+TEST(LinkMonitorEmu, SnapshotCarriesTheRegistersAndPortStates) {
+  EmuRig rig("mesh8?clock=virtual&hbm=1M");
+  ASSERT_TRUE(rig.ok());
+  auto up = npo::bring_up_links(*rig.sys, 10'000 * kMs);
+  ASSERT_TRUE(up.has_value());
+  npo::LinkMonitor mon(*rig.sys);
+  mon.note_training(up->ports);
+  auto s = mon.snapshot();
+  ASSERT_TRUE(s.has_value()) << s.error().to_string();
+  ASSERT_EQ(s->cards.size(), 8u);
+  EXPECT_EQ(s->interval_ns, 0u);
+  for (const auto& c : s->cards) {
+    ASSERT_EQ(c.ports.size(), 8u);
+    ASSERT_EQ(c.health.size(), 8u);
+    for (std::size_t p = 0; p < 7; ++p) {
+      EXPECT_EQ(c.health[p].state, npo::PortState::kHealthy) << c.health[p].reason;
+      EXPECT_EQ(c.health[p].reason, "up 8/8 lanes");
+      EXPECT_EQ(c.health[p].lanes.size(), 8u);
+      EXPECT_DOUBLE_EQ(c.ports[p].speed_gbps(), 800.0);
+      // The snapshot carries what read_port reads.
+      auto rp = npo::read_port(rig.sys->device(c.card), static_cast<unsigned>(p));
+      ASSERT_TRUE(rp.has_value());
+      EXPECT_EQ(rp->state, c.ports[p].state);
+      EXPECT_EQ(rp->neighbor_fabric_id, c.ports[p].neighbor_fabric_id);
+      EXPECT_EQ(rp->lanes[3].codewords, c.ports[p].lanes[3].codewords);
+    }
+    EXPECT_EQ(c.health[7].state, npo::PortState::kFailed);  // enabled, no module
+    EXPECT_EQ(c.health[7].reason, "no module");
+  }
+  ASSERT_TRUE(npo::enable_port(rig.sys->device(2), 4, false).has_value());
+  mon.sleep_ns(100 * kMs);
+  s = mon.snapshot();
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->interval_ns, 100 * kMs);
+  EXPECT_EQ(s->cards[2].health[4].state, npo::PortState::kDisabled);
+  EXPECT_EQ(s->cards[2].health[4].reason, "disabled by host");
+}
+
+TEST(LinkMonitorEmu, StatsDmaAndRegisterReadsAgree) {
+  EmuRig rig("mesh8?clock=virtual&hbm=1M");
+  ASSERT_TRUE(rig.ok());
+  ASSERT_TRUE(npo::bring_up_links(*rig.sys, 10'000 * kMs).has_value());
+  rig.advance_ms(50);  // some traffic on the lanes
+  npo::LinkMonitor dma(*rig.sys);
+  npo::LinkMonitor regs(*rig.sys, {.limits = {}, .flap = {}, .enforce_flap_policy = true, .use_stats_dma = false});
+  // Both at the same instant of the virtual clock: the counters must agree exactly.
+  auto a = dma.snapshot();
+  auto b = regs.snapshot();
+  ASSERT_TRUE(a.has_value() && b.has_value());
+  if (!dma.uses_stats_dma(0)) GTEST_SKIP() << "the emulator does not answer STATS_CTRL (register fallback only)";
+  for (std::size_t c = 0; c < 8; ++c) {
+    EXPECT_TRUE(a->cards[c].via_stats_dma);
+    EXPECT_FALSE(b->cards[c].via_stats_dma);
+    for (std::size_t p = 0; p < 8; ++p) {
+      const auto& x = a->cards[c].ports[p];
+      const auto& y = b->cards[c].ports[p];
+      EXPECT_EQ(x.state, y.state);
+      EXPECT_EQ(x.lanes_up, y.lanes_up);
+      EXPECT_EQ(x.neighbor_fabric_id, y.neighbor_fabric_id);
+      EXPECT_EQ(x.flap_count, y.flap_count);
+      EXPECT_EQ(x.lane_enable, y.lane_enable);
+      EXPECT_EQ(x.train_result.raw, y.train_result.raw);
+      for (std::size_t l = 0; l < 8; ++l) {
+        EXPECT_EQ(x.lanes[l].codewords, y.lanes[l].codewords) << c << "/" << p << "/" << l;
+        EXPECT_EQ(x.lanes[l].symbol_errors, y.lanes[l].symbol_errors);
+        EXPECT_EQ(x.lanes[l].fec_bins, y.lanes[l].fec_bins);
+        EXPECT_DOUBLE_EQ(x.lanes[l].rx_power_mw, y.lanes[l].rx_power_mw);
+      }
+    }
+  }
+}
+
+TEST(LinkMonitorEmu, FlappingPortIsHeldDownUntilReEnabled) {
+  EmuRig rig("mesh8?clock=virtual&hbm=1M");
+  ASSERT_TRUE(rig.ok());
+  ASSERT_TRUE(npo::bring_up_links(*rig.sys, 10'000 * kMs).has_value());
+  npo::LinkMonitor mon(*rig.sys);
+  ASSERT_TRUE(mon.snapshot().has_value());
+  // A retrain from Up counts as a flap (registers.md §7.2); five within 60 s trip the policy.
+  npo::PortHealth h;
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(npo::retrain_port(rig.sys->device(0), 5).has_value());
+    mon.sleep_ns(200 * kMs);
+    auto s = mon.snapshot();
+    ASSERT_TRUE(s.has_value());
+    h = s->cards[0].health[5];
+    if (i < 4) {
+      EXPECT_NE(h.state, npo::PortState::kDisabled) << i << ": " << h.reason;
+    }
+  }
+  EXPECT_EQ(h.state, npo::PortState::kDisabled);
+  EXPECT_EQ(h.reason, "held down: 5 flaps in 60 s");
+  auto ps = npo::read_port(rig.sys->device(0), 5);
+  ASSERT_TRUE(ps.has_value());
+  EXPECT_EQ(ps->ctrl & 1u, 0u);  // the monitor took it down
+  EXPECT_EQ(ps->state, npo::LinkState::kDisabled);
+  ASSERT_TRUE(mon.enable_port(0, 5).has_value());
+  // The far end (card 6 port 0) gave up meanwhile (Fault after 3 attempts): the supervisor
+  // brings both ends back.
+  std::vector<npo::PortRef> ends{{0, 5}, {6, 0}};
+  auto tr = npo::train_ports(*rig.sys, ends, {}, 10'000 * kMs);
+  ASSERT_TRUE(tr.has_value());
+  EXPECT_EQ((*tr)[0].code, TrainCode::kOk) << (*tr)[0].detail;
+  EXPECT_EQ((*tr)[1].code, TrainCode::kOk) << (*tr)[1].detail;
+  auto s = mon.snapshot();
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->cards[0].ports[5].state, npo::LinkState::kUp);
+  EXPECT_EQ(s->cards[0].health[5].state, npo::PortState::kHealthy) << s->cards[0].health[5].reason;
+}
+
+// ---- Link faults (need the emulator's physical optics model) -----------------------------
+
+struct Mesh {
+  EmuRig rig{"mesh8?clock=virtual&hbm=1M"};
+  npo::backend::Clock& clock() { return rig.sys->backend().clock(); }
+  void sleep_ms(std::uint64_t ms) { clock().sleep_until(clock().now_ns() + ms * kMs); }
+  bool up() {
+    auto r = npo::bring_up_links(*rig.sys, 10'000 * kMs);
+    return r && r->up == 56u;
+  }
+};
+
+TEST(LinkFaults, BerRampGivesDegradedThenFailingWithReasons) {
+  Mesh m;
+  ASSERT_TRUE(m.rig.ok() && m.up());
+  if (!optics_test::has_lane_model(m.rig)) GTEST_SKIP() << optics_test::kNoModel;
+  npo::LinkMonitor mon(*m.rig.sys);
+  ASSERT_TRUE(mon.snapshot().has_value());
+  m.sleep_ms(100);
+  ASSERT_TRUE(mon.snapshot().has_value());  // baseline interval
+  ASSERT_TRUE(m.rig.emu->inject({.at_ns = m.rig.emu->now_ns(),
+                                 .kind = emu::FaultKind::kBerRamp,
+                                 .card = 0,
+                                 .port = 0,
+                                 .lane = 2,
+                                 .value = 1e-3,
+                                 .duration_ns = 4'000 * kMs}));
+  std::vector<npo::LaneHealth> seen;
+  std::string degraded_reason, failing_reason;
+  for (int i = 0; i < 60; ++i) {
+    m.sleep_ms(100);
+    auto s = mon.snapshot();
+    ASSERT_TRUE(s.has_value());
+    const auto& h = s->cards[0].health[0];
+    for (const auto& l : h.lanes) {
+      if (l.lane != 2) continue;
+      if (seen.empty() || seen.back() != l.verdict) seen.push_back(l.verdict);
+      if (l.verdict == npo::LaneHealth::kDegraded && degraded_reason.empty()) degraded_reason = l.reasons.front();
+      if (l.verdict == npo::LaneHealth::kFailing && failing_reason.empty()) failing_reason = l.reasons.front();
+    }
+    if (!seen.empty() && seen.back() == npo::LaneHealth::kFailing) break;
+  }
+  ASSERT_GE(seen.size(), 2u);
+  const auto deg = std::find(seen.begin(), seen.end(), npo::LaneHealth::kDegraded);
+  const auto fail = std::find(seen.begin(), seen.end(), npo::LaneHealth::kFailing);
+  ASSERT_NE(deg, seen.end());
+  ASSERT_NE(fail, seen.end());
+  EXPECT_LT(deg, fail);
+  EXPECT_NE(degraded_reason.find("pre-FEC BER"), std::string::npos) << degraded_reason;
+  EXPECT_TRUE(failing_reason.find("KP4 limit 2.4e-04") != std::string::npos ||
+              failing_reason.find("FEC tail") != std::string::npos ||
+              failing_reason.find("uncorrectable") != std::string::npos)
+      << failing_reason;
+}
+
+TEST(LinkFaults, LaneLossDegradesToSevenLanesNamingTheLane) {
+  Mesh m;
+  ASSERT_TRUE(m.rig.ok() && m.up());
+  if (!optics_test::has_lane_model(m.rig)) GTEST_SKIP() << optics_test::kNoModel;
+  ASSERT_TRUE(m.rig.emu->inject(
+      {.at_ns = m.rig.emu->now_ns(), .kind = emu::FaultKind::kLaneLoss, .card = 0, .port = 0, .lane = 3}));
+  m.sleep_ms(20);
+  // Card 0 port 0 <-> card 1 port 0 in mesh8.
+  std::vector<npo::PortRef> ends{{0, 0}, {1, 0}};
+  auto r = npo::train_ports(*m.rig.sys, ends, {}, 20'000 * kMs, true);
+  ASSERT_TRUE(r.has_value());
+  const auto& a = (*r)[0];
+  EXPECT_EQ(a.code, TrainCode::kOk) << a.detail;
+  EXPECT_EQ(a.lanes_up, 7u);
+  EXPECT_EQ(a.dropped_lanes | (*r)[1].dropped_lanes, 1u << 3);
+  bool cdr_failure = false;
+  for (const auto& at : a.attempts) cdr_failure = cdr_failure || at.code == TrainCode::kTimeoutCdrLock;
+  EXPECT_TRUE(cdr_failure);
+  if (a.dropped_lanes != 0) {
+    EXPECT_EQ(a.detail, "up 7/8 lanes: lane 3 dropped (no CDR lock)");
+  }
+  npo::LinkMonitor mon(*m.rig.sys);
+  mon.note_training(*r);
+  auto s = mon.snapshot();
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->cards[0].health[0].state, npo::PortState::kDegraded);
+  EXPECT_EQ(s->cards[0].ports[0].lane_enable & (1u << 3), 0u);
+}
+
+TEST(LinkFaults, FlapStormHoldsThePortDown) {
+  Mesh m;
+  ASSERT_TRUE(m.rig.ok() && m.up());
+  if (!optics_test::has_lane_model(m.rig)) GTEST_SKIP() << optics_test::kNoModel;
+  npo::LinkMonitor mon(*m.rig.sys);
+  ASSERT_TRUE(mon.snapshot().has_value());
+  ASSERT_TRUE(m.rig.emu->inject({.at_ns = m.rig.emu->now_ns(),
+                                 .kind = emu::FaultKind::kFlapStorm,
+                                 .card = 0,
+                                 .port = 1,
+                                 .count = 8,
+                                 .duration_ns = 50 * kMs}));
+  npo::PortHealth last;
+  for (int i = 0; i < 30; ++i) {
+    m.sleep_ms(100);
+    auto s = mon.snapshot();
+    ASSERT_TRUE(s.has_value());
+    last = s->cards[0].health[1];
+    if (last.state == npo::PortState::kDisabled) break;
+  }
+  EXPECT_EQ(last.state, npo::PortState::kDisabled);
+  EXPECT_NE(last.reason.find("held down: "), std::string::npos) << last.reason;
+  EXPECT_NE(last.reason.find("flaps in 60 s"), std::string::npos) << last.reason;
+  // Re-enabled by the host (and the far end, card 2 port 0, retrained), the port comes back.
+  ASSERT_TRUE(mon.enable_port(0, 1).has_value());
+  std::vector<npo::PortRef> ends{{0, 1}, {2, 0}};
+  auto tr = npo::train_ports(*m.rig.sys, ends, {}, 20'000 * kMs);
+  ASSERT_TRUE(tr.has_value());
+  EXPECT_EQ((*tr)[0].code, TrainCode::kOk) << (*tr)[0].detail;
+  auto s = mon.snapshot();
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->cards[0].ports[1].state, npo::LinkState::kUp);
+}
+
+TEST(LinkFaults, ModuleRemovalIsNoModuleThenBackUp) {
+  Mesh m;
+  ASSERT_TRUE(m.rig.ok() && m.up());
+  if (!optics_test::has_lane_model(m.rig)) GTEST_SKIP() << optics_test::kNoModel;
+  ASSERT_TRUE(m.rig.emu->inject({.at_ns = m.rig.emu->now_ns(),
+                                 .kind = emu::FaultKind::kModuleRemoval,
+                                 .card = 0,
+                                 .port = 2,
+                                 .duration_ns = 500 * kMs}));
+  m.sleep_ms(1);
+  std::vector<npo::PortRef> port{{0, 2}};
+  auto r = npo::train_ports(*m.rig.sys, port, {}, 10'000 * kMs);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ((*r)[0].code, TrainCode::kNoModule) << (*r)[0].detail;
+  m.sleep_ms(600);  // re-inserted
+  r = npo::train_ports(*m.rig.sys, port, {}, 10'000 * kMs);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ((*r)[0].code, TrainCode::kOk) << (*r)[0].detail;
+}
+
+TEST(LinkFaults, TrainingTimeoutIsCdrLockThenOkWithinTheBudget) {
+  Mesh m;
+  ASSERT_TRUE(m.rig.ok() && m.up());
+  if (!optics_test::has_lane_model(m.rig)) GTEST_SKIP() << optics_test::kNoModel;
+  ASSERT_TRUE(m.rig.emu->inject(
+      {.at_ns = m.rig.emu->now_ns(), .kind = emu::FaultKind::kTrainingTimeout, .card = 0, .port = 3, .count = 2}));
+  // Card 0 port 3 <-> card 4 port 0.
+  std::vector<npo::PortRef> ends{{0, 3}, {4, 0}};
+  auto r = npo::train_ports(*m.rig.sys, ends, {}, 20'000 * kMs, true);
+  ASSERT_TRUE(r.has_value());
+  const auto& a = (*r)[0];
+  EXPECT_EQ(a.code, TrainCode::kOk) << a.detail;
+  ASSERT_FALSE(a.attempts.empty());
+  EXPECT_EQ(a.attempts.front().code, TrainCode::kTimeoutCdrLock);
+  EXPECT_EQ(a.attempts.back().code, TrainCode::kOk);
+  EXPECT_EQ(a.lanes_up, 8u);  // every lane failed alike: no degrade
+}
+
+}  // namespace

@@ -1,0 +1,166 @@
+// SPDX-License-Identifier: Apache-2.0
+// `npo-link show | ddm | fec | prbs | train | health` on the emulator, run as a user runs them;
+// the JSON shapes are parsed with nlohmann and checked against the mesh8 wiring and the spec
+// (registers.md §7.1: 8 x 53.125 GBd PAM4 = 800 Gb/s).
+#include <cmath>
+#include <set>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "common/run_command.hpp"
+
+namespace {
+
+using nlohmann::json;
+
+const std::string kBackend = " --backend 'emu:mesh8?clock=virtual&hbm=1M'";
+
+json run_json(const std::string& args) {
+  const auto r = npo_test::run_command(std::string(NPO_LINK) + " " + args + kBackend + " --json");
+  EXPECT_EQ(r.status, 0) << args << "\n" << r.out;
+  if (r.status != 0) return json::object();
+  EXPECT_EQ(r.out.find("inf"), std::string::npos);
+  EXPECT_EQ(r.out.find("nan"), std::string::npos);
+  return json::parse(r.out);
+}
+
+void check_dbm(const json& mw, const json& dbm) {
+  ASSERT_TRUE(mw.is_number());
+  if (mw.get<double>() == 0.0) {
+    EXPECT_TRUE(dbm.is_null());  // no light: no finite dBm
+  } else {
+    EXPECT_NEAR(dbm.get<double>(), 10.0 * std::log10(mw.get<double>()), 1e-9);
+  }
+}
+
+TEST(NpoLinkShow, JsonOfMesh8HasEveryCabledPortUpAt800G) {
+  const json j = run_json("show");
+  ASSERT_TRUE(j.contains("ports"));
+  ASSERT_EQ(j["ports"].size(), 56u);  // 8 cards x 7 cabled ports
+  std::set<std::pair<int, int>> seen;
+  for (const auto& p : j["ports"]) {
+    for (const char* k : {"card", "port", "state", "reason", "speed_gbps", "lane_count", "neighbor", "lanes"}) {
+      ASSERT_TRUE(p.contains(k)) << "missing " << k;
+    }
+    const int card = p["card"], port = p["port"];
+    seen.insert({card, port});
+    EXPECT_EQ(p["state"], "HEALTHY") << p["reason"];
+    EXPECT_EQ(p["reason"], "up 8/8 lanes");
+    EXPECT_DOUBLE_EQ(p["speed_gbps"].get<double>(), 800.0);
+    EXPECT_EQ(p["lane_count"], 8);
+    // mesh8: card a port (b-1) <-> card b port a, a < b.
+    const int peer = port >= card ? port + 1 : port;
+    ASSERT_TRUE(p["neighbor"].is_object());
+    EXPECT_EQ(p["neighbor"]["card"], peer);
+    EXPECT_EQ(p["neighbor"]["port"], card > peer ? card - 1 : card);
+    ASSERT_EQ(p["lanes"].size(), 8u);
+    for (const auto& l : p["lanes"]) {
+      for (const char* k : {"lane", "tx_power_mw", "tx_power_dbm", "rx_power_mw", "rx_power_dbm", "tx_bias_ma",
+                            "snr_db", "fec", "pre_fec_ber"}) {
+        ASSERT_TRUE(l.contains(k)) << "missing lane." << k;
+      }
+      check_dbm(l["tx_power_mw"], l["tx_power_dbm"]);
+      check_dbm(l["rx_power_mw"], l["rx_power_dbm"]);
+      for (const char* k : {"codewords", "corrected", "uncorrectable", "symbol_errors", "bins"}) {
+        ASSERT_TRUE(l["fec"].contains(k)) << "missing fec." << k;
+      }
+      EXPECT_EQ(l["fec"]["bins"].size(), 16u);
+      EXPECT_TRUE(l["pre_fec_ber"].is_null() || l["pre_fec_ber"].get<double>() >= 0.0);
+    }
+  }
+  EXPECT_EQ(seen.size(), 56u);
+}
+
+TEST(NpoLinkShow, TextHasOneLinePerPort) {
+  const auto r = npo_test::run_command(std::string(NPO_LINK) + " show" + kBackend);
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::size_t lines = 0;
+  for (char ch : r.out) lines += ch == '\n';
+  EXPECT_EQ(lines, 57u);  // header + 56 ports
+  EXPECT_NE(r.out.find("HEALTHY"), std::string::npos);
+  EXPECT_NE(r.out.find("up 8/8 lanes"), std::string::npos);
+}
+
+TEST(NpoLinkTrain, RetrainsBothEndsWithStageTimesAndCodes) {
+  const json j = run_json("train --card 0 --port 0");
+  ASSERT_EQ(j["ports"].size(), 2u);  // this end and the far end (card 1 port 0)
+  EXPECT_EQ(j["ports"][1]["card"], 1);
+  EXPECT_EQ(j["ports"][1]["port"], 0);
+  for (const auto& p : j["ports"]) {
+    EXPECT_EQ(p["result"], "OK") << p["detail"];
+    for (const char* s : {"detect", "module_ready", "datapath_init", "cdr_lock", "fec_lock", "neighbor"}) {
+      ASSERT_TRUE(p["stage_ms"].contains(s)) << s;
+    }
+    EXPECT_GT(p["total_ms"].get<double>(), 0.0);
+    EXPECT_EQ(p["lanes_up"], 8);
+  }
+  const json all = run_json("train");
+  EXPECT_EQ(all["ports"].size(), 56u);
+  for (const auto& p : all["ports"]) EXPECT_EQ(p["result"], "OK");
+}
+
+TEST(NpoLinkHealth, VerdictsWithReasons) {
+  const json j = run_json("health --interval 0.2");
+  ASSERT_EQ(j["ports"].size(), 56u);
+  EXPECT_EQ(j["interval_ns"], 200'000'000);
+  for (const auto& p : j["ports"]) {
+    EXPECT_EQ(p["state"], "HEALTHY");
+    ASSERT_EQ(p["lanes"].size(), 8u);
+    for (const auto& l : p["lanes"]) {
+      EXPECT_FALSE(l["reasons"].empty());  // a verdict always says why
+      EXPECT_TRUE(l["verdict"] == "GOOD" || l["verdict"] == "DEGRADED" || l["verdict"] == "FAILING");
+    }
+  }
+}
+
+TEST(NpoLinkPrbs, BothEndsPerLane) {
+  const json j = run_json("prbs --pattern PRBS31 --seconds 0.1 --card 2 --port 3");
+  EXPECT_EQ(j["pattern"], "PRBS31");
+  EXPECT_EQ(j["side"], "media");
+  ASSERT_EQ(j["ports"].size(), 2u);
+  EXPECT_EQ(j["ports"][0]["card"], 2);
+  EXPECT_EQ(j["ports"][1]["card"], 4);  // card 2 port 3 <-> card 4 port 2
+  EXPECT_EQ(j["ports"][1]["port"], 2);
+  for (const auto& p : j["ports"]) {
+    ASSERT_EQ(p["lanes"].size(), 8u);
+    for (const auto& l : p["lanes"]) {
+      for (const char* k : {"lane", "locked", "bits", "errors", "ber"}) ASSERT_TRUE(l.contains(k)) << k;
+      if (l["bits"].get<std::uint64_t>() > 0) {
+        EXPECT_NEAR(l["ber"].get<double>(), l["errors"].get<double>() / l["bits"].get<double>(), 1e-15);
+      }
+    }
+  }
+  const auto bad = npo_test::run_command(std::string(NPO_LINK) + " prbs --pattern PRBS8" + kBackend + " 2>&1");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.out.find("PRBS31"), std::string::npos);  // the message lists the accepted names
+}
+
+TEST(NpoLinkDdm, DecodesEveryModuleOverTheMailbox) {
+  const json j = run_json("ddm");
+  ASSERT_EQ(j["modules"].size(), 56u);
+  for (const auto& m : j["modules"]) {
+    EXPECT_EQ(m["module"]["spec"], "cmis");
+    EXPECT_EQ(m["module"]["identifier"]["name"], "QSFP-DD");
+    // Links are not brought up by `ddm`: a module may still be in low power (CMIS 5.2 §6.3.2).
+    const std::string st = m["module"]["module_state"]["name"];
+    EXPECT_TRUE(st == "ModuleReady" || st == "ModuleLowPwr" || st == "ModulePwrUp") << st;
+    // One DDM entry per media lane in use; the NPO-ENGINE-800G application is 8 lanes.
+    EXPECT_EQ(m["module"]["lanes"].size(), m["module"]["media_lane_count"].get<std::size_t>());
+    if (!m["module"]["applications"].empty()) {
+      EXPECT_EQ(m["module"]["lanes"].size(), 8u);
+    }
+  }
+}
+
+TEST(NpoLinkFec, CountersAndBinsAndWatch) {
+  const auto r = npo_test::run_command(std::string(NPO_LINK) + " fec --watch 0.1 --count 2" + kBackend);
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::size_t headers = 0;
+  for (std::size_t at = 0; (at = r.out.find("card 0 port 0:", at)) != std::string::npos; ++at) ++headers;
+  EXPECT_EQ(headers, 2u);  // two repeats
+  EXPECT_NE(r.out.find("CODEWORDS"), std::string::npos);
+}
+
+}  // namespace

@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: Apache-2.0
+// npo-emu topo generate / check: the files it writes parse back to the generator's spec, and
+// check prints the graph properties of docs/topology.md.
+#include <unistd.h>
+
+#include <filesystem>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "common/run_command.hpp"
+#include "npo/hal/fabric_spec.hpp"
+
+namespace npo {
+namespace {
+
+const std::string kTool = NPO_EMU;
+
+std::filesystem::path tmp(const std::string& name) {
+  return std::filesystem::temp_directory_path() / ("npo-emu-test-" + std::to_string(::getpid()) + "-" + name);
+}
+
+TEST(NpoEmu, GenerateWritesWhatTheGeneratorBuilds) {
+  const auto path = tmp("torus.yaml");
+  auto r = npo_test::run_command(kTool + " topo generate torus3d --cards 1024 --dims 8x8x16 > " + path.string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto s = load_fabric_spec(path);
+  ASSERT_TRUE(s.has_value()) << s.error().to_string();
+  auto want = generate_fabric(FabricKind::kTorus3d, 1024, {.dims = {8, 8, 16}});
+  ASSERT_TRUE(want.has_value());
+  EXPECT_EQ(*s, *want);
+  std::filesystem::remove(path);
+}
+
+TEST(NpoEmu, CheckPrintsGraphProperties) {
+  const auto path = tmp("fat.json");
+  auto r = npo_test::run_command(kTool + " topo generate fat-tree --cards 64 --leaf-radix 32 --format json -o " +
+                                 path.string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = npo_test::run_command(kTool + " topo check --json " + path.string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["cards"], 64);
+  EXPECT_EQ(j["switches"], 32);
+  EXPECT_EQ(j["physical"]["diameter"], 4);
+  EXPECT_EQ(j["physical"]["bisection_width"], 128);
+  EXPECT_EQ(j["physical"]["card_degrees"]["4"], 64);
+  EXPECT_EQ(j["physical"]["switch_radixes"]["16"], 16);
+  EXPECT_EQ(j["physical"]["switch_radixes"]["32"], 16);
+  r = npo_test::run_command(kTool + " topo check " + path.string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("valid"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("diameter        4"), std::string::npos) << r.out;
+  std::filesystem::remove(path);
+}
+
+TEST(NpoEmu, ErrorsAreNamed) {
+  auto r = npo_test::run_command(kTool + " topo generate hypercube --cards 100 2>&1");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("power of two"), std::string::npos) << r.out;
+  const auto path = tmp("bad.yaml");
+  r = npo_test::run_command("printf 'cards: 2\\ncables: [{a: \"0:0\", b: \"3:0\"}]\\n' > " + path.string() + " && " +
+                            kTool + " topo check " + path.string() + " 2>&1");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("cables[0].b: card 3 outside 0..1"), std::string::npos) << r.out;
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace npo

@@ -1,0 +1,175 @@
+// SPDX-License-Identifier: Apache-2.0
+// npo-emu: the emulator's companion tool. `topo generate KIND --cards N ...` writes a topology
+// file (docs/topology.md) for one of the generators; `topo check FILE` validates a file and
+// prints its size and graph properties (degree, diameter, bisection, switch radix).
+// Uses only the public npo-hal API.
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "npo/hal/error.hpp"
+#include "npo/hal/fabric_spec.hpp"
+
+namespace {
+
+using nlohmann::json;
+
+int die(const npo::Error& e) {
+  std::fprintf(stderr, "npo-emu: %s\n", e.to_string().c_str());
+  return 1;
+}
+
+std::string dist(const std::map<unsigned, unsigned>& m) {
+  std::string s;
+  for (const auto& [k, n] : m) s += fmt::format("{}{}x{}", s.empty() ? "" : ", ", n, k);
+  return s.empty() ? "-" : s;
+}
+
+json dist_json(const std::map<unsigned, unsigned>& m) {
+  json j = json::object();
+  for (const auto& [k, n] : m) j[std::to_string(k)] = n;
+  return j;
+}
+
+json props_json(const npo::FabricProperties& p) {
+  return {{"card_degrees", dist_json(p.card_degrees)},
+          {"switch_radixes", dist_json(p.switch_radixes)},
+          {"switch_degrees", dist_json(p.switch_degrees)},
+          {"edges", p.edges},
+          {"diameter", p.diameter},
+          {"bisection_width", p.bisection_width},
+          {"bisection_exact", p.bisection_exact}};
+}
+
+void print_props(const char* title, const npo::FabricProperties& p, bool switches) {
+  std::printf("%s\n", title);
+  std::printf("  links           %u\n", p.edges);
+  std::printf("  card degree     %s  (cards x degree)\n", dist(p.card_degrees).c_str());
+  if (switches) std::printf("  switch degree   %s  (switches x cabled ports)\n", dist(p.switch_degrees).c_str());
+  std::printf("  diameter        %s\n", p.diameter < 0 ? "disconnected" : std::to_string(p.diameter).c_str());
+  std::printf("  bisection       %u links (%s)\n", p.bisection_width,
+              p.bisection_exact ? "exact" : "heuristic upper bound");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"npo-emu: topology files for the npo-hal emulator (docs/topology.md)"};
+  app.require_subcommand(1);
+  auto* topo = app.add_subcommand("topo", "topology files: generate, check");
+  topo->require_subcommand(1);
+
+  auto* gen = topo->add_subcommand("generate", "write a generated topology file to stdout (or -o FILE)");
+  std::string kind_s, dims_s, format = "yaml", out_path, hbm_s = "64M";
+  unsigned cards = 0, leaf_radix = 0, spine_radix = 0, uplinks = 0, groups = 0;
+  gen->add_option("kind", kind_s, "mesh | torus2d | torus3d | hypercube | fat-tree | dragonfly")->required();
+  gen->add_option("--cards,-n", cards, "number of cards, 1..1024")->required();
+  gen->add_option("--dims", dims_s, "torus dimensions AxB or AxBxC (default: near-square / near-cubic)");
+  gen->add_option("--leaf-radix", leaf_radix, "fat-tree: ports per leaf switch (default 32)");
+  gen->add_option("--spine-radix", spine_radix, "fat-tree: ports per spine switch (default: one per leaf)");
+  gen->add_option("--uplinks", uplinks, "fat-tree: ports per card cabled to its leaf (default 4)");
+  gen->add_option("--groups", groups, "dragonfly: number of groups (default: fewest ports per card)");
+  gen->add_option("--hbm", hbm_s, "HBM per card in the file, e.g. 64M, 1G (default 64M)");
+  gen->add_option("--format", format, "yaml | json")->check(CLI::IsMember({"yaml", "json"}));
+  gen->add_option("-o,--output", out_path, "write to FILE instead of stdout");
+
+  auto* chk = topo->add_subcommand("check", "validate a topology file and print its graph properties");
+  std::string in_path;
+  bool as_json = false;
+  chk->add_option("file", in_path, "topology file (YAML or JSON)")->required();
+  chk->add_flag("--json", as_json, "print the properties as JSON");
+
+  CLI11_PARSE(app, argc, argv);
+
+  if (gen->parsed()) {
+    auto kind = npo::parse_fabric_kind(kind_s);
+    if (!kind) return die(kind.error());
+    npo::FabricGenOptions o;
+    if (!dims_s.empty()) {
+      auto d = npo::parse_fabric_dims(dims_s);
+      if (!d) return die(d.error());
+      o.dims = *d;
+    }
+    o.leaf_radix = leaf_radix;
+    o.spine_radix = spine_radix;
+    o.card_uplinks = uplinks;
+    o.groups = groups;
+    {
+      std::uint64_t mult = 1;
+      std::string h = hbm_s;
+      if (!h.empty() && (h.back() == 'K' || h.back() == 'M' || h.back() == 'G')) {
+        mult = h.back() == 'K' ? (1ULL << 10) : h.back() == 'M' ? (1ULL << 20) : (1ULL << 30);
+        h.pop_back();
+      }
+      try {
+        std::size_t used = 0;
+        o.hbm_bytes = std::stoull(h, &used) * mult;
+        if (used != h.size()) throw std::invalid_argument(h);
+      } catch (const std::exception&) {
+        std::fprintf(stderr, "npo-emu: --hbm '%s': expected BYTES[K|M|G]\n", hbm_s.c_str());
+        return 2;
+      }
+    }
+    auto spec = npo::generate_fabric(*kind, cards, o);
+    if (!spec) return die(spec.error());
+    const std::string text = format == "json" ? npo::to_json(*spec) : npo::to_yaml(*spec);
+    if (out_path.empty()) {
+      std::fwrite(text.data(), 1, text.size(), stdout);
+    } else {
+      std::ofstream out(out_path);
+      out << text;
+      if (!out) {
+        std::fprintf(stderr, "npo-emu: cannot write '%s'\n", out_path.c_str());
+        return 1;
+      }
+    }
+    return 0;
+  }
+
+  if (chk->parsed()) {
+    auto spec = npo::load_fabric_spec(in_path);
+    if (!spec) return die(spec.error());
+    const auto phys = npo::analyze_fabric(*spec, npo::FabricView::kPhysical);
+    const auto circ = npo::analyze_fabric(*spec, npo::FabricView::kCircuit);
+    if (as_json) {
+      json j{{"file", in_path},
+             {"name", spec->name},
+             {"valid", true},
+             {"cards", spec->cards},
+             {"switches", spec->switches.size()},
+             {"cables", spec->cables.size()},
+             {"faults", spec->faults.size()},
+             {"physical", props_json(phys)},
+             {"circuit", props_json(circ)}};
+      std::printf("%s\n", j.dump(2).c_str());
+      return 0;
+    }
+    std::printf("%s: valid\n", in_path.c_str());
+    std::printf("  name            %s\n", spec->name.c_str());
+    std::printf("  cards           %u (%u ports, %s HBM each%s)\n", spec->cards, spec->ports,
+                fmt::format("{} MiB", spec->hbm_bytes >> 20).c_str(),
+                spec->overrides.empty() ? "" : fmt::format("; {} overridden", spec->overrides.size()).c_str());
+    std::string radix;
+    for (const auto& [r, n] : phys.switch_radixes)
+      radix += fmt::format("{}{} of radix {}", radix.empty() ? "" : ", ", n, r);
+    std::printf("  switches        %zu%s\n", spec->switches.size(), radix.empty() ? "" : (" (" + radix + ")").c_str());
+    std::printf("  cables          %zu\n", spec->cables.size());
+    std::printf("  faults          %zu\n", spec->faults.size());
+    if (!spec->switches.empty()) {
+      print_props("physical graph (cards and switches, cables as links)", phys, true);
+      print_props("circuit graph (card-to-card light paths through the cross-connects)", circ, false);
+    } else {
+      print_props("graph (cards, cables as links)", phys, false);
+    }
+    return 0;
+  }
+  return 2;
+}
