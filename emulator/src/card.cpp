@@ -1256,6 +1256,10 @@ void Card::schedule_link_check(unsigned p, std::uint64_t delay_ns) {
   sys_.sched.schedule_in(delay_ns, [this, p](std::uint64_t) { link_check(p); });
 }
 
+void Card::light_path_changed(unsigned p) {
+  if (p < ports_.size()) schedule_link_check(p, 0);
+}
+
 void Card::link_check(unsigned p) {
   std::lock_guard lock(port_mu_);
   auto& pm = ports_[p];
@@ -1263,7 +1267,12 @@ void Card::link_check(unsigned p) {
   const std::uint64_t now = sys_.sched.now_ns();
   const LinkView v = link_view(p, now);
   const auto far_state = static_cast<LinkState>(v.pub & 0xf);
-  bool lost = !v.has_peer || (far_state != LinkState::kUp && far_state != LinkState::kFecLock);
+  // Light from a transmitter other than the trained neighbour (a switch reconfiguration)
+  // breaks the alignment markers at once: a loss like any other.
+  const bool same_far_end = pr::kNeighborValid.get(pm.neighbor) != 0 &&
+                            pr::kNeighborFabricId.get(pm.neighbor) == v.peer_fabric_id &&
+                            pr::kNeighborPort.get(pm.neighbor) == v.peer_port;
+  bool lost = !v.has_peer || !same_far_end || (far_state != LinkState::kUp && far_state != LinkState::kFecLock);
   for (unsigned l = 0; l < regs::kLanesPerPort && !lost; ++l) {
     if (((pm.lanes_in_use >> l) & 1u) == 0) continue;
     if (!lane_signal(p, l, now, v) || lane_ber(p, l, now, v) > optics::kFecLockMaxBer) lost = true;

@@ -275,6 +275,10 @@ class Card {
   /// Fires the next step of port p's training state machine if `epoch` is still current.
   void port_step(unsigned p, std::uint64_t epoch);
   void attach_cable(unsigned port, std::uint32_t peer_card, unsigned peer_port);
+  /// The light path of `port` changed (an optical switch was reconfigured): a port that is Up
+  /// re-checks its link at once and, if the far end is no longer the neighbour it trained
+  /// with (or there is no light), leaves Up for Training like any link loss (registers.md §7.2).
+  void light_path_changed(unsigned port);
   /// Applies a link fault (FaultKind kBerRamp .. kTrainingTimeout) to f.port (and f.lane);
   /// physical faults (ber_ramp, lane_loss) reach the receive side of both ends of the link.
   void inject_link_fault(const Fault& f);

@@ -491,8 +491,9 @@ std::vector<std::string> Emulator::event_log() const { return impl_->log_lines()
 // ==== Optical switches ======================================================================
 
 namespace {
-/// Tells the cards whose light path changed: the new far end is attached (the next training
-/// finds it). Logged per changed port so replays stay byte-identical.
+/// Tells the cards whose light path changed: the new far end is attached, and an Up link
+/// whose far end changed or went dark drops and retrains (Card::light_path_changed). Logged per changed port so replays
+/// stay byte-identical.
 void apply_fabric_changes(EmulatorImpl& s, std::string_view what, const std::vector<OpticalFabric::Change>& changes) {
   for (const auto& ch : changes) {
     if (ch.peer) {
@@ -502,6 +503,7 @@ void apply_fabric_changes(EmulatorImpl& s, std::string_view what, const std::vec
     } else {
       s.log(ch.port.card, fmt::format("fabric {} port={} light path now dark", what, ch.port.port));
     }
+    s.cards[ch.port.card]->light_path_changed(ch.port.port);
   }
 }
 }  // namespace
