@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -283,12 +285,18 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  npo::RouteTable routes = npo::RouteTable::compute({}).value();
   if (fabric) {
     auto up = npo::bring_up_links(s);
     if (!up) return fail_with("link bring-up", up.error());
+    // Routes over the discovered graph, so cards that are not direct neighbours are reached
+    // over several hops (registers.md §8).
+    auto rt = npo::route_fabric(s);
+    if (!rt) return fail_with("routing", rt.error());
+    routes = std::move(*rt);
     if (!o.json) {
-      fmt::print("links: {} of {} ports with a module trained Up in {:.1f} ms\n", up->up, up->ports_with_module,
-                 static_cast<double>(up->elapsed_ns) / 1e6);
+      fmt::print("links: {} of {} ports with a module trained Up in {:.1f} ms; routes programmed, diameter {} hops\n",
+                 up->up, up->ports_with_module, static_cast<double>(up->elapsed_ns) / 1e6, routes.diameter());
     }
   }
 
@@ -449,19 +457,50 @@ int main(int argc, char** argv) {
         "remote-write bandwidth, GB/s (row: source card, column: destination card; ERR: ops failed, see\n"
         "stderr); memcpy of the same size {:.2f} GB/s\n\n",
         results.empty() ? 0.0 : results[0].memcpy_gbps);
-    fmt::print("{:>6}", "");
-    for (std::size_t j = 0; j < ncards; ++j) fmt::print(" {:>7}", j);
-    fmt::print("\n");
-    for (std::size_t i = 0; i < ncards; ++i) {
-      fmt::print("{:>6}", i);
-      for (std::size_t j = 0; j < ncards; ++j) {
-        if (i == j) {
-          fmt::print(" {:>7}", "-");
-        } else {
-          fmt::print(" {:>7}", matrix_err[i][j] ? std::string("ERR") : fmt::format("{:.2f}", matrix[i][j]));
+    if (ncards <= 16) {
+      fmt::print("{:>6}", "");
+      for (std::size_t j = 0; j < ncards; ++j) fmt::print(" {:>7}", j);
+      fmt::print("\n");
+      for (std::size_t i = 0; i < ncards; ++i) {
+        fmt::print("{:>6}", i);
+        for (std::size_t j = 0; j < ncards; ++j) {
+          if (i == j) {
+            fmt::print(" {:>7}", "-");
+          } else {
+            fmt::print(" {:>7}", matrix_err[i][j] ? std::string("ERR") : fmt::format("{:.2f}", matrix[i][j]));
+          }
+        }
+        fmt::print("\n");
+      }
+    } else {
+      // Too many columns to read: the card pairs grouped by the hops their route takes.
+      std::map<int, std::vector<double>> by_hops;
+      std::map<int, unsigned> errs;
+      for (std::size_t i = 0; i < ncards; ++i) {
+        for (std::size_t j = 0; j < ncards; ++j) {
+          if (i == j) continue;
+          const int h = routes.hops(s.device(i).info().fabric_id, s.device(j).info().fabric_id);
+          if (matrix_err[i][j]) {
+            ++errs[h];
+          } else {
+            by_hops[h].push_back(matrix[i][j]);
+          }
         }
       }
-      fmt::print("\n");
+      fmt::print("{} cards: {} ordered pairs, grouped by the hops of their route (--json has every pair)\n\n", ncards,
+                 ncards * (ncards - 1));
+      fmt::print("{:>6} {:>7} {:>9} {:>9} {:>9} {:>7}\n", "HOPS", "PAIRS", "MIN GB/s", "MEDIAN", "MAX GB/s", "ERR");
+      std::set<int> hops;
+      for (const auto& [h, v] : by_hops) hops.insert(h);
+      for (const auto& [h, n] : errs) hops.insert(h);
+      for (const int h : hops) {
+        auto v = by_hops[h];
+        std::sort(v.begin(), v.end());
+        const auto cell = [&](double x) { return v.empty() ? std::string("-") : fmt::format("{:.2f}", x); };
+        fmt::print("{:>6} {:>7} {:>9} {:>9} {:>9} {:>7}\n", h < 0 ? std::string("unreach") : std::to_string(h),
+                   v.size() + errs[h], cell(v.empty() ? 0 : v.front()), cell(v.empty() ? 0 : v[v.size() / 2]),
+                   cell(v.empty() ? 0 : v.back()), errs[h]);
+      }
     }
   } else {
     fmt::print("npo-dma-bench  backend {}  card {}{}  mode {}  batch {}  queues {}  depth {}\n\n", s.uri(), o.card,
