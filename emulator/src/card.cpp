@@ -1693,7 +1693,8 @@ void Card::stats_dma(std::uint32_t seq) {
     std::memcpy(host, block.data() + done, contig);
     done += contig;
   }
-  std::atomic_thread_fence(std::memory_order_release);
+  // The release store orders every record byte above before `seq` (as the card's final
+  // posted write would be ordered on PCIe).
   if (seq_host != nullptr && reinterpret_cast<std::uintptr_t>(seq_host) % 4 == 0) {
     std::atomic_ref<std::uint32_t>(*reinterpret_cast<std::uint32_t*>(seq_host)).store(seq, std::memory_order_release);
   }
