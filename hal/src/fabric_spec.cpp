@@ -4,13 +4,17 @@
 #include "npo/hal/fabric_spec.hpp"
 
 #include <algorithm>
+#include <array>
 #include <bit>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <deque>
-#include <fstream>
+#include <filesystem>
+#include <memory>
 #include <numeric>
-#include <sstream>
+#include <system_error>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -23,6 +27,13 @@ namespace {
 constexpr std::string_view kFaultKinds[] = {
     "iommu_fault", "engine_hang", "completion_error", "mailbox_timeout", "mailbox_corrupt", "surprise_removal",
     "ber_ramp",    "lane_loss",   "flap_storm",       "module_removal",  "training_timeout"};
+/// Largest topology file load_fabric_spec reads (a 1024-card fat-tree in JSON is ~1 MB).
+constexpr std::size_t kFabricMaxFileBytes = std::size_t{16} << 20;
+/// Most optical switches, and most switch ports in all: far above what the generators build
+/// (1024 cards: at most ~3,100 switches and 65,536 switch ports), low enough that the per-port
+/// tables of validation and tracing stay small for any file.
+constexpr std::size_t kFabricMaxSwitches = 4096;
+constexpr std::size_t kFabricMaxTotalSwitchPorts = std::size_t{1} << 18;
 constexpr unsigned kEngines = 4;          // registers.md: DMA engines per card
 constexpr unsigned kQueuesPerEngine = 8;  // registers.md: queues per engine
 
@@ -35,6 +46,53 @@ bool all_digits(std::string_view s) {
 }
 
 std::unexpected<Error> bad(std::string msg) { return fail(Code::kInvalidArgument, std::move(msg)); }
+
+/// Offset of the first byte that is not part of well-formed UTF-8, or npos.
+std::size_t bad_utf8_at(std::string_view s) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    std::size_t len = 0;
+    std::uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    if ((c & 0xe0) == 0xc0) {
+      len = 2;
+      cp = c & 0x1fu;
+    } else if ((c & 0xf0) == 0xe0) {
+      len = 3;
+      cp = c & 0x0fu;
+    } else if ((c & 0xf8) == 0xf0) {
+      len = 4;
+      cp = c & 0x07u;
+    } else {
+      return i;
+    }
+    if (i + len > s.size()) return i;
+    for (std::size_t k = 1; k < len; ++k) {
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      if ((d & 0xc0) != 0x80) return i;
+      cp = (cp << 6) | (d & 0x3fu);
+    }
+    // Overlong forms, surrogates and code points beyond U+10FFFF are not UTF-8.
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10ffff ||
+        (cp >= 0xd800 && cp <= 0xdfff)) {
+      return i;
+    }
+    i += len;
+  }
+  return std::string_view::npos;
+}
+
+Result<void> check_text(std::string_view s, std::string_view where) {
+  if (const auto at = bad_utf8_at(s); at != std::string_view::npos) {
+    return bad(
+        fmt::format("{}: not valid UTF-8 (byte 0x{:02x} at offset {})", where, static_cast<unsigned char>(s[at]), at));
+  }
+  return {};
+}
 
 std::string fmt_bytes(std::uint64_t b) {
   if (b != 0 && b % (1ULL << 30) == 0) return fmt::format("{}G", b >> 30);
@@ -120,6 +178,7 @@ struct CableIndex {
 // ---- Parsing helpers -------------------------------------------------------------------------
 
 Result<std::uint64_t> parse_size(std::string_view s, std::string_view where) {
+  const std::string_view orig = s;
   std::uint64_t mult = 1;
   if (!s.empty()) {
     switch (s.back()) {
@@ -141,7 +200,13 @@ Result<std::uint64_t> parse_size(std::string_view s, std::string_view where) {
   }
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v, base);
   if (s.empty() || ec != std::errc() || p != s.data() + s.size() || v > ~0ULL / mult) {
-    return bad(fmt::format("{}: expected a non-negative integer (optionally K/M/G), got '{}'", where, s));
+    if (!s.empty() && ec == std::errc::result_out_of_range) {
+      return bad(fmt::format("{}: '{}' is too large", where, orig));
+    }
+    if (ec == std::errc() && p == s.data() + s.size() && !s.empty()) {
+      return bad(fmt::format("{}: '{}' is too large", where, orig));  // v * mult overflows
+    }
+    return bad(fmt::format("{}: expected a non-negative integer (optionally K/M/G), got '{}'", where, orig));
   }
   return v * mult;
 }
@@ -160,17 +225,26 @@ Result<unsigned> get_uint(const YAML::Node& n, std::string_view where, std::uint
 
 Result<double> get_double(const YAML::Node& n, std::string_view where) {
   if (!n.IsScalar()) return bad(fmt::format("{}: expected a number", where));
+  double v = 0;
   try {
-    return n.as<double>();
+    v = n.as<double>();
   } catch (const YAML::Exception&) {
     return bad(fmt::format("{}: expected a number, got '{}'", where, n.Scalar()));
   }
+  if (!std::isfinite(v)) return bad(fmt::format("{}: expected a finite number, got '{}'", where, n.Scalar()));
+  return v;
 }
 
 Result<void> check_keys(const YAML::Node& n, std::string_view where, std::initializer_list<std::string_view> keys) {
   if (!n.IsMap()) return bad(fmt::format("{}: expected a map", where));
+  std::vector<std::string> seen;
   for (const auto& kv : n) {
+    if (!kv.first.IsScalar()) return bad(fmt::format("{}: a key is not a plain name", where));
     const std::string k = kv.first.Scalar();
+    if (std::find(seen.begin(), seen.end(), k) != seen.end()) {
+      return bad(fmt::format("{}: field '{}' given twice", where, k));
+    }
+    seen.push_back(k);
     if (std::find(keys.begin(), keys.end(), k) == keys.end()) {
       std::string list;
       for (auto x : keys) list += fmt::format("{}{}", list.empty() ? "" : ", ", x);
@@ -215,6 +289,7 @@ Result<std::uint8_t> parse_lanes(const YAML::Node& n, std::string_view where) {
       if (*l >= kFabricLanesPerPort) {
         return bad(fmt::format("{}[{}]: lane {} outside 0..{}", where, i, *l, kFabricLanesPerPort - 1));
       }
+      if ((m >> *l) & 1u) return bad(fmt::format("{}[{}]: lane {} listed twice", where, i, *l));
       m = static_cast<std::uint8_t>(m | (1u << *l));
     }
     return m;
@@ -253,6 +328,7 @@ Result<std::optional<std::uint64_t>> get_time(const YAML::Node& n, std::string_v
     if (n[key]) {
       auto v = get_u64(n[key], fmt::format("{}.{}", where, key));
       if (!v) return std::unexpected(v.error());
+      if (*v > ~0ULL / mult) return bad(fmt::format("{}.{}: {} overflows 64-bit nanoseconds", where, key, *v));
       return std::optional<std::uint64_t>(*v * mult);
     }
   }
@@ -264,7 +340,10 @@ Result<FabricSpec> parse_root(const YAML::Node& root) {
   if (auto r = check_keys(root, "topology", {"name", "cards", "switches", "cables", "faults"}); !r) {
     return std::unexpected(r.error());
   }
-  if (root["name"]) s.name = root["name"].Scalar();
+  if (const auto nm = root["name"]; nm && !nm.IsNull()) {
+    if (!nm.IsScalar()) return bad("name: expected a string");
+    s.name = nm.Scalar();
+  }
   const auto cards = root["cards"];
   if (!cards) return bad("topology: needs 'cards' (a count, or {count, hbm, ports, overrides})");
   if (cards.IsScalar()) {
@@ -457,6 +536,7 @@ Result<void> validate_fabric_spec(const FabricSpec& s) {
     }
     return {};
   };
+  if (auto r = check_text(s.name, "name"); !r) return r;
   if (auto r = check_hbm(s.hbm_bytes, "cards.hbm"); !r) return r;
   if (s.ports < 1 || s.ports > kFabricMaxCardPorts) {
     return bad(fmt::format("cards.ports: {} outside 1..{}", s.ports, kFabricMaxCardPorts));
@@ -477,13 +557,22 @@ Result<void> validate_fabric_spec(const FabricSpec& s) {
       return bad(fmt::format("{}.ports: {} outside 1..{}", w, *o.ports, kFabricMaxCardPorts));
     }
   }
+  if (s.switches.size() > kFabricMaxSwitches) {
+    return bad(fmt::format("switches: {} switches; at most {}", s.switches.size(), kFabricMaxSwitches));
+  }
+  std::size_t switch_ports = 0;
   for (std::size_t i = 0; i < s.switches.size(); ++i) {
     const auto& sw = s.switches[i];
     const std::string w = fmt::format("switches[{}]", i);
+    switch_ports += std::min<std::size_t>(sw.ports, kFabricMaxSwitchPorts + 1);
+    if (switch_ports > kFabricMaxTotalSwitchPorts) {
+      return bad(fmt::format("{}.ports: the switches have more than {} ports in all", w, kFabricMaxTotalSwitchPorts));
+    }
     if (sw.name.empty()) return bad(fmt::format("{}.name: empty", w));
     if (all_digits(sw.name)) {
       return bad(fmt::format("{}.name: '{}' is all digits (reserved for card indices)", w, sw.name));
     }
+    if (auto r = check_text(sw.name, w + ".name"); !r) return r;
     if (sw.name.find(':') != std::string::npos) return bad(fmt::format("{}.name: '{}' contains ':'", w, sw.name));
     for (std::size_t j = 0; j < i; ++j) {
       if (s.switches[j].name == sw.name) {
@@ -493,8 +582,8 @@ Result<void> validate_fabric_spec(const FabricSpec& s) {
     if (sw.ports < 1 || sw.ports > kFabricMaxSwitchPorts) {
       return bad(fmt::format("{}.ports: {} outside 1..{}", w, sw.ports, kFabricMaxSwitchPorts));
     }
-    if (!(sw.insertion_loss_db >= 0)) {
-      return bad(fmt::format("{}.insertion_loss_db: {} must be >= 0", w, sw.insertion_loss_db));
+    if (!(sw.insertion_loss_db >= 0) || !std::isfinite(sw.insertion_loss_db)) {
+      return bad(fmt::format("{}.insertion_loss_db: {} must be finite and >= 0", w, sw.insertion_loss_db));
     }
   }
   // Cables: ends in range, each port used once.
@@ -530,7 +619,9 @@ Result<void> validate_fabric_spec(const FabricSpec& s) {
     }
     const std::string w = fmt::format("cables[{}]", i);
     if (!(c.channel.loss_db >= 0)) return bad(fmt::format("{}.loss_db: {} must be >= 0", w, c.channel.loss_db));
-    if (!(c.channel.snr_penalty_db >= 0)) {
+    if (!std::isfinite(c.channel.loss_db))
+      return bad(fmt::format("{}.loss_db: {} must be finite", w, c.channel.loss_db));
+    if (!(c.channel.snr_penalty_db >= 0) || !std::isfinite(c.channel.snr_penalty_db)) {
       return bad(fmt::format("{}.snr_penalty_db: {} must be >= 0", w, c.channel.snr_penalty_db));
     }
   }
@@ -577,6 +668,7 @@ Result<void> validate_fabric_spec(const FabricSpec& s) {
       return bad(fmt::format("{}.lane: {} outside 0..{}", w, *f.lane, kFabricLanesPerPort - 1));
     }
     if (f.count == 0) return bad(fmt::format("{}.count: must be >= 1", w));
+    if (!std::isfinite(f.value)) return bad(fmt::format("{}.value: {} must be finite", w, f.value));
     if (is_link_fault(f.kind) && !f.port) return bad(fmt::format("{}.port: {} needs a port", w, f.kind));
     if (f.kind == "lane_loss" && !f.lane) return bad(fmt::format("{}.lane: lane_loss needs a lane", w));
     if ((f.kind == "engine_hang" || f.kind == "completion_error") && !f.engine) {
@@ -591,7 +683,12 @@ Result<void> validate_fabric_spec(const FabricSpec& s) {
 Result<FabricSpec> parse_fabric_spec(std::string_view text) {
   YAML::Node root;
   try {
-    root = YAML::Load(std::string(text));
+    const auto docs = YAML::LoadAll(std::string(text));
+    if (docs.size() > 1) {
+      return bad(fmt::format("topology: {} YAML documents ('---'); a topology file holds one", docs.size()));
+    }
+    if (docs.empty() || docs[0].IsNull()) return bad("topology: empty (expected a map with 'cards')");
+    root = docs[0];
   } catch (const YAML::Exception& e) {
     return bad(
         fmt::format("topology: not YAML/JSON: line {}, column {}: {}", e.mark.line + 1, e.mark.column + 1, e.msg));
@@ -608,11 +705,27 @@ Result<FabricSpec> parse_fabric_spec(std::string_view text) {
 }
 
 Result<FabricSpec> load_fabric_spec(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) return fail_errno(errno == 0 ? ENOENT : errno, fmt::format("topology file '{}'", path.string()));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto s = parse_fabric_spec(ss.str());
+  if (std::error_code ec; std::filesystem::is_directory(path, ec)) {
+    return fail(Code::kInvalidArgument, fmt::format("topology file '{}': is a directory", path.string()));
+  }
+  const std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (!f) return fail_errno(errno == 0 ? ENOENT : errno, fmt::format("topology file '{}'", path.string()));
+  // Read at most kFabricMaxFileBytes + 1: /dev/zero or a runaway pipe must not hang or exhaust memory.
+  std::string text;
+  std::array<char, 65536> buf;
+  while (text.size() <= kFabricMaxFileBytes) {
+    const std::size_t n = std::fread(buf.data(), 1, buf.size(), f.get());
+    text.append(buf.data(), n);
+    if (n < buf.size()) break;
+  }
+  if (std::ferror(f.get()) != 0) {
+    return fail_errno(errno == 0 ? EIO : errno, fmt::format("topology file '{}': read failed", path.string()));
+  }
+  if (text.size() > kFabricMaxFileBytes) {
+    return fail(Code::kInvalidArgument, fmt::format("topology file '{}': larger than {} MiB, not a topology file",
+                                                    path.string(), kFabricMaxFileBytes >> 20));
+  }
+  auto s = parse_fabric_spec(text);
   if (!s) return std::unexpected(std::move(Error(s.error())).prefixed(path.string()));
   return s;
 }
@@ -621,6 +734,11 @@ namespace {
 std::string yaml_str(std::string_view s) {
   std::string out = "\"";
   for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      out += fmt::format("\\x{:02x}", u);  // YAML double-quoted escape: newlines etc. read back as written
+      continue;
+    }
     if (c == '"' || c == '\\') out += '\\';
     out += c;
   }
@@ -746,7 +864,7 @@ std::string to_json(const FabricSpec& s) {
     }
     j["faults"] = fs;
   }
-  return j.dump(2) + "\n";
+  return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
 // ==== Light paths ===========================================================================
@@ -856,7 +974,8 @@ Result<FabricSpec> gen_torus(unsigned n, unsigned nd, const FabricGenOptions& o)
   if (dims.size() != nd) {
     return bad(fmt::format("torus{}d needs {} dims, got {}", nd, nd, dims.size()));
   }
-  const unsigned prod = std::accumulate(dims.begin(), dims.end(), 1u, std::multiplies<>());
+  std::uint64_t prod = 1;  // 64-bit: dims up to 2^32-1 each must not wrap to a matching count
+  for (unsigned d : dims) prod = std::min<std::uint64_t>(prod * d, std::uint64_t{1} << 40);
   if (prod != n) {
     return bad(fmt::format("torus dims {} hold {} cards, not {}", fmt::join(dims, "x"), prod, n));
   }
@@ -1018,6 +1137,7 @@ Result<FabricSpec> gen_dragonfly(unsigned n, const FabricGenOptions& o) {
     }
     g = best;
   }
+  if (n < 2) return bad(fmt::format("dragonfly needs at least 2 cards (2 groups of 1), got {}", n));
   if (g < 2 || n % g) {
     return bad(fmt::format("dragonfly: {} groups must be >= 2 and divide {} cards", g, n));
   }

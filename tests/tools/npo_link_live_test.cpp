@@ -2,9 +2,13 @@
 // `npo-link show | ddm | fec | prbs | train | health` on the emulator, run as a user runs them;
 // the JSON shapes are parsed with nlohmann and checked against the mesh8 wiring and the spec
 // (registers.md §7.1: 8 x 53.125 GBd PAM4 = 800 Gb/s).
+#include <unistd.h>
+
 #include <cmath>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -143,7 +147,8 @@ TEST(NpoLinkDdm, DecodesEveryModuleOverTheMailbox) {
   for (const auto& m : j["modules"]) {
     EXPECT_EQ(m["module"]["spec"], "cmis");
     EXPECT_EQ(m["module"]["identifier"]["name"], "QSFP-DD");
-    // Links are not brought up by `ddm`: a module may still be in low power (CMIS 5.2 §6.3.2).
+    // `ddm` brings links up first (like `show`); a module state other than ModuleReady is still
+    // accepted in case one is in low power (CMIS 5.2 §6.3.2).
     const std::string st = m["module"]["module_state"]["name"];
     EXPECT_TRUE(st == "ModuleReady" || st == "ModuleLowPwr" || st == "ModulePwrUp") << st;
     // One DDM entry per media lane in use; the NPO-ENGINE-800G application is 8 lanes.
@@ -161,6 +166,83 @@ TEST(NpoLinkFec, CountersAndBinsAndWatch) {
   for (std::size_t at = 0; (at = r.out.find("card 0 port 0:", at)) != std::string::npos; ++at) ++headers;
   EXPECT_EQ(headers, 2u);  // two repeats
   EXPECT_NE(r.out.find("CODEWORDS"), std::string::npos);
+}
+
+TEST(NpoLinkArgs, BadNumbersAreRefusedBeforeTouchingTheCards) {
+  // Each of these used to run: --watch -1 once, --watch nan forever, --seconds 0 with bits
+  // counted and BER 0, --lanes 256 truncated to no lanes, all with exit 0.
+  for (const auto& [args, want] : std::vector<std::pair<std::string, std::string>>{
+           {"show --watch -1", "--watch -1: expected seconds in (0, 86400]"},
+           {"show --watch 0", "--watch 0: expected seconds"},
+           {"fec --watch nan", "--watch nan: expected seconds"},
+           {"show --watch inf --count 2", "--watch inf: expected seconds"},
+           {"show --count 3", "--count needs --watch"},
+           {"show --watch 0.1 --count 0", "--count 0: expected N >= 1"},
+           {"prbs --seconds 0", "--seconds 0: expected seconds"},
+           {"prbs --seconds -1", "--seconds -1: expected seconds"},
+           {"prbs --seconds nan", "--seconds nan: expected seconds"},
+           {"prbs --lanes 256", "--lanes 0x100: expected a bitmap"},
+           {"prbs --lanes 0", "--lanes 0x0: expected a bitmap"},
+           {"health --interval 0", "--interval 0: expected seconds"},
+           {"health --interval -1", "--interval -1: expected seconds"}}) {
+    SCOPED_TRACE(args);
+    const auto r = npo_test::run_command("timeout 60 " + std::string(NPO_LINK) + " " + args + kBackend + " 2>&1");
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_NE(r.out.find(want), std::string::npos) << r.out;
+  }
+}
+
+TEST(NpoLinkPrbs, PortWithoutModuleIsAnError) {
+  // mesh8 cables ports 0..6; port 7 has no module. Used to print 8 unlocked lanes, exit 0.
+  const auto r =
+      npo_test::run_command(std::string(NPO_LINK) + " prbs --seconds 0.1 --card 0 --port 7" + kBackend + " 2>&1");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("card 0 port 7 has no module"), std::string::npos) << r.out;
+}
+
+TEST(NpoLinkTrain, AnExplicitPortIsListedEvenWithoutModule) {
+  // Used to print nothing (text) or "ports": [] (JSON) and exit 0.
+  const json j = run_json("train --card 0 --port 7");
+  ASSERT_EQ(j["ports"].size(), 1u);
+  EXPECT_EQ(j["ports"][0]["card"], 0);
+  EXPECT_EQ(j["ports"][0]["port"], 7);
+  EXPECT_EQ(j["ports"][0]["result"], "NO_MODULE") << j.dump();
+}
+
+TEST(NpoLinkShow, NoModulesSaysSoInsteadOfAnEmptyTable) {
+  // emu:4 has no cables, so no modules: the table used to be a bare header.
+  const auto r = npo_test::run_command(std::string(NPO_LINK) + " show --backend 'emu:4?clock=virtual' 2>&1");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("no port has a module (--all lists every port)"), std::string::npos) << r.out;
+}
+
+TEST(NpoLinkDdm, CardAndPortSelectOneModule) {
+  // README's first command runs `npo-link ddm --card 0 --port 0`; ddm had no such options
+  // (exit 109, "arguments were not expected"), which stopped the README chain there.
+  const json j = run_json("ddm --card 2 --port 3");
+  ASSERT_EQ(j["modules"].size(), 1u);
+  EXPECT_EQ(j["modules"][0]["card"], 2);
+  EXPECT_EQ(j["modules"][0]["port"], 3);
+  EXPECT_EQ(run_json("ddm --card 1")["modules"].size(), 7u);
+  for (const auto& [args, want] :
+       std::vector<std::pair<std::string, std::string>>{{"ddm --card 8", "card 8 outside 0..7"},
+                                                        {"ddm --card 0 --port 16", "port 16 outside 0..7"},
+                                                        {"ddm --card 0 --port 7", "card 0 port 7 has no module"}}) {
+    const auto r = npo_test::run_command(std::string(NPO_LINK) + " " + args + kBackend + " 2>&1");
+    EXPECT_EQ(r.status, 1) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find(want), std::string::npos) << args << "\n" << r.out;
+  }
+}
+
+TEST(NpoLinkDecode, JsonOfANonUtf8FileNameIsValid) {
+  // The file name goes into the JSON; a raw 0xff used to abort in json::dump (type_error 316).
+  const std::string path = "/tmp/npo-link-test-\xff-" + std::to_string(::getpid()) + ".hex";
+  const auto r = npo_test::run_command("cp \"$(ls " NPO_TEST_DATA_DIR "/eeprom/*.hex | head -1)\" '" + path + "' && " +
+                                       std::string(NPO_LINK) + " decode --json '" + path + "'; rc=$?; rm -f '" + path +
+                                       "'; exit $rc");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const json j = json::parse(r.out);
+  EXPECT_TRUE(j.contains("vendor_name"));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // npo-smi and npo-dma-bench run as a user runs them; their JSON is parsed and checked.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -69,6 +70,44 @@ TEST(NpoSmi, TopoTrainsLinksAndPrintsTheHopMatrix) {
   ASSERT_EQ(r.status, 0);
   EXPECT_NE(r.out.find("56 of 56 ports with a module trained Up"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("    C7    L1    L1    L1    L1    L1    L1    L1     X"), std::string::npos) << r.out;
+}
+
+TEST(NpoSmi, TopoOfADisconnectedFabricSaysSo) {
+  // Two separate pairs: diameter over reachable pairs is 1, which used to be printed as the
+  // fabric's diameter with nothing saying half the pairs cannot reach each other.
+  const std::string path = "/tmp/npo-smi-test-disc-" + std::to_string(::getpid()) + ".yaml";
+  auto r =
+      run("printf 'cards: {count: 4, ports: 2}\\ncables: [{a: \"0:0\", b: \"1:0\"}, {a: \"2:0\", b: "
+          "\"3:0\"}]\\n' > " +
+          path + " && " + std::string(NPO_SMI) + " --backend 'emu:file=" + path + "?clock=virtual' topo --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["connected"], false);
+  EXPECT_EQ(j["unreachable_pairs"], 8);
+  EXPECT_EQ(j["hops"][0][2], -1);
+  r = run(std::string(NPO_SMI) + " --backend 'emu:file=" + path + "?clock=virtual' topo");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("DISCONNECTED (8 of 12 ordered card pairs unreachable"), std::string::npos) << r.out;
+  std::remove(path.c_str());
+  // emu:N has no cables: every pair unreachable; emu:1 is trivially connected.
+  r = run(std::string(NPO_SMI) + " --backend emu:3 topo");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("DISCONNECTED (6 of 6"), std::string::npos) << r.out;
+  r = run(std::string(NPO_SMI) + " --backend emu:1 topo --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["connected"], true);
+  EXPECT_EQ(j["diameter"], 0);
+}
+
+TEST(NpoSmi, JsonOfANonUtf8TopologyPathIsValid) {
+  // The URI (with the file name) goes into the JSON; a raw 0xff used to abort in json::dump.
+  const std::string path = "/tmp/npo-smi-test-\xff-" + std::to_string(::getpid()) + ".yaml";
+  const auto r = run("printf 'cards: 2\\n' > '" + path + "' && " + std::string(NPO_SMI) +
+                     " --backend 'emu:file=" + path + "' --json; rc=$?; rm -f '" + path + "'; exit $rc");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["cards"].size(), 2u);
 }
 
 TEST(NpoDmaBench, JsonResultsCarryTheBaselineAndRatio) {

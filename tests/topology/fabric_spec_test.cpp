@@ -5,6 +5,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -136,6 +138,71 @@ TEST(FabricSpec, CardsAsPlainCount) {
   EXPECT_EQ(s->ports, 8u);
 }
 
+TEST(FabricSpec, LoadRefusesDirectoriesEndlessAndHugeFiles) {
+  const auto dir = std::filesystem::temp_directory_path();
+  auto d = load_fabric_spec(dir);  // used to read as empty text: "topology: expected a map"
+  ASSERT_FALSE(d);
+  EXPECT_NE(d.error().to_string().find("is a directory"), std::string::npos) << d.error().to_string();
+  auto z = load_fabric_spec("/dev/zero");  // used to read forever
+  ASSERT_FALSE(z);
+  EXPECT_EQ(z.error().code(), Code::kInvalidArgument);
+  EXPECT_NE(z.error().message().find("larger than 16 MiB"), std::string::npos) << z.error().message();
+  const auto path = dir / "npo-topology-test-huge.yaml";
+  {
+    std::ofstream out(path);
+    out << "cards: 2\nname: \"" << std::string((17u << 20), 'x') << "\"\n";
+  }
+  auto h = load_fabric_spec(path);
+  ASSERT_FALSE(h);
+  EXPECT_NE(h.error().message().find("larger than 16 MiB"), std::string::npos) << h.error().message();
+  std::filesystem::remove(path);
+}
+
+TEST(FabricSpec, ProgrammaticSpecsWithNonFiniteOrNonUtf8AreRefusedAndNeverThrow) {
+  FabricSpec s = *parse_fabric_spec("{cards: 2, cables: [{a: '0:0', b: '1:0'}]}");
+  s.cables[0].channel.loss_db = std::numeric_limits<double>::infinity();
+  auto r = validate_fabric_spec(s);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message().find("cables[0].loss_db: inf must be finite"), std::string::npos)
+      << r.error().message();
+  s.cables[0].channel.loss_db = 3.0;
+  s.name = "\xff";
+  EXPECT_FALSE(validate_fabric_spec(s));
+  std::string j;
+  EXPECT_NO_THROW(j = to_json(s));  // nlohmann would throw type_error 316 on the raw byte
+  EXPECT_NE(j.find("\"name\""), std::string::npos);
+}
+
+TEST(FabricSpec, NamesWithControlCharactersRoundTrip) {
+  FabricSpec s = *parse_fabric_spec("{cards: 2, switches: [{name: \"a\\tb\", ports: 2}]}");
+  s.name = "rack 3\nrow \"7\"\t\\";
+  ASSERT_TRUE(validate_fabric_spec(s));
+  auto y = parse_fabric_spec(to_yaml(s));  // a raw newline inside quotes used to fold into a space
+  ASSERT_TRUE(y.has_value()) << y.error().to_string() << "\n" << to_yaml(s);
+  EXPECT_EQ(*y, s);
+  auto j = parse_fabric_spec(to_json(s));
+  ASSERT_TRUE(j.has_value()) << j.error().to_string();
+  EXPECT_EQ(*j, s);
+}
+
+TEST(FabricSpec, SwitchCountAndTotalPortsAreBounded) {
+  // 40,000 switches of 4096 ports (a 1.3 MB file) used to take 10 s and 1.5 GB in validation;
+  // a 16 MiB file of them would exhaust memory.
+  std::string many = "cards: 2\nswitches:\n";
+  for (int i = 0; i < 4097; ++i) many += "  - {name: s" + std::to_string(i) + ", ports: 2}\n";
+  auto r = parse_fabric_spec(many);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message().find("switches: 4097 switches; at most 4096"), std::string::npos)
+      << r.error().message();
+  std::string big = "cards: 2\nswitches:\n";
+  for (int i = 0; i < 65; ++i) big += "  - {name: s" + std::to_string(i) + ", ports: 4096}\n";
+  r = parse_fabric_spec(big);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message().find("switches[64].ports: the switches have more than 262144 ports in all"),
+            std::string::npos)
+      << r.error().message();
+}
+
 struct BadCase {
   const char* name;
   std::string text;
@@ -224,7 +291,32 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"fault_count", kHead + "faults: [{at_ms: 1, kind: iommu_fault, card: 0, count: 0}]",
                 "faults[0].count: must be >= 1"},
         BadCase{"not_a_number", kHead + "cables: [{a: '0:0', b: '1:0', loss_db: loud}]",
-                "cables[0].loss_db: expected a number, got 'loud'"}),
+                "cables[0].loss_db: expected a number, got 'loud'"},
+        // Hostile input (QA): each used to be accepted silently or read as something else.
+        BadCase{"key_twice_yaml", "cards: 2\ncards: 3\n", "topology: field 'cards' given twice"},
+        BadCase{"key_twice_json", R"({"cards": 2, "cards": 3})", "topology: field 'cards' given twice"},
+        BadCase{"key_twice_cable", kHead + "cables: [{a: '0:0', b: '1:0', b: '2:0'}]",
+                "cables[0]: field 'b' given twice"},
+        BadCase{"two_documents", "cards: 2\n---\ncards: 3\n", "2 YAML documents"},
+        BadCase{"empty_file", "", "topology: empty"}, BadCase{"only_comment", "# nothing\n", "topology: empty"},
+        BadCase{"loss_inf", kHead + "cables: [{a: '0:0', b: '1:0', loss_db: .inf}]",
+                "cables[0].loss_db: expected a finite number, got '.inf'"},
+        BadCase{"loss_nan", kHead + "cables: [{a: '0:0', b: '1:0', loss_db: .nan}]",
+                "cables[0].loss_db: expected a finite number"},
+        BadCase{"switch_loss_inf", kHead + "switches: [{name: s0, ports: 4, insertion_loss_db: .inf}]",
+                "switches[0].insertion_loss_db: expected a finite number"},
+        BadCase{"fault_value_nan", kHead + "faults: [{at_ns: 1, kind: ber_ramp, card: 0, port: 0, value: .nan}]",
+                "faults[0].value: expected a finite number"},
+        BadCase{"fault_time_overflow", kHead + "faults: [{at_ms: 18446744073709551615, kind: iommu_fault, card: 0}]",
+                "faults[0].at_ms: 18446744073709551615 overflows 64-bit nanoseconds"},
+        BadCase{"name_not_string", "cards: 2\nname: {x: 1}\n", "name: expected a string"},
+        BadCase{"name_not_utf8", "cards: 2\nname: \"\xff\xfe\"\n", "name: not valid UTF-8 (byte 0xff at offset 0)"},
+        BadCase{"switch_name_not_utf8", kHead + "switches: [{name: \"s\xc3\", ports: 4}]",
+                "switches[0].name: not valid UTF-8"},
+        BadCase{"dead_lane_twice", kHead + "cables: [{a: '0:0', b: '1:0', dead_lanes: [3, 3]}]",
+                "cables[0].dead_lanes[1]: lane 3 listed twice"},
+        BadCase{"hbm_overflow", "cards: {count: 2, hbm: 99999999999G}", "cards.hbm: '99999999999G' is too large"},
+        BadCase{"hbm_bare_prefix", "cards: {count: 2, hbm: 0x}", "got '0x'"}),
     [](const auto& p) { return std::string(p.param.name); });
 
 }  // namespace

@@ -219,6 +219,14 @@ TEST(Generators, SizesThatDoNotFitAreNamed) {
   auto k = parse_fabric_kind("ring");
   ASSERT_FALSE(k);
   EXPECT_NE(k.error().message().find("fat-tree"), std::string::npos);
+  // QA: 65536 x 65536 wrapped to 0 in 32 bits ("hold 0 cards"); 1-card dragonfly blamed "0 groups".
+  e = generate_fabric(FabricKind::kTorus2d, 16, {.dims = {65536, 65536}});
+  ASSERT_FALSE(e);
+  EXPECT_NE(e.error().message().find("65536x65536 hold 4294967296 cards, not 16"), std::string::npos)
+      << e.error().message();
+  e = generate_fabric(FabricKind::kDragonfly, 1);
+  ASSERT_FALSE(e);
+  EXPECT_NE(e.error().message().find("dragonfly needs at least 2 cards"), std::string::npos) << e.error().message();
   auto d = parse_fabric_dims("8x8x");
   EXPECT_FALSE(d);
   d = parse_fabric_dims("8x8x16");

@@ -4,6 +4,9 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -64,6 +67,54 @@ TEST(NpoEmu, ErrorsAreNamed) {
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.out.find("cables[0].b: card 3 outside 0..1"), std::string::npos) << r.out;
   std::filesystem::remove(path);
+}
+
+TEST(NpoEmu, GenerateRefusesOptionsOfAnotherKindZerosAndWrappingHbm) {
+  // Each of these used to exit 0 with the option ignored, defaulted or wrapped.
+  for (const auto& [args, want] : std::vector<std::pair<std::string, std::string>>{
+           {"mesh --cards 4 --dims 2x2", "--dims applies to torus2d and torus3d only, not mesh"},
+           {"torus2d --cards 4 --groups 2", "--groups applies to dragonfly only, not torus2d"},
+           {"dragonfly --cards 8 --leaf-radix 8", "--leaf-radix applies to fat-tree only, not dragonfly"},
+           {"fat-tree --cards 8 --leaf-radix 0", "--leaf-radix 0: expected a positive number"},
+           {"fat-tree --cards 8 --uplinks 0", "--uplinks 0: expected a positive number"},
+           {"dragonfly --cards 8 --groups 0", "--groups 0: expected a positive number"},
+           {"mesh --cards 4 --hbm -1M", "--hbm '-1M': expected BYTES[K|M|G]"},
+           {"mesh --cards 4 --hbm 99999999999999G", "--hbm '99999999999999G': expected BYTES[K|M|G]"},
+           {"mesh --cards 4 --hbm ' 64M'", "--hbm ' 64M': expected BYTES[K|M|G]"}}) {
+    SCOPED_TRACE(args);
+    auto r = npo_test::run_command(kTool + " topo generate " + args + " 2>&1");
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_NE(r.out.find(want), std::string::npos) << r.out;
+  }
+  auto ok = npo_test::run_command(kTool + " topo generate fat-tree --cards 8 --leaf-radix 8 --uplinks 1 --hbm 1G");
+  EXPECT_EQ(ok.status, 0) << ok.out;
+  EXPECT_NE(ok.out.find("hbm: 1G"), std::string::npos) << ok.out;
+}
+
+TEST(NpoEmu, CheckSurvivesHostileFiles) {
+  // /dev/zero used to hang; a directory read as an empty file ("expected a map").
+  auto r = npo_test::run_command("timeout 20 " + kTool + " topo check /dev/zero 2>&1");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("larger than 16 MiB"), std::string::npos) << r.out;
+  r = npo_test::run_command(kTool + " topo check " + std::filesystem::temp_directory_path().string() + " 2>&1");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("is a directory"), std::string::npos) << r.out;
+  // A file name that is not UTF-8: --json used to abort in nlohmann::json::dump (type_error 316).
+  const auto path = tmp("\xff.yaml");
+  r = npo_test::run_command("printf 'cards: 2\\n' > '" + path.string() + "' && " + kTool + " topo check --json '" +
+                            path.string() + "'");
+  EXPECT_EQ(r.status, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["cards"], 2);
+  EXPECT_EQ(j["circuit"]["diameter"], -1);
+  std::filesystem::remove(path);
+  // A name that is not UTF-8 is refused by validation, not printed raw.
+  const auto bad = tmp("badname.yaml");
+  r = npo_test::run_command("printf 'cards: 2\\nname: \"\\377\"\\n' > " + bad.string() + " && " + kTool +
+                            " topo check --json " + bad.string() + " 2>&1");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("name: not valid UTF-8"), std::string::npos) << r.out;
+  std::filesystem::remove(bad);
 }
 
 }  // namespace

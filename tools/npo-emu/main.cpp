@@ -3,12 +3,13 @@
 // file (docs/topology.md) for one of the generators; `topo check FILE` validates a file and
 // prints its size and graph properties (degree, diameter, bisection, switch radix).
 // Uses only the public npo-hal API.
+#include <charconv>
 #include <cstdio>
-#include <exception>
 #include <fstream>
 #include <map>
-#include <stdexcept>
 #include <string>
+#include <string_view>
+#include <tuple>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -72,13 +73,14 @@ int main(int argc, char** argv) {
   unsigned cards = 0, leaf_radix = 0, spine_radix = 0, uplinks = 0, groups = 0;
   gen->add_option("kind", kind_s, "mesh | torus2d | torus3d | hypercube | fat-tree | dragonfly")->required();
   gen->add_option("--cards,-n", cards, "number of cards, 1..1024")->required();
-  gen->add_option("--dims", dims_s, "torus dimensions AxB or AxBxC (default: near-square / near-cubic)");
-  gen->add_option("--leaf-radix", leaf_radix, "fat-tree: ports per leaf switch (default 32)");
-  gen->add_option("--spine-radix", spine_radix, "fat-tree: ports per spine switch (default: one per leaf)");
-  gen->add_option("--uplinks", uplinks, "fat-tree: ports per card cabled to its leaf (default 4)");
-  gen->add_option("--groups", groups, "dragonfly: number of groups (default: fewest ports per card)");
-  gen->add_option("--hbm", hbm_s, "HBM per card in the file, e.g. 64M, 1G (default 64M)");
-  gen->add_option("--format", format, "yaml | json")->check(CLI::IsMember({"yaml", "json"}));
+  auto* o_dims = gen->add_option("--dims", dims_s, "torus dimensions AxB or AxBxC (default: near-square / near-cubic)");
+  auto* o_leaf = gen->add_option("--leaf-radix", leaf_radix, "fat-tree: ports per leaf switch (default 32)");
+  auto* o_spine = gen->add_option("--spine-radix", spine_radix,
+                                  "fat-tree: ports per spine switch, a multiple of the leaves (default: one per leaf)");
+  auto* o_up = gen->add_option("--uplinks", uplinks, "fat-tree: ports per card cabled to its leaf (default 4)");
+  auto* o_groups = gen->add_option("--groups", groups, "dragonfly: number of groups (default: fewest ports per card)");
+  gen->add_option("--hbm", hbm_s, "HBM per card in the file, BYTES[K|M|G] in [1M, 64G], e.g. 64M, 1G (default 64M)");
+  gen->add_option("--format", format, "yaml | json (default yaml)")->check(CLI::IsMember({"yaml", "json"}));
   gen->add_option("-o,--output", out_path, "write to FILE instead of stdout");
 
   auto* chk = topo->add_subcommand("check", "validate a topology file and print its graph properties");
@@ -92,6 +94,24 @@ int main(int argc, char** argv) {
   if (gen->parsed()) {
     auto kind = npo::parse_fabric_kind(kind_s);
     if (!kind) return die(kind.error());
+    // Options of another kind are refused, not ignored; an explicit 0 is not "the default".
+    const bool torus = *kind == npo::FabricKind::kTorus2d || *kind == npo::FabricKind::kTorus3d;
+    const bool fat = *kind == npo::FabricKind::kFatTree;
+    for (auto [o, fits, what] : {std::tuple{o_dims, torus, "torus2d and torus3d"}, std::tuple{o_leaf, fat, "fat-tree"},
+                                 std::tuple{o_spine, fat, "fat-tree"}, std::tuple{o_up, fat, "fat-tree"},
+                                 std::tuple{o_groups, *kind == npo::FabricKind::kDragonfly, "dragonfly"}}) {
+      if (o->count() == 0) continue;
+      if (!fits) {
+        std::fprintf(stderr, "npo-emu: %s applies to %s only, not %s\n", o->get_name().c_str(), what,
+                     std::string(npo::fabric_kind_name(*kind)).c_str());
+        return 2;
+      }
+      if (o != o_dims && o->as<unsigned>() == 0) {
+        std::fprintf(stderr, "npo-emu: %s 0: expected a positive number (omit it for the default)\n",
+                     o->get_name().c_str());
+        return 2;
+      }
+    }
     npo::FabricGenOptions o;
     if (!dims_s.empty()) {
       auto d = npo::parse_fabric_dims(dims_s);
@@ -103,20 +123,20 @@ int main(int argc, char** argv) {
     o.card_uplinks = uplinks;
     o.groups = groups;
     {
+      // Digits only (std::stoull would take "-1" and " 1" and wrap); K/M/G scale without overflow.
       std::uint64_t mult = 1;
-      std::string h = hbm_s;
+      std::string_view h = hbm_s;
       if (!h.empty() && (h.back() == 'K' || h.back() == 'M' || h.back() == 'G')) {
         mult = h.back() == 'K' ? (1ULL << 10) : h.back() == 'M' ? (1ULL << 20) : (1ULL << 30);
-        h.pop_back();
+        h.remove_suffix(1);
       }
-      try {
-        std::size_t used = 0;
-        o.hbm_bytes = std::stoull(h, &used) * mult;
-        if (used != h.size()) throw std::invalid_argument(h);
-      } catch (const std::exception&) {
-        std::fprintf(stderr, "npo-emu: --hbm '%s': expected BYTES[K|M|G]\n", hbm_s.c_str());
+      std::uint64_t v = 0;
+      const auto [p, ec] = std::from_chars(h.data(), h.data() + h.size(), v);
+      if (h.empty() || ec != std::errc() || p != h.data() + h.size() || v > ~0ULL / mult) {
+        std::fprintf(stderr, "npo-emu: --hbm '%s': expected BYTES[K|M|G], e.g. 64M\n", hbm_s.c_str());
         return 2;
       }
+      o.hbm_bytes = v * mult;
     }
     auto spec = npo::generate_fabric(*kind, cards, o);
     if (!spec) return die(spec.error());
@@ -149,7 +169,8 @@ int main(int argc, char** argv) {
              {"faults", spec->faults.size()},
              {"physical", props_json(phys)},
              {"circuit", props_json(circ)}};
-      std::printf("%s\n", j.dump(2).c_str());
+      // replace: a file name need not be UTF-8, and dump() would throw on it.
+      std::printf("%s\n", j.dump(2, ' ', false, json::error_handler_t::replace).c_str());
       return 0;
     }
     std::printf("%s: valid\n", in_path.c_str());

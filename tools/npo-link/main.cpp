@@ -2,7 +2,7 @@
 // npo-link: optical link tool. `decode FILE` decodes a transceiver EEPROM dump (raw bytes as
 // `ethtool -m IF raw on` writes them, `ethtool -m IF hex on` text, or a tests/data/eeprom .hex
 // file) into an ethtool-like listing or JSON. The link subcommands (show, ddm, fec, prbs, train,
-// health) arrive with the rest of the optics issue. Uses only the public npo-hal API.
+// health) work on live cards of a backend (default emu:mesh8). Uses only the public npo-hal API.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -229,7 +229,7 @@ int decode(const std::string& file, bool as_json) {
   if (as_json) {
     json j = module_json(*m);
     j["file"] = file;
-    std::puts(j.dump(2).c_str());
+    std::puts(j.dump(2, ' ', false, json::error_handler_t::replace).c_str());
   } else {
     print_text(*m, file);
   }
@@ -247,10 +247,11 @@ struct Common {
 };
 
 void add_common(CLI::App* s, Common& c) {
-  s->add_option("--backend", c.backend, "backend URI (emu:mesh8, emu:N, vfio:all, vfio:BDF)");
+  s->add_option("--backend", c.backend, "backend URI: emu:mesh8 (default), emu:N, emu:file=PATH, vfio:all, vfio:BDF");
   s->add_flag("--json", c.json, "print JSON");
-  s->add_option("--watch", c.watch, "repeat every SECONDS (on the emulator's virtual clock, waiting advances time)");
-  s->add_option("--count", c.count, "with --watch: stop after N repeats");
+  s->add_option("--watch", c.watch,
+                "repeat every SECONDS > 0 until interrupted (on the emulator's virtual clock, waiting advances time)");
+  s->add_option("--count", c.count, "with --watch: stop after N >= 1 repeats");
 }
 
 int report(const npo::Error& e, std::string_view what) {
@@ -402,9 +403,10 @@ int show_once(npo::System& sys, npo::LinkMonitor& mon, const Common& c, bool fec
               {"timestamp_ns", snap->timestamp_ns},
               {"interval_ns", snap->interval_ns},
               {"ports", ports}};
-    std::puts(j.dump(2).c_str());
+    std::puts(j.dump(2, ' ', false, json::error_handler_t::replace).c_str());
     return 0;
   }
+  std::size_t rows = 0;
   if (!fec) {
     fmt::print("{:>4} {:>4}  {:<9} {:>6} {:>5}  {:<9} {:>9}  {}\n", "CARD", "PORT", "STATE", "GB/S", "LANES",
                "NEIGHBOR", "WORST-BER", "REASON");
@@ -414,6 +416,7 @@ int show_once(npo::System& sys, npo::LinkMonitor& mon, const Common& c, bool fec
       const auto& ps = cp.ports[i];
       const auto& h = cp.health[i];
       if (!c.all && !ps.module_present) continue;
+      ++rows;
       if (!fec) {
         std::string nb = "-";
         if (auto nc = card_of(sys, ps.neighbor_fabric_id)) nb = fmt::format("{}:{}", *nc, ps.neighbor_port.value_or(0));
@@ -436,17 +439,37 @@ int show_once(npo::System& sys, npo::LinkMonitor& mon, const Common& c, bool fec
       }
     }
   }
+  // An empty table alone reads like a tool failure: say why (e.g. emu:N, which has no cables).
+  if (rows == 0) std::fprintf(stderr, "npo-link: no port has a module (--all lists every port)\n");
   return 0;
 }
 
-int ddm_once(npo::System& sys, const Common& c) {
+int ddm_once(npo::System& sys, const Common& c, std::optional<unsigned> card, std::optional<unsigned> port) {
+  // --card / --port select one card or one module; a selected port must exist and have one.
+  if (card && *card >= sys.device_count()) {
+    std::fprintf(stderr, "npo-link ddm: card %u outside 0..%zu\n", *card, sys.device_count() - 1);
+    return 1;
+  }
+  if (port) {
+    const unsigned np = sys.device(card.value_or(0)).port_count();
+    if (*port >= np) {
+      std::fprintf(stderr, "npo-link ddm: port %u outside 0..%u\n", *port, np - 1);
+      return 1;
+    }
+  }
   json mods = json::array();
   for (std::size_t ci = 0; ci < sys.device_count(); ++ci) {
+    if (card && ci != *card) continue;
     auto& dev = sys.device(ci);
     for (unsigned p = 0; p < dev.port_count(); ++p) {
+      if (port && p != *port) continue;
       auto ps = npo::read_port(dev, p);
       if (!ps) return report(ps.error(), "read port");
-      if (!ps->module_present) continue;
+      if (!ps->module_present) {
+        if (!port) continue;
+        std::fprintf(stderr, "npo-link ddm: card %zu port %u has no module (no cable)\n", ci, p);
+        return 1;
+      }
       auto img = npo::read_module_image(dev, p);
       if (!img) return report(img.error(), fmt::format("card {} port {}: module", ci, p));
       auto m = npo::xcvr::decode_module(*img);
@@ -473,7 +496,9 @@ int ddm_once(npo::System& sys, const Common& c) {
       }
     }
   }
-  if (c.json) std::puts(json{{"backend", sys.uri()}, {"modules", mods}}.dump(2).c_str());
+  if (c.json)
+    std::puts(
+        json{{"backend", sys.uri()}, {"modules", mods}}.dump(2, ' ', false, json::error_handler_t::replace).c_str());
   return 0;
 }
 
@@ -532,17 +557,19 @@ int train_once(npo::System& sys, const Common& c, std::optional<unsigned> card, 
   }
   auto res = npo::train_ports(sys, ports, {}, 20'000'000'000ULL, true);
   if (!res) return report(res.error(), "train");
+  // A port asked for by --card/--port is always listed, also when it has no module.
+  const bool all = c.all || card || port;
   if (c.json) {
     json out = json::array();
     for (const auto& r : *res) {
-      if (!c.all && r.code == npo::TrainCode::kNoModule && r.stage == npo::TrainStage::kDetect) continue;
+      if (!all && r.code == npo::TrainCode::kNoModule && r.stage == npo::TrainStage::kDetect) continue;
       out.push_back(training_json(sys, r));
     }
-    std::puts(json{{"backend", sys.uri()}, {"ports", out}}.dump(2).c_str());
+    std::puts(json{{"backend", sys.uri()}, {"ports", out}}.dump(2, ' ', false, json::error_handler_t::replace).c_str());
     return 0;
   }
   for (const auto& r : *res) {
-    if (!c.all && r.code == npo::TrainCode::kNoModule && r.stage == npo::TrainStage::kDetect) continue;
+    if (!all && r.code == npo::TrainCode::kNoModule && r.stage == npo::TrainStage::kDetect) continue;
     std::string stages;
     for (std::size_t s = 0; s + 1 < npo::kTrainStageCount; ++s) {
       stages +=
@@ -568,6 +595,14 @@ int prbs_once(npo::System& sys, const Common& c, const std::string& pattern, dou
     std::fprintf(stderr, "npo-link prbs: --side is media or host, not '%s'\n", side.c_str());
     return 1;
   }
+  if (card < sys.device_count()) {
+    // A port without a module (no cable) has nothing to test: say so instead of printing
+    // unlocked lanes with zero bits.
+    if (auto ps = npo::read_port(sys.device(card), port); ps && !ps->module_present) {
+      std::fprintf(stderr, "npo-link prbs: card %u port %u has no module (no cable): nothing to test\n", card, port);
+      return 1;
+    }
+  }
   npo::PrbsOptions o{.pattern = *pat,
                      .host_side = side == "host",
                      .lanes = static_cast<std::uint8_t>(lanes),
@@ -586,7 +621,7 @@ int prbs_once(npo::System& sys, const Common& c, const std::string& pattern, dou
     }
     std::puts(json{
         {"pattern", std::string(npo::prbs_pattern_name(*pat))}, {"side", side}, {"seconds", seconds}, {"ports", ports}}
-                  .dump(2)
+                  .dump(2, ' ', false, json::error_handler_t::replace)
                   .c_str());
     return 0;
   }
@@ -641,9 +676,19 @@ int health_once(npo::System& sys, npo::LinkMonitor& mon, const Common& c, double
     }
   }
   if (c.json) {
-    std::puts(json{{"backend", sys.uri()}, {"interval_ns", snap->interval_ns}, {"ports", ports}}.dump(2).c_str());
+    std::puts(json{{"backend", sys.uri()}, {"interval_ns", snap->interval_ns}, {"ports", ports}}
+                  .dump(2, ' ', false, json::error_handler_t::replace)
+                  .c_str());
   }
   return 0;
+}
+
+/// A time option: finite, > 0 and at most a day (a negative, NaN or huge value would wrap when
+/// converted to nanoseconds). Prints the error and returns false otherwise.
+bool check_seconds(const char* sub, const char* name, double v) {
+  if (std::isfinite(v) && v > 0 && v <= 86400.0) return true;
+  std::fprintf(stderr, "npo-link %s: %s %g: expected seconds in (0, 86400]\n", sub, name, v);
+  return false;
 }
 
 }  // namespace
@@ -671,18 +716,43 @@ int main(int argc, char** argv) {
   double seconds = 1.0, interval = 1.0;
   std::optional<unsigned> card, port;
   unsigned lanes = 0xff;
-  prbs->add_option("--pattern", pattern, "PRBS7, PRBS9, PRBS11, PRBS13, PRBS15, PRBS23, PRBS31");
-  prbs->add_option("--seconds", seconds, "checking time (platform clock)");
-  prbs->add_option("--side", side, "media (over the fibre) or host (card <-> module)");
-  prbs->add_option("--lanes", lanes, "PRBS_LANES bitmap (default 0xff)");
-  for (auto* s : {prbs, train}) {
-    s->add_option("--card", card, "card index");
-    s->add_option("--port", port, "port");
-  }
-  health->add_option("--interval", interval, "seconds between the two snapshots (platform clock)");
+  prbs->add_option("--pattern", pattern, "PRBS7, PRBS9, PRBS11, PRBS13, PRBS15, PRBS23, PRBS31 (default PRBS31)");
+  prbs->add_option("--seconds", seconds, "checking time in seconds > 0 (platform clock; default 1)");
+  prbs->add_option("--side", side, "media (over the fibre, default) or host (card <-> module)");
+  prbs->add_option("--lanes", lanes, "PRBS_LANES bitmap 0x01..0xff (default 0xff)");
+  prbs->add_option("--card", card, "card index (default 0)");
+  prbs->add_option("--port", port, "port (default 0)");
+  ddm->add_option("--card", card, "only this card (default: every card)");
+  ddm->add_option("--port", port, "only this port (of --card, else of card 0); it must have a module");
+  train->add_option("--card", card, "card index (with --port: that link, both ends; neither: every port)");
+  train->add_option("--port", port, "port (default 0 when --card is given)");
+  health->add_option("--interval", interval, "seconds > 0 between the two snapshots (platform clock; default 1)");
 
   CLI11_PARSE(app, argc, argv);
   if (dec->parsed()) return decode(file, as_json);
+
+  // Bad numbers are refused before any card is touched.
+  const char* sub = app.get_subcommands().front()->get_name().c_str();
+  auto* parsed = app.get_subcommands().front();
+  if (parsed->count("--watch") != 0 && !check_seconds(sub, "--watch", c.watch)) return 2;
+  if (parsed->count("--count") != 0) {
+    if (parsed->count("--watch") == 0) {
+      std::fprintf(stderr, "npo-link %s: --count needs --watch\n", sub);
+      return 2;
+    }
+    if (c.count == 0) {
+      std::fprintf(stderr, "npo-link %s: --count 0: expected N >= 1 (omit --count to repeat until interrupted)\n", sub);
+      return 2;
+    }
+  }
+  if (prbs->parsed()) {
+    if (!check_seconds(sub, "--seconds", seconds)) return 2;
+    if (lanes == 0 || lanes > 0xff) {
+      std::fprintf(stderr, "npo-link prbs: --lanes 0x%x: expected a bitmap of lanes 0..7, 0x01..0xff\n", lanes);
+      return 2;
+    }
+  }
+  if (health->parsed() && !check_seconds(sub, "--interval", interval)) return 2;
 
   auto sys = npo::System::open(c.backend);
   if (!sys) return report(sys.error(), c.backend);
@@ -699,7 +769,7 @@ int main(int argc, char** argv) {
   }
   if (show->parsed()) return repeat(c, mon, [&] { return show_once(s, mon, c, false); });
   if (fec->parsed()) return repeat(c, mon, [&] { return show_once(s, mon, c, true); });
-  if (ddm->parsed()) return repeat(c, mon, [&] { return ddm_once(s, c); });
+  if (ddm->parsed()) return repeat(c, mon, [&] { return ddm_once(s, c, card, port); });
   if (health->parsed()) return repeat(c, mon, [&] { return health_once(s, mon, c, interval); });
   if (train->parsed()) return repeat(c, mon, [&] { return train_once(s, c, card, port); });
   if (prbs->parsed()) {

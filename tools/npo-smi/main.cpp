@@ -111,6 +111,12 @@ int topo(npo::System& s, bool json) {
     return 1;
   }
   const std::size_t n = t->cards.size();
+  // RouteTable::diameter() is over reachable pairs only: count the unreachable ones so a
+  // disconnected fabric is not reported with a small finite diameter.
+  std::size_t unreachable = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t j = 0; j < n; ++j) unreachable += i != j && rt->hops(t->cards[i], t->cards[j]) < 0 ? 1 : 0;
+  }
   if (json) {
     nlohmann::json cards = nlohmann::json::array();
     for (std::size_t i = 0; i < s.device_count(); ++i) {
@@ -139,8 +145,10 @@ int topo(npo::System& s, bool json) {
                           {"cards", cards},
                           {"links", links},
                           {"diameter", rt->diameter()},
+                          {"connected", unreachable == 0},
+                          {"unreachable_pairs", unreachable},
                           {"hops", hops}};
-    std::puts(out.dump(2).c_str());
+    std::puts(out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;
   }
   if (up->up < up->ports_with_module) {
@@ -149,10 +157,15 @@ int topo(npo::System& s, bool json) {
   }
   unsigned up_links = 0;
   for (const auto& l : t->links) up_links += l.up ? 1 : 0;
+  const std::string diameter =
+      unreachable == 0 ? fmt::format("diameter {} hops", rt->diameter())
+                       : fmt::format(
+                             "DISCONNECTED ({} of {} ordered card pairs unreachable; diameter {} hops among the "
+                             "reachable)",
+                             unreachable, n * (n - 1), rt->diameter());
   fmt::print(
-      "npo-smi topo  backend {}  {} cards  {} links Up; {} of {} ports with a module trained Up in {:.1f} ms  "
-      "diameter {} hops\n\n",
-      s.uri(), n, up_links, up->up, up->ports_with_module, static_cast<double>(up->elapsed_ns) / 1e6, rt->diameter());
+      "npo-smi topo  backend {}  {} cards  {} links Up; {} of {} ports with a module trained Up in {:.1f} ms  {}\n\n",
+      s.uri(), n, up_links, up->up, up->ports_with_module, static_cast<double>(up->elapsed_ns) / 1e6, diameter);
   if (n <= 64) {
     const bool compact = n > 16;
     const int w = compact ? 4 : 6;
@@ -220,11 +233,13 @@ int main(int argc, char** argv) {
   app.add_option("-b,--backend", uri,
                  "backend URI: emu:mesh8 (default), emu:N, emu:file=PATH, vfio:all, vfio:BDF "
                  "(env NPO_BACKEND overrides the default)");
-  app.add_flag("--json", json, "print one JSON object (cards: a 'cards' array; topo: 'cards', 'links', 'hops')");
+  app.add_flag("--json", json,
+               "print one JSON object (cards: a 'cards' array; topo: 'cards', 'links', 'hops', 'diameter', "
+               "'connected')");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|critical|off (default: NPO_LOG_LEVEL or warn)");
   auto* topo_cmd =
       app.add_subcommand("topo", "train the optical links, then show the discovered card x card hop matrix");
-  topo_cmd->add_flag("--json", json, "print {cards, links, hops} as JSON");
+  topo_cmd->add_flag("--json", json, "print {cards, links, hops, diameter, connected} as JSON");
   topo_cmd->fallthrough();  // `npo-smi topo --backend X` works like `npo-smi --backend X topo`
   CLI11_PARSE(app, argc, argv);
 
@@ -248,7 +263,7 @@ int main(int argc, char** argv) {
                           {"backend", std::string(s.backend_name())},
                           {"uri", s.uri()},
                           {"cards", cards}};
-    std::puts(out.dump(2).c_str());
+    std::puts(out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;
   }
   fmt::print("npo-smi {}  backend {} ({})  {} card{}\n\n", npo::kVersion, s.uri(), s.backend_name(), s.device_count(),

@@ -119,10 +119,12 @@ struct FabricSpec {
 Result<void> validate_fabric_spec(const FabricSpec& spec);
 
 /// Parses a topology file's text (YAML, or JSON which YAML reads too) and validates it.
-/// Errors: kInvalidArgument naming the entry and field (syntax errors carry line:column).
+/// One YAML document; a key given twice, a non-finite number or a name that is not UTF-8 is
+/// an error. Errors: kInvalidArgument naming the entry and field (syntax errors carry line:column).
 Result<FabricSpec> parse_fabric_spec(std::string_view text);
-/// Reads and parses a topology file. Errors: kNotFound/kPermissionDenied (open), else as
-/// parse_fabric_spec, with the path as prefix.
+/// Reads and parses a topology file (a regular file or a pipe, at most 16 MiB).
+/// Errors: kNotFound/kPermissionDenied (open), kInvalidArgument for a directory or a larger
+/// file, the errno of a failed read, else as parse_fabric_spec with the path as prefix.
 Result<FabricSpec> load_fabric_spec(const std::filesystem::path& path);
 
 /// Writes the spec as YAML (one line per cable) that parse_fabric_spec reads back equal.
