@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <charconv>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -100,6 +101,7 @@ Result<SystemConfig> parse_uri(std::string_view rest) {
     c.name = std::string(rest);
     c.num_cards = static_cast<unsigned>(*n);
   }
+  std::set<std::string> seen_keys;
   while (!opts.empty()) {
     const auto amp = opts.find('&');
     const std::string_view kv = opts.substr(0, amp);
@@ -108,6 +110,9 @@ Result<SystemConfig> parse_uri(std::string_view rest) {
     if (eq == std::string_view::npos)
       return fail(Code::kInvalidArgument, fmt::format("emulator URI option '{}' lacks '=': {}", kv, kForms));
     const std::string_view k = kv.substr(0, eq), v = kv.substr(eq + 1);
+    if (!seen_keys.insert(std::string(k)).second) {
+      return fail(Code::kInvalidArgument, fmt::format("emulator URI option '{}' given twice", k));
+    }
     if (from_file && k == "ports") {
       return fail(Code::kInvalidArgument,
                   "emulator URI option 'ports' does not combine with file=: the topology file's cabling sets it");

@@ -66,6 +66,7 @@ TEST(EmulatorUri, FormsAndOptions) {
   EXPECT_EQ(npo::emu::parse_uri("mesh9").error().code(), Code::kInvalidArgument);
   EXPECT_EQ(npo::emu::parse_uri("8?clock=fast").error().code(), Code::kInvalidArgument);
   EXPECT_EQ(npo::emu::parse_uri("8?colour=red").error().code(), Code::kInvalidArgument);
+  EXPECT_EQ(npo::emu::parse_uri("8?clock=virtual&clock=realtime").error().code(), Code::kInvalidArgument);
   EXPECT_EQ(npo::emu::parse_uri("8?hbm=99999999999999999999G").error().code(), Code::kInvalidArgument);
   EXPECT_EQ(npo::emu::parse_uri("file=/nonexistent/t.yaml").error().code(), Code::kNotFound);  // docs/topology.md
 }

@@ -449,7 +449,7 @@ int main(int argc, char** argv) {
                      {"errors", r.errors}});
     }
     nlohmann::json out = {{"backend", s.uri()}, {"card", o.card}, {"results", arr}};
-    std::puts(out.dump(2).c_str());
+    std::puts(out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else if (o.mode == "matrix") {
     fmt::print("npo-dma-bench  backend {}  mode matrix  size {}  batch {}  queues {}\n", s.uri(), human(sizes[0]),
                o.batch, o.queues);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -238,8 +239,14 @@ int decode(const std::string& file, bool as_json) {
 
 // ---- Live subcommands ----------------------------------------------------------------------
 
+/// The default backend: $NPO_BACKEND if set (as npo-smi), else emu:mesh8.
+std::string default_backend() {
+  const char* env = std::getenv("NPO_BACKEND");
+  return env != nullptr && *env != '\0' ? std::string(env) : std::string(npo::kDefaultUri);
+}
+
 struct Common {
-  std::string backend = std::string(npo::kDefaultUri);
+  std::string backend = default_backend();
   bool json = false;
   double watch = 0;    ///< seconds between repeats; 0: run once
   unsigned count = 0;  ///< repeats with --watch; 0: until interrupted
@@ -247,7 +254,9 @@ struct Common {
 };
 
 void add_common(CLI::App* s, Common& c) {
-  s->add_option("--backend", c.backend, "backend URI: emu:mesh8 (default), emu:N, emu:file=PATH, vfio:all, vfio:BDF");
+  s->add_option(
+      "--backend", c.backend,
+      "backend URI: emu:mesh8 (default; env NPO_BACKEND overrides it), emu:N, emu:file=PATH, vfio:all, vfio:BDF");
   s->add_flag("--json", c.json, "print JSON");
   s->add_option("--watch", c.watch,
                 "repeat every SECONDS > 0 until interrupted (on the emulator's virtual clock, waiting advances time)");
@@ -488,10 +497,12 @@ int ddm_once(npo::System& sys, const Common& c, std::optional<unsigned> card, st
                    l.tx_bias_ma ? fmt::format("{:.3f} mA", *l.tx_bias_ma) : std::string("-"),
                    power_text(l.tx_power_mw, l.tx_power_dbm), power_text(l.rx_power_mw, l.rx_power_dbm));
       }
-      // The card's DDM mirrors (registers.md §7.3), read with the port block.
+      // The card's DDM mirrors (registers.md §7.3), read with the port block: the same
+      // monitors the firmware copied into BAR0, numbered like CMIS (physical lane + 1).
+      fmt::print("  card's DDM mirror in BAR0 (what LinkMonitor reads without the mailbox):\n");
       for (unsigned l = 0; l < ps->lanes.size(); ++l) {
         const auto& lc = ps->lanes[l];
-        fmt::print("  mirror lane {}: bias {:.3f} mA  tx {}  rx {}\n", l, lc.tx_bias_ma,
+        fmt::print("  lane {}: bias {:.3f} mA  tx {}  rx {}\n", l + 1, lc.tx_bias_ma,
                    power_text(lc.tx_power_mw, lc.tx_power_dbm), power_text(lc.rx_power_mw, lc.rx_power_dbm));
       }
     }

@@ -168,7 +168,7 @@ int topo(npo::System& s, bool json) {
       s.uri(), n, up_links, up->up, up->ports_with_module, static_cast<double>(up->elapsed_ns) / 1e6, diameter);
   if (n <= 64) {
     const bool compact = n > 16;
-    const int w = compact ? 4 : 6;
+    const int w = n > 32 ? 3 : (compact ? 4 : 6);
     fmt::print("{:>{}}", "", w);
     for (std::size_t j = 0; j < n; ++j) fmt::print("{:>{}}", compact ? fmt::format("{}", j) : fmt::format("C{}", j), w);
     fmt::print("\n");
