@@ -14,6 +14,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "npo/hal/log.hpp"
+#include "npo/hal/units.hpp"
 #include "system.hpp"
 
 namespace npo::emu {
@@ -31,32 +32,11 @@ constexpr std::string_view kForms =
 
 Result<std::uint64_t> parse_u64(std::string_view s, std::string_view what) {
   std::uint64_t v = 0;
-  std::uint64_t mult = 1;
-  if (!s.empty()) {
-    switch (s.back()) {
-      case 'K':
-      case 'k':
-        mult = 1ULL << 10;
-        s.remove_suffix(1);
-        break;
-      case 'M':
-      case 'm':
-        mult = 1ULL << 20;
-        s.remove_suffix(1);
-        break;
-      case 'G':
-      case 'g':
-        mult = 1ULL << 30;
-        s.remove_suffix(1);
-        break;
-      default: break;
-    }
-  }
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size() || s.empty() || (mult > 1 && v > (~0ULL / mult))) {
+  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || s.empty()) {
     return fail(Code::kInvalidArgument, fmt::format("emulator URI: bad {} '{}'", what, s));
   }
-  return v * mult;
+  return v;
 }
 
 }  // namespace
@@ -130,8 +110,8 @@ Result<SystemConfig> parse_uri(std::string_view rest) {
       if (!s) return std::unexpected(s.error());
       c.seed = *s;
     } else if (k == "hbm") {
-      auto s = parse_u64(v, "hbm size");
-      if (!s) return std::unexpected(s.error());
+      auto s = parse_bytes(v);
+      if (!s) return fail(Code::kInvalidArgument, fmt::format("emulator URI: bad hbm size: {}", s.error().message()));
       c.card.hbm_bytes = *s;
       for (auto& pc : c.per_card) pc.hbm_bytes = *s;  // file=: overrides every card's HBM
     } else if (k == "ports") {

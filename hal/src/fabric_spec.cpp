@@ -20,6 +20,8 @@
 #include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
+#include "npo/hal/units.hpp"
+
 namespace npo {
 
 namespace {
@@ -178,37 +180,12 @@ struct CableIndex {
 // ---- Parsing helpers -------------------------------------------------------------------------
 
 Result<std::uint64_t> parse_size(std::string_view s, std::string_view where) {
-  const std::string_view orig = s;
-  std::uint64_t mult = 1;
-  if (!s.empty()) {
-    switch (s.back()) {
-      case 'K':
-      case 'k': mult = 1ULL << 10; break;
-      case 'M':
-      case 'm': mult = 1ULL << 20; break;
-      case 'G':
-      case 'g': mult = 1ULL << 30; break;
-      default: break;
-    }
-    if (mult != 1) s.remove_suffix(1);
+  auto v = parse_bytes(s);
+  if (!v) {
+    if (v.error().code() == Code::kOutOfRange) return bad(fmt::format("{}: '{}' is too large", where, s));
+    return bad(fmt::format("{}: expected a non-negative integer (optionally K/M/G), got '{}'", where, s));
   }
-  std::uint64_t v = 0;
-  int base = 10;
-  if (s.starts_with("0x") || s.starts_with("0X")) {
-    s.remove_prefix(2);
-    base = 16;
-  }
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v, base);
-  if (s.empty() || ec != std::errc() || p != s.data() + s.size() || v > ~0ULL / mult) {
-    if (!s.empty() && ec == std::errc::result_out_of_range) {
-      return bad(fmt::format("{}: '{}' is too large", where, orig));
-    }
-    if (ec == std::errc() && p == s.data() + s.size() && !s.empty()) {
-      return bad(fmt::format("{}: '{}' is too large", where, orig));  // v * mult overflows
-    }
-    return bad(fmt::format("{}: expected a non-negative integer (optionally K/M/G), got '{}'", where, orig));
-  }
-  return v * mult;
+  return *v;
 }
 
 Result<std::uint64_t> get_u64(const YAML::Node& n, std::string_view where) {

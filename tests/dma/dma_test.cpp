@@ -11,9 +11,9 @@
 
 #include <gtest/gtest.h>
 
+#include "common/emu_system.hpp"
 #include "npo/emu/emulator.hpp"
 #include "npo/emu/register.hpp"
-#include "npo/hal/backend/registry.hpp"
 #include "npo/hal/hal.hpp"
 
 namespace {
@@ -36,19 +36,7 @@ struct Rig {
     c.card.hbm_bytes = 8u << 20;
     c.clock = clock;
     emu = npo::emu::Emulator::create(c).value();
-    npo::backend::Registry reg;
-    auto e = emu;
-    EXPECT_TRUE(
-        reg.add("emu", {"emu:test"},
-                [e](std::string_view, std::string_view uri) -> npo::Result<std::unique_ptr<npo::backend::Backend>> {
-                  return e->make_backend(std::string(uri));
-                })
-            .has_value());
-    npo::SystemOptions o;
-    o.registry = &reg;
-    auto s = npo::System::open("emu:test", o);
-    EXPECT_TRUE(s.has_value()) << s.error().to_string();
-    sys = std::move(*s);
+    sys = npo_test::open_system(emu);
   }
   npo::Device& dev(std::size_t i = 0) { return sys->device(i); }
 };

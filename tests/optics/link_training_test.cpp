@@ -219,7 +219,7 @@ TEST(LinkMonitorEmu, StatsDmaAndRegisterReadsAgree) {
   auto a = dma.snapshot();
   auto b = regs.snapshot();
   ASSERT_TRUE(a.has_value() && b.has_value());
-  if (!dma.uses_stats_dma(0)) GTEST_SKIP() << "the emulator does not answer STATS_CTRL (register fallback only)";
+  ASSERT_TRUE(dma.uses_stats_dma(0)) << "the emulator must answer STATS_CTRL (registers.md §7.5)";
   for (std::size_t c = 0; c < 8; ++c) {
     EXPECT_TRUE(a->cards[c].via_stats_dma);
     EXPECT_FALSE(b->cards[c].via_stats_dma);
@@ -295,7 +295,7 @@ struct Mesh {
 TEST(LinkFaults, BerRampGivesDegradedThenFailingWithReasons) {
   Mesh m;
   ASSERT_TRUE(m.rig.ok() && m.up());
-  if (!optics_test::has_lane_model(m.rig)) GTEST_SKIP() << optics_test::kNoModel;
+  ASSERT_TRUE(optics_test::has_lane_model(m.rig)) << optics_test::kNoModel;
   npo::LinkMonitor mon(*m.rig.sys);
   ASSERT_TRUE(mon.snapshot().has_value());
   m.sleep_ms(100);
@@ -338,7 +338,7 @@ TEST(LinkFaults, BerRampGivesDegradedThenFailingWithReasons) {
 TEST(LinkFaults, LaneLossDegradesToSevenLanesNamingTheLane) {
   Mesh m;
   ASSERT_TRUE(m.rig.ok() && m.up());
-  if (!optics_test::has_lane_model(m.rig)) GTEST_SKIP() << optics_test::kNoModel;
+  ASSERT_TRUE(optics_test::has_lane_model(m.rig)) << optics_test::kNoModel;
   ASSERT_TRUE(m.rig.emu->inject(
       {.at_ns = m.rig.emu->now_ns(), .kind = emu::FaultKind::kLaneLoss, .card = 0, .port = 0, .lane = 3}));
   m.sleep_ms(20);
@@ -367,7 +367,7 @@ TEST(LinkFaults, LaneLossDegradesToSevenLanesNamingTheLane) {
 TEST(LinkFaults, FlapStormHoldsThePortDown) {
   Mesh m;
   ASSERT_TRUE(m.rig.ok() && m.up());
-  if (!optics_test::has_lane_model(m.rig)) GTEST_SKIP() << optics_test::kNoModel;
+  ASSERT_TRUE(optics_test::has_lane_model(m.rig)) << optics_test::kNoModel;
   npo::LinkMonitor mon(*m.rig.sys);
   ASSERT_TRUE(mon.snapshot().has_value());
   ASSERT_TRUE(m.rig.emu->inject({.at_ns = m.rig.emu->now_ns(),
@@ -401,7 +401,7 @@ TEST(LinkFaults, FlapStormHoldsThePortDown) {
 TEST(LinkFaults, ModuleRemovalIsNoModuleThenBackUp) {
   Mesh m;
   ASSERT_TRUE(m.rig.ok() && m.up());
-  if (!optics_test::has_lane_model(m.rig)) GTEST_SKIP() << optics_test::kNoModel;
+  ASSERT_TRUE(optics_test::has_lane_model(m.rig)) << optics_test::kNoModel;
   ASSERT_TRUE(m.rig.emu->inject({.at_ns = m.rig.emu->now_ns(),
                                  .kind = emu::FaultKind::kModuleRemoval,
                                  .card = 0,
@@ -421,7 +421,7 @@ TEST(LinkFaults, ModuleRemovalIsNoModuleThenBackUp) {
 TEST(LinkFaults, TrainingTimeoutIsCdrLockThenOkWithinTheBudget) {
   Mesh m;
   ASSERT_TRUE(m.rig.ok() && m.up());
-  if (!optics_test::has_lane_model(m.rig)) GTEST_SKIP() << optics_test::kNoModel;
+  ASSERT_TRUE(optics_test::has_lane_model(m.rig)) << optics_test::kNoModel;
   ASSERT_TRUE(m.rig.emu->inject(
       {.at_ns = m.rig.emu->now_ns(), .kind = emu::FaultKind::kTrainingTimeout, .card = 0, .port = 3, .count = 2}));
   // Card 0 port 3 <-> card 4 port 0.

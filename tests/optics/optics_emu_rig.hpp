@@ -8,8 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/emu_system.hpp"
 #include "npo/emu/emulator.hpp"
-#include "npo/hal/backend/registry.hpp"
 #include "npo/hal/port.hpp"
 #include "npo/hal/system.hpp"
 
@@ -32,19 +32,7 @@ struct EmuRig {
     EXPECT_TRUE(e.has_value()) << (e ? "" : e.error().to_string());
     if (!e) return;
     emu = *e;
-    npo::backend::Registry reg;
-    auto keep = emu;
-    EXPECT_TRUE(
-        reg.add("emu", {"emu:test"},
-                [keep](std::string_view, std::string_view uri) -> npo::Result<std::unique_ptr<npo::backend::Backend>> {
-                  return keep->make_backend(std::string(uri));
-                })
-            .has_value());
-    npo::SystemOptions o;
-    o.registry = &reg;
-    auto s = npo::System::open("emu:test", o);
-    EXPECT_TRUE(s.has_value()) << (s ? "" : s.error().to_string());
-    if (s) sys = std::move(*s);
+    sys = npo_test::open_system(emu);
   }
   [[nodiscard]] bool ok() const { return sys != nullptr; }
   /// Moves emulated time forward (virtual clock).
@@ -53,13 +41,14 @@ struct EmuRig {
 
 /// Whether the emulator models traffic on the lanes (the physical optics model): after the
 /// link is up and 10 ms pass, lane 0 of `port` counts codewords. The port-model-less emulator
-/// reads 0 there; tests that need the model skip with this reason.
+/// reads 0 there; tests that need the model fail with this reason.
 inline bool has_lane_model(EmuRig& rig, unsigned card = 0, unsigned port = 0) {
   (void)rig.emu->advance(10'000'000);
   auto ps = npo::read_port(rig.sys->device(card), port);
   return ps && ps->state == npo::LinkState::kUp && !ps->lanes.empty() && ps->lanes[0].codewords > 0;
 }
 
-inline constexpr const char* kNoModel = "waits for the emulator's physical optics model (lane counters read 0)";
+inline constexpr const char* kNoModel =
+    "the emulator's lane model must count RS(544,514) codewords on an Up link (registers.md §7.3)";
 
 }  // namespace optics_test

@@ -78,9 +78,9 @@ TEST(NpoEmu, GenerateRefusesOptionsOfAnotherKindZerosAndWrappingHbm) {
            {"fat-tree --cards 8 --leaf-radix 0", "--leaf-radix 0: expected a positive number"},
            {"fat-tree --cards 8 --uplinks 0", "--uplinks 0: expected a positive number"},
            {"dragonfly --cards 8 --groups 0", "--groups 0: expected a positive number"},
-           {"mesh --cards 4 --hbm -1M", "--hbm '-1M': expected BYTES[K|M|G]"},
-           {"mesh --cards 4 --hbm 99999999999999G", "--hbm '99999999999999G': expected BYTES[K|M|G]"},
-           {"mesh --cards 4 --hbm ' 64M'", "--hbm ' 64M': expected BYTES[K|M|G]"}}) {
+           {"mesh --cards 4 --hbm -1M", "--hbm: '-1M' is not a byte size"},
+           {"mesh --cards 4 --hbm 99999999999999G", "--hbm: '99999999999999G' is too large"},
+           {"mesh --cards 4 --hbm ' 64M'", "--hbm: ' 64M' is not a byte size"}}) {
     SCOPED_TRACE(args);
     auto r = npo_test::run_command(kTool + " topo generate " + args + " 2>&1");
     EXPECT_EQ(r.status, 2) << r.out;

@@ -14,8 +14,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/emu_system.hpp"
 #include "npo/emu/emulator.hpp"
-#include "npo/hal/backend/registry.hpp"
 #include "npo/hal/hal.hpp"
 
 namespace {
@@ -113,17 +113,7 @@ struct Torus {
       }
     }
     emu = npo::emu::Emulator::create(c).value();
-    npo::backend::Registry reg;
-    auto e = emu;
-    EXPECT_TRUE(
-        reg.add("emu", {"emu:test"},
-                [e](std::string_view, std::string_view uri) -> npo::Result<std::unique_ptr<npo::backend::Backend>> {
-                  return e->make_backend(std::string(uri));
-                })
-            .has_value());
-    npo::SystemOptions o;
-    o.registry = &reg;
-    sys = std::move(npo::System::open("emu:test", o).value());
+    sys = npo_test::open_system(emu);
     auto up = npo::bring_up_links(*sys, 10'000'000'000ULL);
     EXPECT_TRUE(up.has_value());
     if (up) {

@@ -56,25 +56,10 @@ struct Result {
   double host_memcpy_gbps = 0;  ///< memcpy between two host buffers (THP), for reference
 };
 
+/// Bytes of a size option ("64", "4K", "16M"); 0 when it is not a size.
 std::uint64_t parse_size(const std::string& s) {
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  std::uint64_t mult = 1;
-  if (end != nullptr && *end != '\0') {
-    switch (*end) {
-      case 'K':
-      case 'k': mult = 1ULL << 10; break;
-      case 'M':
-      case 'm': mult = 1ULL << 20; break;
-      case 'G':
-      case 'g': mult = 1ULL << 30; break;
-      default: return 0;
-    }
-    if (end[1] != '\0' && !(end[1] == 'B' && end[2] == '\0') && !(end[1] == 'i' && end[2] == 'B' && end[3] == '\0'))
-      return 0;
-  }
-  if (!(v > 0)) return 0;
-  return static_cast<std::uint64_t>(v * static_cast<double>(mult));
+  auto v = npo::parse_bytes(s);
+  return v ? *v : 0;
 }
 
 std::string human(std::uint64_t b) {

@@ -18,6 +18,7 @@
 
 #include "npo/hal/error.hpp"
 #include "npo/hal/fabric_spec.hpp"
+#include "npo/hal/units.hpp"
 
 namespace {
 
@@ -123,20 +124,12 @@ int main(int argc, char** argv) {
     o.card_uplinks = uplinks;
     o.groups = groups;
     {
-      // Digits only (std::stoull would take "-1" and " 1" and wrap); K/M/G scale without overflow.
-      std::uint64_t mult = 1;
-      std::string_view h = hbm_s;
-      if (!h.empty() && (h.back() == 'K' || h.back() == 'M' || h.back() == 'G')) {
-        mult = h.back() == 'K' ? (1ULL << 10) : h.back() == 'M' ? (1ULL << 20) : (1ULL << 30);
-        h.remove_suffix(1);
-      }
-      std::uint64_t v = 0;
-      const auto [p, ec] = std::from_chars(h.data(), h.data() + h.size(), v);
-      if (h.empty() || ec != std::errc() || p != h.data() + h.size() || v > ~0ULL / mult) {
-        std::fprintf(stderr, "npo-emu: --hbm '%s': expected BYTES[K|M|G], e.g. 64M\n", hbm_s.c_str());
+      auto hbm = npo::parse_bytes(hbm_s);  // digits only: "-1" and " 1" are refused, K/M/G never overflow
+      if (!hbm) {
+        std::fprintf(stderr, "npo-emu: --hbm: %s\n", hbm.error().message().c_str());
         return 2;
       }
-      o.hbm_bytes = v * mult;
+      o.hbm_bytes = *hbm;
     }
     auto spec = npo::generate_fabric(*kind, cards, o);
     if (!spec) return die(spec.error());

@@ -14,6 +14,7 @@
 #include "npo/hal/topology.hpp"
 #include "npo/hal/topology_check.hpp"
 #include "npo/hal/transceiver.hpp"
+#include "npo/hal/units.hpp"
 #include "npo/hal/version.hpp"
 #include "npo/hal/window.hpp"
 #include "npo/hal/xcvr_decode.hpp"
