@@ -196,6 +196,18 @@ LaneHealthReport LaneHealthTracker::update(const LaneCounters& prev, const LaneC
   return r;
 }
 
+std::uint8_t lanes_in_use(const PortStatus& st) noexcept {
+  if (st.lane_map != 0xffffffffu) {
+    std::uint8_t m = 0;
+    for (unsigned n = 0; n < 8; ++n) {
+      const unsigned phys = (st.lane_map >> (4 * n)) & 0xfu;
+      if (phys < 8) m |= static_cast<std::uint8_t>(1u << phys);
+    }
+    return m;
+  }
+  return static_cast<std::uint8_t>(st.lane_enable & st.lanes_up);
+}
+
 PortHealth assess_port(const PortStatus& st, std::span<const LaneHealthReport> lanes, unsigned lanes_total,
                        std::string_view held_reason, const PortTraining* last) {
   PortHealth h;
@@ -211,7 +223,9 @@ PortHealth assess_port(const PortStatus& st, std::span<const LaneHealthReport> l
     return h;
   }
   if (!st.module_present) {
-    h.state = PortState::kFailed;
+    // Nothing plugged in: nothing can fail (a cable the plan expects here is reported by
+    // check_topology as missing).
+    h.state = PortState::kDisabled;
     h.reason = "no module";
     return h;
   }
@@ -243,7 +257,14 @@ PortHealth assess_port(const PortStatus& st, std::span<const LaneHealthReport> l
       details.push_back(fmt::format("lane {} dropped ({})", l, cdr ? "no CDR lock" : "LANE_ENABLE"));
     }
   }
+  const std::uint8_t used = lanes_in_use(st);
   for (const auto& lr : lanes) {
+    if (lr.lane < 8 && ((used >> lr.lane) & 1u) == 0) {
+      // Not part of the link (negotiated away by either end, registers.md §7.2): its
+      // receiver state says nothing about the link's health.
+      if (((dropped >> lr.lane) & 1u) == 0) details.push_back(fmt::format("lane {} not in use (partner)", lr.lane));
+      continue;
+    }
     if (lr.verdict == LaneHealth::kGood) continue;
     if (lr.verdict == LaneHealth::kFailing || lr.verdict == LaneHealth::kDown) {
       h.state = PortState::kFailed;

@@ -574,6 +574,29 @@ Result<LinkBringUp> bring_up_links(System& system, const TrainingPolicy& policy,
   }
   auto res = train_ports(system, {}, policy, timeout_ns);
   if (!res) return std::unexpected(res.error());
+  // Settle: a port can finish Up and then lose its link when its partner retrains later in
+  // the same bring-up (a lane degrade retrains one end; the other follows after the 10 ms
+  // link-loss debounce, registers.md §7.2). Wait past the debounce and one training poll,
+  // and supervise again every port that reached Up but no longer is, until all hold.
+  constexpr std::uint64_t kSettleNs = 50'000'000;
+  for (int round = 0; round < 3; ++round) {
+    clock.sleep_until(clock.now_ns() + kSettleNs);
+    std::vector<PortRef> again;
+    std::vector<std::size_t> where;
+    for (std::size_t i = 0; i < res->size(); ++i) {
+      const auto& r = (*res)[i];
+      if (r.code != TrainCode::kOk) continue;
+      const std::uint32_t st = system.device(r.card).impl().bar0->read32(regs::port_reg(r.port, pr::kStatus));
+      if (st == 0xffffffffu || pr::kStatusLinkUp.get(st) != 0) continue;
+      again.push_back({r.card, r.port});
+      where.push_back(i);
+    }
+    if (again.empty()) break;
+    const std::uint64_t used = clock.now_ns() - t0;
+    auto redo = train_ports(system, again, policy, timeout_ns > used ? timeout_ns - used : 0);
+    if (!redo) return std::unexpected(redo.error());
+    for (std::size_t k = 0; k < redo->size() && k < where.size(); ++k) (*res)[where[k]] = std::move((*redo)[k]);
+  }
   LinkBringUp out;
   for (auto& r : *res) {
     if (r.code == TrainCode::kNoModule && r.stage == TrainStage::kDetect) continue;

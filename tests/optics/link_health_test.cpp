@@ -251,6 +251,20 @@ TEST(PortState, ReasonsForEachState) {
   nomod.module_present = false;
   nomod.state = npo::LinkState::kModuleWait;
   EXPECT_EQ(npo::assess_port(nomod, {}, 8, "", nullptr).reason, "no module");
+  EXPECT_EQ(npo::assess_port(nomod, {}, 8, "", nullptr).state, PortState::kDisabled);
+
+  // A lane the partner negotiated away (LANE_MAP has no logical lane on physical lane 3) is
+  // dark but not part of the link: the port is DEGRADED (7/8), not FAILED.
+  auto narrow = up_port();
+  narrow.lane_map = 0xf7654210u;  // logical lanes 0..6 on physical 0,1,2,4,5,6,7; logical 7 unused
+  narrow.lane_count = 7;
+  npo::LaneHealthReport dark;
+  dark.lane = 3;
+  dark.verdict = LaneHealth::kDown;
+  dark.reasons = {"no signal (Rx LOS)"};
+  const auto nh = npo::assess_port(narrow, std::span(&dark, 1), 8, "", nullptr);
+  EXPECT_EQ(nh.state, PortState::kDegraded) << nh.reason;
+  EXPECT_EQ(nh.reason, "up 7/8 lanes: lane 3 not in use (partner)");
 
   npo::LaneHealthReport bad;
   bad.lane = 2;

@@ -19,6 +19,7 @@
 #include "npo/hal/link_monitor.hpp"
 #include "npo/hal/port.hpp"
 #include "npo/hal/system.hpp"
+#include "npo/hal/topology.hpp"
 #include "npo/hal/transceiver.hpp"
 #include "optics_emu_rig.hpp"
 
@@ -196,7 +197,7 @@ TEST(LinkMonitorEmu, SnapshotCarriesTheRegistersAndPortStates) {
       EXPECT_EQ(rp->neighbor_fabric_id, c.ports[p].neighbor_fabric_id);
       EXPECT_EQ(rp->lanes[3].codewords, c.ports[p].lanes[3].codewords);
     }
-    EXPECT_EQ(c.health[7].state, npo::PortState::kFailed);  // enabled, no module
+    EXPECT_EQ(c.health[7].state, npo::PortState::kDisabled);  // enabled, nothing plugged in
     EXPECT_EQ(c.health[7].reason, "no module");
   }
   ASSERT_TRUE(npo::enable_port(rig.sys->device(2), 4, false).has_value());
@@ -362,6 +363,43 @@ TEST(LinkFaults, LaneLossDegradesToSevenLanesNamingTheLane) {
   ASSERT_TRUE(s.has_value());
   EXPECT_EQ(s->cards[0].health[0].state, npo::PortState::kDegraded);
   EXPECT_EQ(s->cards[0].ports[0].lane_enable & (1u << 3), 0u);
+}
+
+TEST(LinkFaults, LaneLossDuringBringUpLeavesBothEndsUpNarrowerAndAgreeing) {
+  // A lane goes dark while mesh8 trains (the README's scenario): one end's supervisor
+  // degrades the link, the partner retrains with it, and bring_up_links returns only when
+  // both ends hold Up on the same 7 lanes; both report DEGRADED and the topology says 7.
+  optics_test::EmuRig rig("mesh8?clock=virtual&hbm=1M");
+  ASSERT_TRUE(rig.ok());
+  ASSERT_TRUE(rig.emu->load_scenario_text("faults: [{at_ms: 60, kind: lane_loss, card: 2, port: 0, lane: 3}]"));
+  auto up = npo::bring_up_links(*rig.sys);
+  ASSERT_TRUE(up.has_value());
+  EXPECT_EQ(up->up, 56u);
+  EXPECT_EQ(up->failed, 0u);
+  EXPECT_EQ(up->degraded, 1u);
+  // Card 2 port 0 <-> card 0 port 1 in mesh8.
+  for (const auto& [card, port] : {std::pair{2u, 0u}, std::pair{0u, 1u}}) {
+    auto ps = npo::read_port(rig.sys->device(card), port);
+    ASSERT_TRUE(ps.has_value());
+    EXPECT_EQ(ps->state, npo::LinkState::kUp) << card << ":" << port;
+    EXPECT_EQ(ps->lane_count, 7u) << card << ":" << port;
+    EXPECT_EQ(npo::lanes_in_use(*ps), 0xf7u) << card << ":" << port;
+  }
+  npo::LinkMonitor mon(*rig.sys);
+  mon.note_training(up->ports);
+  auto s = mon.snapshot();
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->cards[2].health[0].state, npo::PortState::kDegraded) << s->cards[2].health[0].reason;
+  EXPECT_EQ(s->cards[0].health[1].state, npo::PortState::kDegraded) << s->cards[0].health[1].reason;
+  auto topo = npo::discover_topology(*rig.sys);
+  ASSERT_TRUE(topo.has_value());
+  unsigned up_links = 0, narrow = 0;
+  for (const auto& l : topo->links) {
+    up_links += l.up ? 1 : 0;
+    narrow += l.up && l.lanes == 7 ? 1 : 0;
+  }
+  EXPECT_EQ(up_links, 28u);
+  EXPECT_EQ(narrow, 1u);
 }
 
 TEST(LinkFaults, FlapStormHoldsThePortDown) {

@@ -80,9 +80,13 @@ TEST(NpoLinkShow, JsonOfMesh8HasEveryCabledPortUpAt800G) {
 TEST(NpoLinkShow, TextHasOneLinePerPort) {
   const auto r = npo_test::run_command(std::string(NPO_LINK) + " show" + kBackend);
   ASSERT_EQ(r.status, 0) << r.out;
-  std::size_t lines = 0;
-  for (char ch : r.out) lines += ch == '\n';
-  EXPECT_EQ(lines, 57u);  // header + 56 ports
+  // Header + 56 port lines, then a blank line and the legend that explains every column.
+  const auto table = r.out.substr(0, r.out.find("\n\n"));
+  std::size_t lines = 1;
+  for (char ch : table) lines += ch == '\n';
+  EXPECT_EQ(lines, 57u) << table;
+  EXPECT_NE(r.out.find("STATE: HEALTHY"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("KP4 limit"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("HEALTHY"), std::string::npos);
   EXPECT_NE(r.out.find("up 8/8 lanes"), std::string::npos);
 }

@@ -342,7 +342,7 @@ json fec_json(const npo::LaneCounters& l) {
 json lane_json(const npo::PortStatus& ps, const npo::PortHealth& h, unsigned lane) {
   const auto& l = ps.lanes[lane];
   json j = {{"lane", lane},
-            {"in_use", ((ps.lane_enable >> lane) & 1u) != 0 && ps.state == npo::LinkState::kUp},
+            {"in_use", ((npo::lanes_in_use(ps) >> lane) & 1u) != 0 && ps.state == npo::LinkState::kUp},
             {"cdr_lock", ((ps.lanes_up >> lane) & 1u) != 0},
             {"tx_power_mw", l.tx_power_mw},
             {"tx_power_dbm", opt(l.tx_power_dbm)},
@@ -417,7 +417,7 @@ int show_once(npo::System& sys, npo::LinkMonitor& mon, const Common& c, bool fec
   }
   std::size_t rows = 0;
   if (!fec) {
-    fmt::print("{:>4} {:>4}  {:<9} {:>6} {:>5}  {:<9} {:>9}  {}\n", "CARD", "PORT", "STATE", "GB/S", "LANES",
+    fmt::print("{:>4} {:>4}  {:<9} {:>6} {:>5}  {:<9} {:>9}  {}\n", "CARD", "PORT", "STATE", "Gb/s", "LANES",
                "NEIGHBOR", "WORST-BER", "REASON");
   }
   for (const auto& cp : snap->cards) {
@@ -450,6 +450,15 @@ int show_once(npo::System& sys, npo::LinkMonitor& mon, const Common& c, bool fec
   }
   // An empty table alone reads like a tool failure: say why (e.g. emu:N, which has no cables).
   if (rows == 0) std::fprintf(stderr, "npo-link: no port has a module (--all lists every port)\n");
+  if (rows != 0 && !fec) {
+    fmt::print(
+        "\nSTATE: HEALTHY (every lane in use good), DEGRADED (fewer lanes than the module's 8, or a lane over the\n"
+        "1e-5 warning level or 100x worse than its own baseline), FAILED (down, or a lane over the KP4 limit\n"
+        "2.4e-4 / with uncorrectable codewords), DISABLED (no module, disabled, or held down after flapping).\n"
+        "Gb/s: payload rate, 100 Gb/s per lane (53.125 GBd PAM4 after RS(544,514) and 256b/257b). NEIGHBOR:\n"
+        "card:port learned in training. WORST-BER: the worst lane's pre-FEC BER (symbol errors + 16 per\n"
+        "uncorrectable codeword) / (5440 bits x codewords) since the link came up or the last snapshot.\n");
+  }
   return 0;
 }
 
@@ -493,16 +502,16 @@ int ddm_once(npo::System& sys, const Common& c, std::optional<unsigned> card, st
                  m->temperature_c ? fmt::format("{:.2f} C", *m->temperature_c) : std::string("not reported"),
                  m->supply_voltage_v ? fmt::format("{:.4f} V", *m->supply_voltage_v) : std::string("not reported"));
       for (const auto& l : m->lanes) {
-        fmt::print("  lane {}: bias {}  tx {}  rx {}\n", l.lane,
+        fmt::print("  lane {} (CMIS lane {}): bias {}  tx {}  rx {}\n", l.lane - 1, l.lane,
                    l.tx_bias_ma ? fmt::format("{:.3f} mA", *l.tx_bias_ma) : std::string("-"),
                    power_text(l.tx_power_mw, l.tx_power_dbm), power_text(l.rx_power_mw, l.rx_power_dbm));
       }
       // The card's DDM mirrors (registers.md §7.3), read with the port block: the same
-      // monitors the firmware copied into BAR0, numbered like CMIS (physical lane + 1).
+      // monitors the firmware copied into BAR0, by physical lane (CMIS numbers them from 1).
       fmt::print("  card's DDM mirror in BAR0 (what LinkMonitor reads without the mailbox):\n");
       for (unsigned l = 0; l < ps->lanes.size(); ++l) {
         const auto& lc = ps->lanes[l];
-        fmt::print("  lane {}: bias {:.3f} mA  tx {}  rx {}\n", l + 1, lc.tx_bias_ma,
+        fmt::print("  lane {}: bias {:.3f} mA  tx {}  rx {}\n", l, lc.tx_bias_ma,
                    power_text(lc.tx_power_mw, lc.tx_power_dbm), power_text(lc.rx_power_mw, lc.rx_power_dbm));
       }
     }

@@ -87,7 +87,7 @@ std::string link_class(const npo::Topology& t, const npo::RouteTable& rt, std::s
     }
   }
   const std::string narrow = min_lanes < max_lanes || (par > 0 && min_lanes < 8) ? "*" : "";
-  if (compact) return fmt::format("{}{}", par > 1 ? fmt::format("1x{}", par) : "1", narrow);
+  if (compact) return fmt::format("{}{}", par > 1 ? "1=" : "1", narrow);
   return fmt::format("{}{}", par > 1 ? fmt::format("L1x{}", par) : "L1", narrow);
 }
 
@@ -179,9 +179,9 @@ int topo(npo::System& s, bool json) {
     }
     fmt::print(
         "\n{}: card n (fabric ID n+1). X: itself. {}: reachable in h hops over trained optical links ({}: a direct\n"
-        "link; {}: k parallel links; *: a direct link that trained with fewer than 8 lanes). -: unreachable.\n"
+        "link; {}: parallel links; *: a direct link that trained with fewer than 8 lanes). -: unreachable.\n"
         "Discovered from the identities exchanged in link training; hops are the routes the cards use.\n",
-        compact ? "Row/column n" : "Cn", compact ? "h" : "Lh", compact ? "1" : "L1", compact ? "1xk" : "L1xk");
+        compact ? "Row/column n" : "Cn", compact ? "h" : "Lh", compact ? "1" : "L1", compact ? "1=" : "L1xk");
     return 0;
   }
   // Beyond 64 cards: the degree distribution, the hop histogram and the farthest pair.
