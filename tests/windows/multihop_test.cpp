@@ -266,4 +266,14 @@ TEST(MultiHop, DataCheckedAcrossAGeneratedFatTreeThroughOpticalSwitches) {
   for (std::size_t j = 1; j < st.size(); ++j) EXPECT_EQ(st[j], OpStatus::kOk) << "card " << j;
 }
 
+TEST(MultiHop, DataCheckedAcrossAGeneratedDragonfly) {
+  npo::RouteTable rt = npo::RouteTable::compute({}).value();
+  auto sys = open_generated(npo::FabricKind::kDragonfly, 20, &rt);  // groups of cards, one global link per group pair
+  ASSERT_NE(sys, nullptr);
+  EXPECT_GE(rt.diameter(), 2);  // a card to a card of another group that does not own the global link
+  EXPECT_LE(rt.diameter(), 3);  // local, global, local: the dragonfly bound
+  const auto st = write_read_all(*sys, 32u << 10);
+  for (std::size_t j = 1; j < st.size(); ++j) EXPECT_EQ(st[j], OpStatus::kOk) << "card " << j;
+}
+
 }  // namespace
