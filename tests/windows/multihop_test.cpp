@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/dma_run.hpp"
 #include "common/emu_system.hpp"
 #include "npo/emu/emulator.hpp"
 #include "npo/hal/hal.hpp"
@@ -122,17 +123,7 @@ struct Torus {
   }
 };
 
-std::vector<OpCompletion> run(npo::DmaQueue& q, std::size_t n) {
-  EXPECT_TRUE(q.submit().has_value());
-  std::vector<OpCompletion> out;
-  std::array<OpCompletion, 64> buf;
-  const auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (out.size() < n && std::chrono::steady_clock::now() < deadline) {
-    const auto got = q.poll(buf);
-    out.insert(out.end(), buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(got));
-  }
-  return out;
-}
+using npo_test::run;
 
 /// Card 0 writes a distinct pattern into a window on every other card and reads it back;
 /// returns the statuses per destination card index.

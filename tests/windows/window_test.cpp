@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/dma_run.hpp"
 #include "npo/hal/hal.hpp"
 
 extern char** environ;
@@ -24,17 +25,7 @@ using npo::DmaAddress;
 using npo::OpCompletion;
 using npo::OpStatus;
 
-std::vector<OpCompletion> run(npo::DmaQueue& q, std::size_t n) {
-  EXPECT_TRUE(q.submit().has_value());
-  std::vector<OpCompletion> out;
-  std::array<OpCompletion, 64> buf;
-  const auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (out.size() < n && std::chrono::steady_clock::now() < deadline) {
-    const auto k = q.poll(buf);
-    out.insert(out.end(), buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(k));
-  }
-  return out;
-}
+using npo_test::run;
 
 struct Mesh {
   std::unique_ptr<npo::System> sys;
