@@ -11,7 +11,7 @@
 
 #include <fmt/format.h>
 
-#include "gpu/device_impl.hpp"
+#include "card/device_impl.hpp"
 #include "npo/fw/regs.hpp"
 #include "npo/fw/stats.hpp"
 #include "npo/hal/backend/backend.hpp"

@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "gpu/device_impl.hpp"
+#include "card/device_impl.hpp"
 #include "npo/fw/regs.hpp"
 #include "npo/hal/backend/backend.hpp"
 #include "npo/hal/system.hpp"

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Integration-test harness: drives emulated cards purely through the backend interface and
-// BAR0 registers, as a driver would (no drivers/gpu DMA code). Host memory comes from
+// BAR0 registers, as a driver would (no drivers/card DMA code). Host memory comes from
 // aligned_alloc and is IOMMU-mapped with Device::dma_map; rings are built by hand from the
 // firmware-iface descriptor and completion layouts.
 #pragma once

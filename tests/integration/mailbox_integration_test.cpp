@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <string_view>
 
-#include "gpu/mailbox.hpp"
+#include "card/mailbox.hpp"
 #include "harness.hpp"
 
 namespace npo::itest {

@@ -3,7 +3,7 @@
 // byte-identical event log; a bad scenario is rejected whole, naming the entry.
 #include <algorithm>
 
-#include "gpu/mailbox.hpp"
+#include "card/mailbox.hpp"
 #include "harness.hpp"
 
 namespace npo::itest {

@@ -52,7 +52,7 @@ registration_headers=(npo/emu/register.hpp vfio/register.hpp)
 composition_root="hal/src/builtin_backends.cpp"
 
 # Driver subfolders: the known ones plus whatever drivers/ holds now.
-driver_dirs=" gpu optics vfio dpdk "
+driver_dirs=" card optics vfio dpdk "
 if [[ -d drivers ]]; then
   for d in drivers/*/; do
     [[ -d "${d}" ]] && driver_dirs+="$(basename "${d}") "

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The whole stack over the VFIO backend: npo::System (drivers/gpu: probe through config
+// The whole stack over the VFIO backend: npo::System (drivers/card: probe through config
 // space, BAR0 and the mailbox; queues; host memory registration through dma_map) on the VFIO
 // backend, over the fake kernel with the emulator's card behind it, through both IOMMU APIs.
 // The driver code cannot tell it from the emulator backend: that is the point of the seam.

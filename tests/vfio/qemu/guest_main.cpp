@@ -202,7 +202,7 @@ void run_edu(const std::string& api) {
   check(wait_for([&] { return (bar.read32(0x20) & 1) == 0; }, std::chrono::seconds(2)) && bar.read32(0x08) == 3628800,
         "edu factorial 10! through BAR0", std::to_string(bar.read32(0x08)));
 
-  // Bus mastering: the driver's job (drivers/gpu does it for our card).
+  // Bus mastering: the driver's job (drivers/card does it for our card).
   auto cmd = be::config_read16(d, 4);
   check(cmd && be::config_write16(d, 4, static_cast<std::uint16_t>(*cmd | 0x6)).has_value(),
         "edu memory + bus master on");

@@ -3,4 +3,4 @@
 #include <sys/ioctl.h>
 
 #include "vfio/register.hpp"
-#include "gpu/device.hpp"
+#include "card/device.hpp"

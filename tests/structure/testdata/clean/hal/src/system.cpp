@@ -1,6 +1,6 @@
 // fake source for tests/structure/check-deps-selftest.sh
 #include <fmt/format.h>
 
-#include "gpu/device.hpp"
+#include "card/device.hpp"
 #include "npo/fw/regs.hpp"
 #include "npo/hal/system.hpp"

@@ -1,2 +1,2 @@
 // fake source for tests/structure/check-deps-selftest.sh
-#include "gpu/device.hpp"
+#include "card/device.hpp"

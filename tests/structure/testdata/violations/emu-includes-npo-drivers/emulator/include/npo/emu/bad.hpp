@@ -1,2 +1,2 @@
 // fake source for tests/structure/check-deps-selftest.sh
-#include <npo/drivers/gpu/queue.hpp>
+#include <npo/drivers/card/queue.hpp>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// drivers/gpu: windows -- export through the card's window translation table (registers.md §6),
+// drivers/card: windows -- export through the card's window translation table (registers.md §6),
 // revoke with in-flight drain, handles, CPU mapping through BAR2, cross-process sharing.
 #include "npo/hal/window.hpp"
 
@@ -14,7 +14,7 @@
 
 #include <fmt/format.h>
 
-#include "gpu/device_impl.hpp"
+#include "card/device_impl.hpp"
 #include "npo/fw/mailbox.hpp"
 #include "npo/fw/pci.hpp"
 #include "npo/fw/regs.hpp"

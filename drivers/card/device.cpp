@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "gpu/device_impl.hpp"
+#include "card/device_impl.hpp"
 #include "npo/fw/dma.hpp"
 #include "npo/fw/pci.hpp"
 #include "npo/fw/regs.hpp"

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// drivers/gpu: the driver state behind npo::Device, bound to one backend::Device.
+// drivers/card: the driver state behind npo::Device, bound to one backend::Device.
 #pragma once
 
 #include <atomic>
@@ -7,8 +7,8 @@
 #include <mutex>
 #include <vector>
 
-#include "gpu/mailbox.hpp"
-#include "gpu/memory.hpp"
+#include "card/mailbox.hpp"
+#include "card/memory.hpp"
 #include "npo/hal/backend/backend.hpp"
 #include "npo/hal/device.hpp"
 

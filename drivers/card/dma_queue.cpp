@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// drivers/gpu: the DMA queue driver (docs/spec/dma.md, docs/spec/registers.md §5).
+// drivers/card: the DMA queue driver (docs/spec/dma.md, docs/spec/registers.md §5).
 //
 // Ring bookkeeping: every op gets a 64-bit handle (next_). The card's SQ index of an op is
 // (handle - dev_base_) mod 2^32, where dev_base_ is the first handle after the last queue
@@ -21,7 +21,7 @@
 
 #include <fmt/format.h>
 
-#include "gpu/device_impl.hpp"
+#include "card/device_impl.hpp"
 #include "npo/fw/dma.hpp"
 #include "npo/fw/pci.hpp"
 #include "npo/fw/regs.hpp"

@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "gpu/device_impl.hpp"
+#include "card/device_impl.hpp"
 #include "npo/fw/pci.hpp"
 #include "npo/hal/backend/registry.hpp"
 #include "npo/hal/log.hpp"

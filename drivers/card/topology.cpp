@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// drivers/gpu: topology discovery from the ports' NEIGHBOR registers (registers.md §7.1).
+// drivers/card: topology discovery from the ports' NEIGHBOR registers (registers.md §7.1).
 #include "npo/hal/topology.hpp"
 
 #include <algorithm>
@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "gpu/device_impl.hpp"
+#include "card/device_impl.hpp"
 #include "npo/fw/regs.hpp"
 #include "npo/hal/system.hpp"
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "gpu/memory.hpp"
+#include "card/memory.hpp"
 
 #include <linux/memfd.h>
 #include <numa.h>
@@ -12,7 +12,7 @@
 
 #include <fmt/format.h>
 
-#include "gpu/device_impl.hpp"
+#include "card/device_impl.hpp"
 #include "npo/hal/log.hpp"
 
 namespace npo::gpu {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// drivers/gpu: per-card memory bookkeeping -- the IOVA allocator, pinned/IOVA budgets and
+// drivers/card: per-card memory bookkeeping -- the IOVA allocator, pinned/IOVA budgets and
 // the HBM allocator. Each is a plain first-fit allocator over a sorted free map.
 #pragma once
 

@@ -1,2 +1,3 @@
 // fake source for tests/structure/check-deps-selftest.sh
-#include "gpu/device.hpp"
+#include "card/device.hpp"
+#include "optics/cmis.hpp"

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// drivers/gpu: the firmware mailbox client (docs/spec/mailbox.md). Writes a request into
+// drivers/card: the firmware mailbox client (docs/spec/mailbox.md). Writes a request into
 // the BAR0 mailbox block, rings CTRL.SEND, polls STATUS.DONE with a timeout, and checks
 // the reply (version, response flag, opcode, sequence, length, CRC32C) before use.
 #pragma once

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// drivers/gpu: discovery vs expected (npo/hal/topology_check.hpp).
+// drivers/card: discovery vs expected (npo/hal/topology_check.hpp).
 #include "npo/hal/topology_check.hpp"
 
 #include <algorithm>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "gpu/mailbox.hpp"
+#include "card/mailbox.hpp"
 
 #include <chrono>
 #include <cstring>
