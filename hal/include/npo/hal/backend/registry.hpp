@@ -44,7 +44,8 @@ class Registry {
   std::vector<Entry> entries_;
 };
 
-/// A registry with the backends compiled into this build: "emu" always, "vfio" on Linux.
+/// A registry with the backends compiled into this build: "emu" when built with
+/// NPO_WITH_EMULATOR=ON (the default), and "vfio".
 /// Each call builds a new registry.
 [[nodiscard]] Registry builtin_registry();
 

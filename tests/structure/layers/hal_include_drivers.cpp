@@ -1,0 +1,2 @@
+// Forbidden: hal including device logic.
+#include "card/mailbox.hpp"

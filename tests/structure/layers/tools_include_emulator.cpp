@@ -1,0 +1,2 @@
+// Forbidden: a tool reaching into the emulator.
+#include "npo/emu/emulator.hpp"

@@ -1,0 +1,2 @@
+// Allowed in tools/: hal's public API.
+#include "npo/hal/hal.hpp"
