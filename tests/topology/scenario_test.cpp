@@ -105,7 +105,7 @@ INSTANTIATE_TEST_SUITE_P(
                 "faults[0].duration_ms: 18446744073709551 overflows 64-bit nanoseconds"},
         BadCase{"duration_twice", "faults:\n  - {at_ms: 1, kind: lane_loss, card: 0, port: 0, lane: 1, "
                                   "duration_ms: 1, duration_us: 5}\n",
-                "faults[0].duration_us: given with duration_ms"},
+                "faults[0].duration_ms: given with duration_us"},
         BadCase{"count_wraps", "faults:\n  - {at_ms: 1, kind: iommu_fault, card: 0, count: 4294967296}\n",
                 "faults[0].count: 4294967296 is larger than 4294967295"},
         BadCase{"value_nan", "faults:\n  - {at_ms: 1, kind: ber_ramp, card: 0, port: 0, value: .nan}\n",
