@@ -60,15 +60,16 @@ TopologyCheck check_topology(const Topology& found, const FabricSpec& plan) {
   for (auto fid : found.cards) found_cards.insert(card_index_of(fid));
   for (std::uint32_t c = 0; c < plan.cards; ++c) {
     if (!found_cards.contains(c)) {
-      out.issues.push_back(LinkIssue{LinkIssueKind::kMissingCard, CardPort{c, 0}, std::nullopt, std::nullopt, 0,
-                                     fmt::format("missing card: card {} (fabric ID {}) not found", c, fabric_id_of(c))});
+      out.issues.push_back(
+          LinkIssue{LinkIssueKind::kMissingCard, CardPort{c, 0}, std::nullopt, std::nullopt, 0,
+                    fmt::format("missing card: card {} (fabric ID {}) not found", c, fabric_id_of(c))});
     }
   }
   for (auto c : found_cards) {
     if (c >= plan.cards) {
-      out.issues.push_back(
-          LinkIssue{LinkIssueKind::kUnexpectedCard, CardPort{c, 0}, std::nullopt, std::nullopt, 0,
-                    fmt::format("unexpected card: fabric ID {} is not in the plan ({} cards)", fabric_id_of(c), plan.cards)});
+      out.issues.push_back(LinkIssue{
+          LinkIssueKind::kUnexpectedCard, CardPort{c, 0}, std::nullopt, std::nullopt, 0,
+          fmt::format("unexpected card: fabric ID {} is not in the plan ({} cards)", fabric_id_of(c), plan.cards)});
     }
   }
   // The plan's light paths, per card port (the graph module's index, built once).

@@ -92,8 +92,7 @@ Result<SystemConfig> parse_uri(std::string_view rest) {
     if (!spec) return std::unexpected(std::move(Error(spec.error())).prefixed("emulator URI 'emu:file='"));
     auto fc = system_config_from_spec(*spec);
     if (!fc) {
-      return std::unexpected(
-          std::move(Error(fc.error())).prefixed(fmt::format("emulator URI 'emu:file=': {}", path)));
+      return std::unexpected(std::move(Error(fc.error())).prefixed(fmt::format("emulator URI 'emu:file=': {}", path)));
     }
     c = std::move(*fc);
     c.name = std::string(rest);

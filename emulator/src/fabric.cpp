@@ -24,7 +24,8 @@ FabricSpec plan_of(const SystemConfig& cfg) {
   p.switches = cfg.switches;
   p.cables.reserve(cfg.cables.size() + cfg.switch_cables.size());
   for (const auto& c : cfg.cables) {
-    p.cables.push_back(FabricCable{FabricEnd{false, c.card_a, c.port_a}, FabricEnd{false, c.card_b, c.port_b}, c.channel});
+    p.cables.push_back(
+        FabricCable{FabricEnd{false, c.card_a, c.port_a}, FabricEnd{false, c.card_b, c.port_b}, c.channel});
   }
   p.cables.insert(p.cables.end(), cfg.switch_cables.begin(), cfg.switch_cables.end());
   return p;
@@ -107,9 +108,9 @@ Result<std::vector<OpticalFabric::Change>> OpticalFabric::connect(std::string_vi
   }
   for (unsigned p : {a, b}) {
     if (const auto q = partner_locked(*i, p)) {
-      return fail(Code::kFailedPrecondition,
-                  fmt::format("emulator: switch '{}': port {} is cross-connected to {}; disconnect it first", s.name, p,
-                              *q));
+      return fail(
+          Code::kFailedPrecondition,
+          fmt::format("emulator: switch '{}': port {} is cross-connected to {}; disconnect it first", s.name, p, *q));
     }
     if (!cabled_locked(*i, p)) {
       return fail(Code::kFailedPrecondition, fmt::format("emulator: switch '{}': port {} has no cable", s.name, p));

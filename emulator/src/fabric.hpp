@@ -67,8 +67,8 @@ class OpticalFabric {
   [[nodiscard]] bool cabled_locked(std::size_t sw, unsigned port) const;
 
   mutable std::shared_mutex mu_;
-  FabricSpec plan_;    ///< the plan with the current cross-connects
-  LightPaths paths_;   ///< index of plan_'s light paths
+  FabricSpec plan_;   ///< the plan with the current cross-connects
+  LightPaths paths_;  ///< index of plan_'s light paths
 };
 
 }  // namespace npo::emu

@@ -15,9 +15,9 @@ namespace npo::emu {
 namespace regs = fw::regs;
 
 namespace {
-constexpr FaultKind kKinds[] = {FaultKind::kIommuFault,    FaultKind::kEngineHang,      FaultKind::kCompletionError,
-                                FaultKind::kMailboxTimeout, FaultKind::kMailboxCorrupt,  FaultKind::kSurpriseRemoval,
-                                FaultKind::kBerRamp,        FaultKind::kLaneLoss,        FaultKind::kFlapStorm,
+constexpr FaultKind kKinds[] = {FaultKind::kIommuFault,     FaultKind::kEngineHang,     FaultKind::kCompletionError,
+                                FaultKind::kMailboxTimeout, FaultKind::kMailboxCorrupt, FaultKind::kSurpriseRemoval,
+                                FaultKind::kBerRamp,        FaultKind::kLaneLoss,       FaultKind::kFlapStorm,
                                 FaultKind::kModuleRemoval,  FaultKind::kTrainingTimeout};
 
 bool is_link_fault(FaultKind k) {
@@ -62,7 +62,8 @@ FaultTargets FaultTargets::of(const FabricSpec& plan) {
 FaultTargets FaultTargets::of(const SystemConfig& cfg) {
   FaultTargets t;
   t.ports_of.assign(cfg.num_cards, cfg.card.num_ports);
-  for (std::size_t i = 0; i < cfg.per_card.size() && i < t.ports_of.size(); ++i) t.ports_of[i] = cfg.per_card[i].num_ports;
+  for (std::size_t i = 0; i < cfg.per_card.size() && i < t.ports_of.size(); ++i)
+    t.ports_of[i] = cfg.per_card[i].num_ports;
   return t;
 }
 
@@ -87,8 +88,8 @@ std::optional<FaultProblem> fault_problem(const Fault& f, const FaultTargets& ta
   }
   const unsigned nports = targets.ports_of[f.card];
   if (f.port && *f.port >= nports) {
-    return out_of_range("port", fmt::format("port {} beyond card {} ({} ports: 0..{})", *f.port, f.card, nports,
-                                            nports - 1));
+    return out_of_range("port",
+                        fmt::format("port {} beyond card {} ({} ports: 0..{})", *f.port, f.card, nports, nports - 1));
   }
   if (f.lane && *f.lane >= regs::kLanesPerPort) {
     return out_of_range("lane", fmt::format("{} outside 0..{}", *f.lane, regs::kLanesPerPort - 1));

@@ -156,7 +156,9 @@ Result<std::optional<std::uint64_t>> get_time(const YAML::Node& n, std::string_v
   for (const auto& [suffix, mult] : kUnits) {
     const std::string key = fmt::format("{}{}", stem, suffix);
     if (!n[key]) continue;
-    if (out) return bad(fmt::format("{}.{}: given with {}; give one of {}_ns, {}_us, {}_ms", where, key, first, stem, stem, stem));
+    if (out)
+      return bad(
+          fmt::format("{}.{}: given with {}; give one of {}_ns, {}_us, {}_ms", where, key, first, stem, stem, stem));
     auto v = get_u64(n[key], fmt::format("{}.{}", where, key));
     if (!v) return std::unexpected(v.error());
     if (*v > ~0ULL / mult) return bad(fmt::format("{}.{}: {} overflows 64-bit nanoseconds", where, key, *v));
@@ -364,8 +366,8 @@ Result<YAML::Node> load_document(std::string_view text, std::string_view what, s
     }
     return root;
   } catch (const YAML::Exception& e) {
-    return bad(fmt::format("{}: not YAML/JSON: line {}, column {}: {}", what, e.mark.line + 1, e.mark.column + 1,
-                           e.msg));
+    return bad(
+        fmt::format("{}: not YAML/JSON: line {}, column {}: {}", what, e.mark.line + 1, e.mark.column + 1, e.msg));
   }
 }
 

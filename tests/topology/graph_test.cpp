@@ -2,14 +2,13 @@
 // The graph module (npo/hal/topology_graph.hpp): breadth-first hop counts, ECMP egress sets,
 // one path, path counts, diameter; light paths indexed once; a plan's graphs; and emu:mesh8
 // as the generated 8-card mesh with its historical cabling.
-#include "npo/hal/topology_graph.hpp"
-
 #include <gtest/gtest.h>
 
 #include "npo/emu/emulator.hpp"
 #include "npo/hal/topology.hpp"
 #include "npo/hal/topology_file.hpp"
 #include "npo/hal/topology_gen.hpp"
+#include "npo/hal/topology_graph.hpp"
 
 namespace npo {
 namespace {
@@ -68,7 +67,8 @@ TEST(ShortestPaths, AgreeWithRouteTableOnAGeneratedTorus) {
   Topology t;
   for (std::uint32_t c = 0; c < plan->cards; ++c) t.cards.push_back(fabric_id_of(c));
   for (const auto& cab : plan->cables) {
-    t.links.push_back(TopologyLink{fabric_id_of(cab.a.node), cab.a.port, fabric_id_of(cab.b.node), cab.b.port, true, 8});
+    t.links.push_back(
+        TopologyLink{fabric_id_of(cab.a.node), cab.a.port, fabric_id_of(cab.b.node), cab.b.port, true, 8});
   }
   auto rt = RouteTable::compute(t);
   ASSERT_TRUE(rt.has_value()) << rt.error().to_string();
@@ -98,8 +98,7 @@ cables:
 )");
   ASSERT_TRUE(plan.has_value()) << plan.error().to_string();
   const LightPaths paths(*plan);
-  EXPECT_EQ(paths.cabled_card_ports(),
-            (std::vector<CardPort>{{0, 0}, {0, 1}, {1, 0}, {2, 0}, {2, 1}}));
+  EXPECT_EQ(paths.cabled_card_ports(), (std::vector<CardPort>{{0, 0}, {0, 1}, {1, 0}, {2, 0}, {2, 1}}));
   auto lp = paths.trace(0, 0);
   ASSERT_TRUE(lp.has_value());
   EXPECT_EQ(CardPort(lp->card, lp->port), (CardPort{1, 0}));

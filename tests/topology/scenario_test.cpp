@@ -44,23 +44,22 @@ TEST_P(TopologyFileFaultErrors, NameTheEntryAndField) {
 
 INSTANTIATE_TEST_SUITE_P(
     All, TopologyFileFaultErrors,
-    testing::Values(
-        BadCase{"fault_kind", kHead + "faults: [{at_ms: 1, kind: meteor, card: 0}]",
-                "faults[0].kind: unknown fault kind 'meteor'"},
-        BadCase{"fault_card", kHead + "faults: [{at_ms: 1, kind: iommu_fault, card: 9}]",
-                "faults[0].card: card 9 outside 0..3"},
-        BadCase{"fault_port", kHead + "faults: [{at_ms: 1, kind: lane_loss, card: 0, port: 4, lane: 0}]",
-                "faults[0].port: port 4 beyond card 0"},
-        BadCase{"fault_needs_port", kHead + "faults: [{at_ms: 1, kind: flap_storm, card: 0}]",
-                "faults[0].port: flap_storm needs a port"},
-        BadCase{"fault_needs_lane", kHead + "faults: [{at_ms: 1, kind: lane_loss, card: 0, port: 1}]",
-                "faults[0].lane: lane_loss needs a lane"},
-        BadCase{"fault_lane", kHead + "faults: [{at_ms: 1, kind: lane_loss, card: 0, port: 1, lane: 8}]",
-                "faults[0].lane: 8 outside 0..7"},
-        BadCase{"fault_engine", kHead + "faults: [{at_ms: 1, kind: engine_hang, card: 0}]",
-                "faults[0].engine: engine_hang needs an engine"},
-        BadCase{"fault_count", kHead + "faults: [{at_ms: 1, kind: iommu_fault, card: 0, count: 0}]",
-                "faults[0].count: must be >= 1"}),
+    testing::Values(BadCase{"fault_kind", kHead + "faults: [{at_ms: 1, kind: meteor, card: 0}]",
+                            "faults[0].kind: unknown fault kind 'meteor'"},
+                    BadCase{"fault_card", kHead + "faults: [{at_ms: 1, kind: iommu_fault, card: 9}]",
+                            "faults[0].card: card 9 outside 0..3"},
+                    BadCase{"fault_port", kHead + "faults: [{at_ms: 1, kind: lane_loss, card: 0, port: 4, lane: 0}]",
+                            "faults[0].port: port 4 beyond card 0"},
+                    BadCase{"fault_needs_port", kHead + "faults: [{at_ms: 1, kind: flap_storm, card: 0}]",
+                            "faults[0].port: flap_storm needs a port"},
+                    BadCase{"fault_needs_lane", kHead + "faults: [{at_ms: 1, kind: lane_loss, card: 0, port: 1}]",
+                            "faults[0].lane: lane_loss needs a lane"},
+                    BadCase{"fault_lane", kHead + "faults: [{at_ms: 1, kind: lane_loss, card: 0, port: 1, lane: 8}]",
+                            "faults[0].lane: 8 outside 0..7"},
+                    BadCase{"fault_engine", kHead + "faults: [{at_ms: 1, kind: engine_hang, card: 0}]",
+                            "faults[0].engine: engine_hang needs an engine"},
+                    BadCase{"fault_count", kHead + "faults: [{at_ms: 1, kind: iommu_fault, card: 0, count: 0}]",
+                            "faults[0].count: must be >= 1"}),
     [](const auto& p) { return std::string(p.param.name); });
 
 // ---- Scenario files: the topology files' hardened rules (issue 19) ----------------------------
@@ -103,8 +102,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"duration_overflow",
                 "faults:\n  - {at_ms: 1, kind: flap_storm, card: 0, port: 0, duration_ms: 18446744073709551}\n",
                 "faults[0].duration_ms: 18446744073709551 overflows 64-bit nanoseconds"},
-        BadCase{"duration_twice", "faults:\n  - {at_ms: 1, kind: lane_loss, card: 0, port: 0, lane: 1, "
-                                  "duration_ms: 1, duration_us: 5}\n",
+        BadCase{"duration_twice",
+                "faults:\n  - {at_ms: 1, kind: lane_loss, card: 0, port: 0, lane: 1, "
+                "duration_ms: 1, duration_us: 5}\n",
                 "faults[0].duration_ms: given with duration_us"},
         BadCase{"count_wraps", "faults:\n  - {at_ms: 1, kind: iommu_fault, card: 0, count: 4294967296}\n",
                 "faults[0].count: 4294967296 is larger than 4294967295"},

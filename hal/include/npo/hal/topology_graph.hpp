@@ -49,11 +49,11 @@ class LightPaths {
   [[nodiscard]] std::size_t dense(const FabricEnd& e) const noexcept;
   std::uint32_t cards_ = 0;
   std::vector<FabricCable> cables_;
-  std::vector<double> switch_loss_;      ///< insertion loss per switch
+  std::vector<double> switch_loss_;       ///< insertion loss per switch
   std::vector<std::size_t> switch_base_;  ///< dense index of each switch's port 0
-  std::vector<std::int32_t> cable_;      ///< per dense port: cable index, -1 none
-  std::vector<std::uint8_t> is_b_;       ///< per dense port: it is that cable's b end
-  std::vector<std::int64_t> xc_;         ///< per dense switch port: partner's dense index, -1 idle
+  std::vector<std::int32_t> cable_;       ///< per dense port: cable index, -1 none
+  std::vector<std::uint8_t> is_b_;        ///< per dense port: it is that cable's b end
+  std::vector<std::int64_t> xc_;          ///< per dense switch port: partner's dense index, -1 idle
   std::vector<CardPort> cabled_;
 };
 
