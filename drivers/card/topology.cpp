@@ -4,9 +4,8 @@
 
 #include <algorithm>
 #include <bit>
-#include <deque>
 #include <map>
-#include <unordered_map>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -53,38 +52,45 @@ Result<Topology> discover_topology(System& system) {
   return t;
 }
 
-int Topology::hops(std::uint32_t from, std::uint32_t to) const {
-  if (!std::binary_search(cards.begin(), cards.end(), from) || !std::binary_search(cards.begin(), cards.end(), to)) {
-    return -1;
-  }
-  if (from == to) return 0;
-  std::unordered_map<std::uint32_t, std::vector<std::uint32_t>> adj;
-  for (const auto& l : links) {
+namespace {
+
+/// The graph of `t`'s Up links, vertices = positions in `cards` (ascending fabric IDs); links
+/// to a card not in `cards` and loopbacks are left out (no route goes through them).
+FabricGraph up_graph(const Topology& t, const std::vector<std::uint32_t>& cards) {
+  FabricGraph g(cards.size());
+  auto pos = [&](std::uint32_t fid) -> std::optional<std::uint32_t> {
+    const auto it = std::lower_bound(cards.begin(), cards.end(), fid);
+    if (it == cards.end() || *it != fid) return std::nullopt;
+    return static_cast<std::uint32_t>(it - cards.begin());
+  };
+  for (const auto& l : t.links) {
     if (!l.up) continue;
-    adj[l.a_fabric_id].push_back(l.b_fabric_id);
-    adj[l.b_fabric_id].push_back(l.a_fabric_id);
+    const auto a = pos(l.a_fabric_id), b = pos(l.b_fabric_id);
+    if (!a || !b || *a == *b) continue;
+    g.add_edge(*a, l.a_port, *b, l.b_port);
   }
-  std::unordered_map<std::uint32_t, int> dist{{from, 0}};
-  std::deque<std::uint32_t> q{from};
-  while (!q.empty()) {
-    const auto u = q.front();
-    q.pop_front();
-    for (auto v : adj[u]) {
-      if (dist.contains(v)) continue;
-      dist[v] = dist[u] + 1;
-      if (v == to) return dist[v];
-      q.push_back(v);
-    }
-  }
-  return -1;
+  return g;
+}
+
+}  // namespace
+
+int Topology::hops(std::uint32_t from, std::uint32_t to) const {
+  const auto a = std::lower_bound(cards.begin(), cards.end(), from);
+  const auto b = std::lower_bound(cards.begin(), cards.end(), to);
+  if (a == cards.end() || *a != from || b == cards.end() || *b != to) return -1;
+  if (from == to) return 0;
+  const auto dist = up_graph(*this, cards).distances_from(static_cast<std::uint32_t>(a - cards.begin()));
+  return dist[static_cast<std::size_t>(b - cards.begin())];
 }
 
 std::vector<std::vector<int>> Topology::hop_matrix() const {
   std::vector<std::vector<int>> m(cards.size(), std::vector<int>(cards.size(), -1));
   auto rt = RouteTable::compute(*this);
-  if (!rt) {  // fabric IDs outside the route table's range: fall back to one search per pair
+  if (!rt) {  // fabric IDs outside the route table's range: one search per card
+    const FabricGraph g = up_graph(*this, cards);
     for (std::size_t i = 0; i < cards.size(); ++i) {
-      for (std::size_t j = 0; j < cards.size(); ++j) m[i][j] = hops(cards[i], cards[j]);
+      const auto dist = g.distances_from(static_cast<std::uint32_t>(i));
+      for (std::size_t j = 0; j < cards.size(); ++j) m[i][j] = dist[j];
     }
     return m;
   }
@@ -110,124 +116,40 @@ Result<RouteTable> RouteTable::compute(const Topology& topology) {
     }
     rt.index_[fid] = static_cast<int>(i);
   }
-  const std::size_t n = rt.cards_.size();
-  rt.adj_.assign(n, {});
   for (const auto& l : topology.links) {
-    if (!l.up) continue;
-    if (l.a_port >= regs::kMaxPorts || l.b_port >= regs::kMaxPorts) {
+    if (l.up && (l.a_port >= regs::kMaxPorts || l.b_port >= regs::kMaxPorts)) {
       return fail(Code::kInvalidArgument,
                   fmt::format("route table: link {}:{} - {}:{} has a port beyond {}", l.a_fabric_id, l.a_port,
                               l.b_fabric_id, l.b_port, regs::kMaxPorts - 1));
     }
-    const int a = rt.index_of(l.a_fabric_id);
-    const int b = rt.index_of(l.b_fabric_id);
-    if (a < 0 || b < 0 || a == b) continue;  // unknown card or a loopback: no route through it
-    rt.adj_[a].emplace_back(b, l.a_port);
-    rt.adj_[b].emplace_back(a, l.b_port);
   }
-  // One breadth-first search per destination gives every card's distance to it; the ECMP
-  // set of (u, dst) is every port of u leading to a neighbour one hop closer.
-  rt.hops_.assign(n * n, -1);
-  rt.ecmp_.assign(n * n, 0);
-  std::vector<int> dist(n);
-  std::vector<int> queue(n);
-  for (std::size_t dst = 0; dst < n; ++dst) {
-    std::fill(dist.begin(), dist.end(), -1);
-    dist[dst] = 0;
-    std::size_t head = 0;
-    std::size_t tail = 0;
-    queue[tail++] = static_cast<int>(dst);
-    while (head < tail) {
-      const int u = queue[head++];
-      for (const auto& [v, port] : rt.adj_[u]) {
-        if (dist[v] >= 0) continue;
-        dist[v] = dist[u] + 1;
-        queue[tail++] = v;
-      }
-    }
-    for (std::size_t u = 0; u < n; ++u) {
-      rt.hops_[u * n + dst] = static_cast<std::int16_t>(dist[u]);
-      if (dist[u] <= 0) continue;
-      std::uint16_t mask = 0;
-      for (const auto& [v, port] : rt.adj_[u]) {
-        if (dist[v] == dist[u] - 1) mask |= static_cast<std::uint16_t>(1u << port);
-      }
-      rt.ecmp_[u * n + dst] = mask;
-    }
-  }
+  rt.paths_ = ShortestPaths(up_graph(topology, rt.cards_));
   return rt;
 }
 
-int RouteTable::index_of(std::uint32_t fid) const noexcept { return fid < index_.size() ? index_[fid] : -1; }
+std::uint32_t RouteTable::index_of(std::uint32_t fid) const noexcept {
+  return fid < index_.size() && index_[fid] >= 0 ? static_cast<std::uint32_t>(index_[fid]) : ~0u;
+}
 
 int RouteTable::hops(std::uint32_t from, std::uint32_t to) const noexcept {
-  const int a = index_of(from);
-  const int b = index_of(to);
-  if (a < 0 || b < 0) return -1;
-  return hops_[static_cast<std::size_t>(a) * cards_.size() + static_cast<std::size_t>(b)];
+  return paths_.hops(index_of(from), index_of(to));
 }
 
 std::uint16_t RouteTable::egress_ports(std::uint32_t from, std::uint32_t to) const noexcept {
-  const int a = index_of(from);
-  const int b = index_of(to);
-  if (a < 0 || b < 0) return 0;
-  return ecmp_[static_cast<std::size_t>(a) * cards_.size() + static_cast<std::size_t>(b)];
+  return paths_.egress_ports(index_of(from), index_of(to));
 }
 
 std::vector<std::uint32_t> RouteTable::path(std::uint32_t from, std::uint32_t to) const {
-  std::vector<std::uint32_t> out;
-  int u = index_of(from);
-  const int dst = index_of(to);
-  if (u < 0 || dst < 0 || hops(from, to) < 0) return out;
-  const std::size_t n = cards_.size();
-  out.push_back(from);
-  while (u != dst) {
-    const std::uint16_t mask = ecmp_[static_cast<std::size_t>(u) * n + static_cast<std::size_t>(dst)];
-    const auto port = static_cast<unsigned>(std::countr_zero(mask));
-    int next = -1;
-    for (const auto& [v, p] : adj_[u]) {
-      if (p == port && hops_[static_cast<std::size_t>(v) * n + static_cast<std::size_t>(dst)] ==
-                           hops_[static_cast<std::size_t>(u) * n + static_cast<std::size_t>(dst)] - 1) {
-        next = v;
-        break;
-      }
-    }
-    if (next < 0) return {};  // unreachable by construction; defensive
-    u = next;
-    out.push_back(cards_[static_cast<std::size_t>(u)]);
-  }
+  std::vector<std::uint32_t> out = paths_.path(index_of(from), index_of(to));
+  for (auto& v : out) v = cards_[v];
   return out;
 }
 
 std::uint32_t RouteTable::path_count(std::uint32_t from, std::uint32_t to) const {
-  const int src = index_of(from);
-  const int dst = index_of(to);
-  if (src < 0 || dst < 0 || hops(from, to) < 0) return 0;
-  const std::size_t n = cards_.size();
-  // Count paths on the shortest-path DAG towards dst, nearest cards first.
-  std::vector<std::size_t> order(n);
-  for (std::size_t i = 0; i < n; ++i) order[i] = i;
-  auto d = [&](std::size_t u) { return hops_[u * n + static_cast<std::size_t>(dst)]; };
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return d(a) < d(b); });
-  std::vector<std::uint64_t> count(n, 0);
-  count[static_cast<std::size_t>(dst)] = 1;
-  constexpr std::uint64_t kMax = 0xffffffffu;
-  for (const std::size_t u : order) {
-    if (d(u) <= 0) continue;
-    std::uint64_t c = 0;
-    for (const auto& [v, port] : adj_[u]) {
-      if (d(static_cast<std::size_t>(v)) == d(u) - 1) c = std::min(kMax, c + count[static_cast<std::size_t>(v)]);
-    }
-    count[u] = c;
-  }
-  return static_cast<std::uint32_t>(count[static_cast<std::size_t>(src)]);
+  return paths_.path_count(index_of(from), index_of(to));
 }
 
-int RouteTable::diameter() const noexcept {
-  int best = 0;
-  for (const auto h : hops_) best = std::max<int>(best, h);
-  return best;
-}
+int RouteTable::diameter() const noexcept { return paths_.diameter(); }
 
 Result<void> program_routes(System& system, const RouteTable& routes) {
   for (std::size_t c = 0; c < system.device_count(); ++c) {

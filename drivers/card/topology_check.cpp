@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "npo/hal/topology_graph.hpp"
+
 namespace npo {
 
 std::string_view link_issue_name(LinkIssueKind k) noexcept {
@@ -45,9 +47,9 @@ std::string name(const CardPort& p) { return fmt::format("{}:{}", p.card, p.port
 
 TopologyCheck check_topology(const Topology& found, const FabricSpec& plan) {
   TopologyCheck out;
-  // What each port learned in training, from both ends of every reported link. Fabric ID f
-  // is card f - 1 of the plan (fabric ID 0 would be invalid; it maps to a card beyond the plan).
-  auto cp = [](std::uint32_t fid, unsigned port) { return CardPort{fid - 1, port}; };
+  // What each port learned in training, from both ends of every reported link, named as the
+  // plan names cards (card_index_of; fabric ID 0 maps to a card beyond the plan).
+  auto cp = [](std::uint32_t fid, unsigned port) { return CardPort{card_index_of(fid), port}; };
   std::map<CardPort, Seen> seen;
   for (const auto& l : found.links) {
     const CardPort a = cp(l.a_fabric_id, l.a_port), b = cp(l.b_fabric_id, l.b_port);
@@ -55,26 +57,26 @@ TopologyCheck check_topology(const Topology& found, const FabricSpec& plan) {
     if (l.up) seen.emplace(b, Seen{a, true, l.lanes});  // one-sided links only speak for a
   }
   std::set<std::uint32_t> found_cards;
-  for (auto fid : found.cards) found_cards.insert(fid - 1);
+  for (auto fid : found.cards) found_cards.insert(card_index_of(fid));
   for (std::uint32_t c = 0; c < plan.cards; ++c) {
     if (!found_cards.contains(c)) {
-      out.issues.push_back(LinkIssue{LinkIssueKind::kMissingCard, CardPort{c, 0}, std::nullopt, std::nullopt, 0,
-                                     fmt::format("missing card: card {} (fabric ID {}) not found", c, c + 1)});
+      out.issues.push_back(
+          LinkIssue{LinkIssueKind::kMissingCard, CardPort{c, 0}, std::nullopt, std::nullopt, 0,
+                    fmt::format("missing card: card {} (fabric ID {}) not found", c, fabric_id_of(c))});
     }
   }
   for (auto c : found_cards) {
     if (c >= plan.cards) {
-      out.issues.push_back(
-          LinkIssue{LinkIssueKind::kUnexpectedCard, CardPort{c, 0}, std::nullopt, std::nullopt, 0,
-                    fmt::format("unexpected card: fabric ID {} is not in the plan ({} cards)", c + 1, plan.cards)});
+      out.issues.push_back(LinkIssue{
+          LinkIssueKind::kUnexpectedCard, CardPort{c, 0}, std::nullopt, std::nullopt, 0,
+          fmt::format("unexpected card: fabric ID {} is not in the plan ({} cards)", fabric_id_of(c), plan.cards)});
     }
   }
-  // The plan's light paths, per card port.
+  // The plan's light paths, per card port (the graph module's index, built once).
   std::map<CardPort, FabricLightPath> planned;
-  for (std::uint32_t c = 0; c < plan.cards; ++c) {
-    for (unsigned p = 0; p < plan.ports_of(c); ++p) {
-      if (auto lp = trace_light_path(plan, c, p)) planned.emplace(CardPort{c, p}, *lp);
-    }
+  const LightPaths paths(plan);
+  for (const auto& here : paths.cabled_card_ports()) {
+    if (auto lp = paths.trace(here.card, here.port)) planned.emplace(here, *lp);
   }
   auto seen_at = [&](const CardPort& p) -> const Seen* {
     const auto it = seen.find(p);

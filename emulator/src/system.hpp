@@ -34,9 +34,10 @@ class EmulatorImpl {
   /// Cables and optical switches (fabric.hpp); resolve_peer/channel_of read it.
   OpticalFabric fabric;
 
-  /// Card by fabric ID, or null.
+  /// Card by fabric ID, or null (card_index_of: fabric ID 0 maps beyond every system).
   Card* card_by_fabric_id(std::uint32_t fid) noexcept {
-    return (fid >= 1 && fid <= cards.size()) ? cards[fid - 1].get() : nullptr;
+    const std::uint32_t i = card_index_of(fid);
+    return i < cards.size() ? cards[i].get() : nullptr;
   }
   /// The card port at the far end of the light path from (card, port): a direct cable, or a
   /// path through optical-switch cross-connects (fabric.hpp). nullopt: no path.

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// libFuzzer target: topology files (hal/src/fabric_spec.cpp, docs/topology.md), the other
+// libFuzzer target: topology files (hal/src/topology_file_read.cpp, docs/topology.md), the other
 // parser of untrusted text. Whatever parses must validate, survive both writers, read back
 // equal from each, and trace a light path from every card port without running off the spec.
 #include <cstddef>

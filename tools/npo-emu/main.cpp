@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // npo-emu: the emulator's companion tool. `topo generate KIND --cards N ...` writes a topology
 // file (docs/topology.md) for one of the generators; `topo check FILE` validates a file and
-// prints its size and graph properties (degree, diameter, bisection, switch radix).
-// Uses only the public npo-hal API.
+// prints its size and graph properties (degree, diameter, bisection, switch radix), and checks
+// its scripted faults as the emulator would schedule them (npo::emu::check_scenario).
+// Uses the public npo-hal API and the emulator's control surface (npo/emu/emulator.hpp).
 #include <charconv>
 #include <cstdio>
 #include <fstream>
@@ -16,8 +17,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "npo/emu/emulator.hpp"
 #include "npo/hal/error.hpp"
-#include "npo/hal/fabric_spec.hpp"
+#include "npo/hal/topology_file.hpp"
+#include "npo/hal/topology_gen.hpp"
+#include "npo/hal/topology_graph.hpp"
 #include "npo/hal/units.hpp"
 
 namespace {
@@ -150,6 +154,10 @@ int main(int argc, char** argv) {
   if (chk->parsed()) {
     auto spec = npo::load_fabric_spec(in_path);
     if (!spec) return die(spec.error());
+    // The faults are the emulator's: the same validator emu:file= applies.
+    if (auto r = npo::emu::check_scenario(*spec); !r) {
+      return die(std::move(npo::Error(r.error())).prefixed(in_path));
+    }
     const auto phys = npo::analyze_fabric(*spec, npo::FabricView::kPhysical);
     const auto circ = npo::analyze_fabric(*spec, npo::FabricView::kCircuit);
     if (as_json) {

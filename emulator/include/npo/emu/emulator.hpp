@@ -17,6 +17,7 @@
 
 #include "npo/hal/backend/backend.hpp"
 #include "npo/hal/error.hpp"
+#include "npo/hal/topology_plan.hpp"
 
 namespace npo::emu {
 
@@ -29,13 +30,10 @@ enum class ClockMode : std::uint8_t {
   kRealtime,  ///< time follows CLOCK_MONOTONIC from creation; a timer thread fires events
 };
 
-/// Physical channel of one optical link (both directions alike). The lane model turns it
-/// into SNR and pre-FEC BER (docs/emulator.md "Channel model").
-struct ChannelParams {
-  double loss_db = 3.0;         ///< optical insertion loss of fibre, connectors and switch, dB
-  double snr_penalty_db = 0.0;  ///< extra SNR loss (dirty connector, crosstalk), dB, >= 0
-  std::uint8_t dead_lanes = 0;  ///< bitmap of lanes that carry no light
-};
+/// Physical channel of one optical link (both directions alike): the plan's per-link
+/// parameters (npo/hal/topology_plan.hpp FabricChannel). The lane model turns it into SNR and
+/// pre-FEC BER (docs/emulator.md "Channel model").
+using ChannelParams = FabricChannel;
 
 /// One optical cable between two card ports.
 struct Cable {
@@ -46,28 +44,15 @@ struct Cable {
   ChannelParams channel{};
 };
 
-/// One optical circuit switch (docs/topology.md "Optical switches"): `ports` ports, each idle
-/// or cross-connected to one other port. Light entering a port leaves through its partner.
-struct SwitchConfig {
-  std::string name;                                           ///< unique; used by Emulator::connect
-  unsigned ports = 0;                                         ///< radix, 1..4096
-  double insertion_loss_db = 1.5;                             ///< loss each pass adds, dB
-  std::vector<std::pair<unsigned, unsigned>> cross_connects;  ///< initial port pairs
-};
-
-/// One end of a SwitchCable: a card port or a switch port.
-struct FabricPort {
-  bool on_switch = false;  ///< false: `node` is a card index; true: an index into SystemConfig::switches
-  std::uint32_t node = 0;
-  unsigned port = 0;
-};
-
-/// A cable with at least one end on an optical switch (card-to-card cables are `Cable`).
-struct SwitchCable {
-  FabricPort a{};
-  FabricPort b{};
-  ChannelParams channel{};
-};
+/// One optical circuit switch (docs/topology.md "Optical switches"): the plan's FabricSwitch.
+/// `name` is what Emulator::connect takes; `cross_connects` are the initial port pairs.
+using SwitchConfig = FabricSwitch;
+/// One end of a SwitchCable: a card port or a switch port (the plan's FabricEnd; a switch is
+/// an index into SystemConfig::switches).
+using FabricPort = FabricEnd;
+/// A cable with at least one end on an optical switch (card-to-card cables are `Cable`): the
+/// plan's FabricCable.
+using SwitchCable = FabricCable;
 
 /// Per-card parameters.
 struct CardConfig {
@@ -93,7 +78,8 @@ enum class FaultKind : std::uint8_t {
 };
 
 /// Name used in scenario files and the event log: "iommu_fault", "engine_hang",
-/// "completion_error", "mailbox_timeout", "mailbox_corrupt", "surprise_removal".
+/// "completion_error", "mailbox_timeout", "mailbox_corrupt", "surprise_removal", "ber_ramp",
+/// "lane_loss", "flap_storm", "module_removal", "training_timeout".
 [[nodiscard]] std::string_view fault_name(FaultKind k) noexcept;
 /// Inverse of fault_name. Errors: kInvalidArgument listing the names.
 Result<FaultKind> parse_fault_kind(std::string_view name);
@@ -112,7 +98,8 @@ struct Fault {
   std::uint64_t duration_ns = 0;  ///< kind-specific duration (see each kind)
 };
 
-/// A whole emulated system.
+/// A whole emulated system. The emulator turns it into a topology plan (npo/hal/topology_plan.hpp,
+/// validated by validate_fabric_spec) and wires its cards by the graph module's light paths.
 struct SystemConfig {
   std::string name = "mesh8";  ///< for logs: "mesh8", "8", "file=..."
   unsigned num_cards = 8;      ///< 1..1024
@@ -129,7 +116,20 @@ struct SystemConfig {
   std::vector<Fault> faults;               ///< scheduled at creation (topology files' `faults`)
 };
 
-/// Parses the part of an emulator URI after "emu:": "mesh8", "N" (1..1024), "file=PATH" (a
+/// The emulator configuration a plan describes (emu:file=PATH): cards (with per-card
+/// overrides), card-to-card cables, switches and switch cables with their channels, and the
+/// plan's scripted faults, each checked as check_scenario does. URI options are applied
+/// afterwards by parse_uri. Errors: kInvalidArgument naming the entry and field ("faults[2].port: ...").
+Result<SystemConfig> system_config_from_spec(const FabricSpec& spec);
+
+/// Checks the scripted faults of a plan (a topology file's `faults`) as the emulator would
+/// schedule them on the system the plan describes: known kind, card, port and lane within the
+/// plan, engine and queue within the card, the fields each kind needs, count >= 1, a ber_ramp
+/// value in (0, 0.5). Errors: kInvalidArgument "faults[i].FIELD: ...". Pure function.
+Result<void> check_scenario(const FabricSpec& plan);
+
+/// Parses the part of an emulator URI after "emu:": "mesh8" (the generated 8-card full mesh,
+/// generate_fabric(FabricKind::kMesh, 8), on the default 8-port cards), "N" (1..1024), "file=PATH" (a
 /// topology file, docs/topology.md: cards, switches, cables with channel parameters, faults),
 /// each optionally followed by "?key=value&...": clock=virtual|realtime, seed=N,
 /// hbm=BYTES[K|M|G], ports=N, workers=N, scenario=PATH (with file=, hbm= replaces every card's
@@ -167,8 +167,11 @@ class Emulator : public std::enable_shared_from_this<Emulator> {
   /// kInvalidArgument (missing target field the kind needs).
   Result<void> inject(const Fault& fault);
   /// Loads a scenario (YAML or JSON): {seed?: N, faults: [{at_ns|at_us|at_ms: T, kind: NAME,
-  /// card: N, engine?: N, queue?: N, port?: N, lane?: N, count?: N}]}. All faults are
-  /// validated before any is scheduled. Errors: kInvalidArgument with the entry index and field.
+  /// card: N, engine?: N, queue?: N, port?: N, lane?: N, count?: N, value?: X,
+  /// duration_ns|duration_us|duration_ms?: T}]}, read by the topology files' parser
+  /// (npo/hal/topology_file.hpp parse_fabric_scenario: one document, no duplicate or unknown
+  /// key, finite numbers, no overflowing time, at most 16 MiB from a file). All faults are
+  /// validated before any is scheduled. Errors: kInvalidArgument "scenario: faults[i].FIELD: ...".
   Result<void> load_scenario_text(std::string_view text);
   Result<void> load_scenario_file(const std::filesystem::path& path);
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "npo/hal/error.hpp"
+#include "npo/hal/topology_graph.hpp"
 
 namespace npo {
 
@@ -43,8 +44,9 @@ struct Topology {
 };
 
 /// Shortest-path routes between every pair of cards of a Topology, over Up links, with the
-/// equal-cost next hops (ECMP) at every step. Built in O(V·(V+E)) time (one breadth-first
-/// search per destination) and O(V²) memory: 1024 cards take ~4 MB.
+/// equal-cost next hops (ECMP) at every step: the graph module's ShortestPaths
+/// (npo/hal/topology_graph.hpp) keyed by fabric ID. Built in O(V·(V+E)) time (one
+/// breadth-first search per destination) and O(V²) memory: 1024 cards take ~4 MB.
 /// Value type; thread-safety: const methods are safe concurrently.
 class RouteTable {
  public:
@@ -71,13 +73,11 @@ class RouteTable {
   [[nodiscard]] int diameter() const noexcept;
 
  private:
-  [[nodiscard]] int index_of(std::uint32_t fid) const noexcept;
+  /// Position of fabric ID `fid` in cards_ (a vertex of paths_), or 0xffffffff if absent.
+  [[nodiscard]] std::uint32_t index_of(std::uint32_t fid) const noexcept;
   std::vector<std::uint32_t> cards_;
   std::vector<int> index_;  ///< fabric ID -> position in cards_, -1 if absent
-  /// Up adjacency per card position: (neighbour position, local port).
-  std::vector<std::vector<std::pair<int, unsigned>>> adj_;
-  std::vector<std::int16_t> hops_;   ///< [from * n + to]
-  std::vector<std::uint16_t> ecmp_;  ///< [from * n + to] egress port mask
+  ShortestPaths paths_;     ///< over the Up links, vertices = positions in cards_
 };
 
 /// Writes every card's route table (registers.md §8) from `routes`: for each destination

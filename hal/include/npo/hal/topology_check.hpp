@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // npo-hal public API: discovery vs expected -- compares the fabric discovered from trained
-// links (npo/hal/topology.hpp) with the cabling plan of a topology file (npo/hal/fabric_spec.hpp)
+// links (npo/hal/topology.hpp) with the cabling plan of a topology file (npo/hal/topology_plan.hpp)
 // and names every difference: missing, miswired, degraded and unexpected links.
 #pragma once
 
@@ -10,8 +10,8 @@
 #include <string_view>
 #include <vector>
 
-#include "npo/hal/fabric_spec.hpp"
 #include "npo/hal/topology.hpp"
+#include "npo/hal/topology_plan.hpp"
 
 namespace npo {
 
@@ -27,14 +27,6 @@ enum class LinkIssueKind : std::uint8_t {
 
 /// "missing", "miswired", "degraded", "unexpected", "missing_card", "unexpected_card".
 [[nodiscard]] std::string_view link_issue_name(LinkIssueKind k) noexcept;
-
-/// One card port as the plan names it: card index (fabric ID - 1) and port.
-struct CardPort {
-  std::uint32_t card = 0;
-  unsigned port = 0;
-  friend bool operator==(const CardPort&, const CardPort&) = default;
-  friend auto operator<=>(const CardPort&, const CardPort&) = default;
-};
 
 /// One difference between plan and discovery.
 struct LinkIssue {
@@ -58,7 +50,7 @@ struct TopologyCheck {
 };
 
 /// Compares `found` (discover_topology) with the plan `expected`. Card i of the plan is the
-/// card with fabric ID i + 1. The expected neighbour of a card port follows the plan's cable and,
+/// card with fabric ID fabric_id_of(i). The expected neighbour of a card port follows the plan's cable and,
 /// through optical switches, the cross-connects (trace_light_path). Each planned link is
 /// reported once (at its lower end) unless its ends disagree, then each miswired end is named.
 /// Precondition: `expected` validates. Pure function; thread-safe.
