@@ -40,7 +40,7 @@ std::string Table::header() const {
 
 void Table::print_header() const { std::fputs(header().c_str(), stdout); }
 
-std::string Table::line(std::initializer_list<std::string> cells) const {
+std::string Table::row_of(const std::vector<std::string>& cells) const {
   std::string out;
   auto cell = cells.begin();
   for (const auto& c : columns_) {

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdio>
-#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -70,8 +69,10 @@ class Table {
   template <typename... Cells>
   [[nodiscard]] std::string row(const Cells&... cells) const {
     static_assert((!std::is_floating_point_v<Cells> && ...), "format floating-point cells first");
-    return line({fmt::format("{}", cells)...});
+    return row_of({fmt::format("{}", cells)...});
   }
+  /// As row(), for a row built at run time (e.g. one cell per card).
+  [[nodiscard]] std::string row_of(const std::vector<std::string>& cells) const;
 
   /// Prints header() to stdout.
   void print_header() const;
@@ -82,7 +83,6 @@ class Table {
   }
 
  private:
-  [[nodiscard]] std::string line(std::initializer_list<std::string> cells) const;
   std::vector<Column> columns_;
 };
 
