@@ -34,8 +34,7 @@ json training_json(System& sys, const PortTraining& r) {
   }
   json nb = nullptr;
   if (r.neighbor_fabric_id) {
-    auto nc = card_of(sys, r.neighbor_fabric_id);
-    nb = {{"card", nc ? json(*nc) : json(nullptr)}, {"port", or_null(r.neighbor_port)}};
+    nb = {{"card", or_null(card_of(sys, r.neighbor_fabric_id))}, {"port", or_null(r.neighbor_port)}};
   }
   return {{"card", r.card},
           {"port", r.port},
