@@ -9,8 +9,10 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -22,14 +24,23 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/backend.hpp"
+#include "common/bring_up.hpp"
+#include "common/output.hpp"
 #include "npo/hal/hal.hpp"
 
 namespace {
 
+using npo::tools::Column;
+using npo::tools::Table;
+
+/// Program name in messages.
+constexpr std::string_view kTool = "npo-dma-bench";
+
 using Clock = std::chrono::steady_clock;
 
 struct Options {
-  std::string uri = "emu:mesh8";
+  std::optional<std::string> backend;  ///< --backend; unset: $NPO_BACKEND, else emu:mesh8
   std::string mode = "h2d";
   std::vector<std::string> sizes = {"64", "4K", "64K", "1M", "16M"};
   unsigned batch = 32;
@@ -80,10 +91,7 @@ double memcpy_gbps(std::byte* dst, const std::byte* src, std::uint64_t size, std
   return static_cast<double>(size) * static_cast<double>(ops) / s / 1e9;
 }
 
-int fail_with(const std::string& what, const npo::Error& e) {
-  std::fprintf(stderr, "npo-dma-bench: %s: %s\n", what.c_str(), e.to_string().c_str());
-  return 1;
-}
+int fail_with(std::string_view what, const npo::Error& e) { return npo::tools::fail(kTool, what, e); }
 
 /// A cheap timestamp for the HAL-time accounting: the TSC on x86-64 (a steady_clock read costs
 /// ~36 ns on these VMs, as much as the calls being timed), steady_clock elsewhere.
@@ -183,11 +191,11 @@ Result measure(std::vector<npo::DmaQueue*>& qs, const EnqueueFn& enqueue, std::u
 
 int main(int argc, char** argv) {
   Options o;
-  if (const char* env = std::getenv("NPO_BACKEND"); env != nullptr && *env != '\0') o.uri = env;
   std::string log_level;
   CLI::App app{"npo-dma-bench: DMA bandwidth and op rate, with a same-run memcpy baseline per size"};
-  app.add_option("--log-level", log_level, "trace|debug|info|warn|error|critical|off (default: NPO_LOG_LEVEL or warn)");
-  app.add_option("-b,--backend", o.uri, "backend URI (default emu:mesh8; emu:mesh8?hbm=1G for 256 MiB transfers)");
+  npo::tools::add_log_level_option(app, log_level);
+  npo::tools::add_backend_option(app, o.backend, "-b,--backend",
+                                 "backend URI (default emu:mesh8; emu:mesh8?hbm=1G for 256 MiB transfers)");
   app.add_option("-m,--mode", o.mode,
                  "h2d (host->HBM) | d2h | d2d (HBM->HBM, one card) | peer (card->card through a window) | "
                  "matrix (every card pair)")
@@ -204,9 +212,7 @@ int main(int argc, char** argv) {
   app.add_flag("--json", o.json, "print one JSON object with a 'results' array");
   CLI11_PARSE(app, argc, argv);
 
-  npo::log::Options lo;
-  if (!log_level.empty()) lo.level = log_level;
-  if (auto r = npo::log::configure(lo); !r) return fail_with("logging", r.error());
+  if (auto r = npo::tools::configure_logging(log_level); !r) return fail_with("logging", r.error());
   std::vector<std::uint64_t> sizes;
   for (const auto& s : o.sizes) {
     const std::uint64_t v = parse_size(s);
@@ -221,8 +227,9 @@ int main(int argc, char** argv) {
     sizes.push_back(v);
   }
   const bool fabric = o.mode == "peer" || o.mode == "matrix";
-  auto sys = npo::System::open(o.uri);
-  if (!sys) return fail_with("open " + o.uri, sys.error());
+  const std::string uri = npo::tools::backend_uri(o.backend);
+  auto sys = npo::System::open(uri);
+  if (!sys) return fail_with("open " + uri, sys.error());
   auto& s = **sys;
   const std::size_t ncards = s.device_count();
   if (o.card >= ncards) {
@@ -272,16 +279,16 @@ int main(int argc, char** argv) {
   }
   npo::RouteTable routes = npo::RouteTable::compute({}).value();
   if (fabric) {
-    auto up = npo::bring_up_links(s);
-    if (!up) return fail_with("link bring-up", up.error());
     // Routes over the discovered graph, so cards that are not direct neighbours are reached
     // over several hops (registers.md §8).
-    auto rt = npo::route_fabric(s);
-    if (!rt) return fail_with("routing", rt.error());
-    routes = std::move(*rt);
+    auto brought =
+        npo::tools::bring_up(s, {.timeout_ns = npo::tools::kDefaultBringUpTimeoutNs, .program_routes = true});
+    if (!brought) return fail_with(brought.error().step, brought.error().error);
+    const npo::LinkBringUp& up = brought->links;
+    routes = std::move(*brought->routes);
     if (!o.json) {
       fmt::print("links: {} of {} ports with a module trained Up in {:.1f} ms; routes programmed, diameter {} hops\n",
-                 up->up, up->ports_with_module, static_cast<double>(up->elapsed_ns) / 1e6, routes.diameter());
+                 up.up, up.ports_with_module, static_cast<double>(up.elapsed_ns) / 1e6, routes.diameter());
     }
   }
 
@@ -434,7 +441,7 @@ int main(int argc, char** argv) {
                      {"errors", r.errors}});
     }
     nlohmann::json out = {{"backend", s.uri()}, {"card", o.card}, {"results", arr}};
-    std::puts(out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    npo::tools::print_json(out);
   } else if (o.mode == "matrix") {
     fmt::print("npo-dma-bench  backend {}  mode matrix  size {}  batch {}  queues {}\n", s.uri(), human(sizes[0]),
                o.batch, o.queues);
@@ -443,19 +450,22 @@ int main(int argc, char** argv) {
         "stderr); memcpy of the same size {:.2f} GB/s\n\n",
         results.empty() ? 0.0 : results[0].memcpy_gbps);
     if (ncards <= 16) {
-      fmt::print("{:>6}", "");
-      for (std::size_t j = 0; j < ncards; ++j) fmt::print(" {:>7}", j);
-      fmt::print("\n");
+      std::vector<Column> cols(ncards + 1, Column{.header = "", .width = 7});
+      cols[0] = {.header = "", .width = 6, .before = ""};
+      const Table table(std::move(cols));
+      std::vector<std::string> cells{""};
+      for (std::size_t j = 0; j < ncards; ++j) cells.push_back(fmt::format("{}", j));
+      std::fputs(table.row_of(cells).c_str(), stdout);
       for (std::size_t i = 0; i < ncards; ++i) {
-        fmt::print("{:>6}", i);
+        cells = {fmt::format("{}", i)};
         for (std::size_t j = 0; j < ncards; ++j) {
           if (i == j) {
-            fmt::print(" {:>7}", "-");
+            cells.emplace_back("-");
           } else {
-            fmt::print(" {:>7}", matrix_err[i][j] ? std::string("ERR") : fmt::format("{:.2f}", matrix[i][j]));
+            cells.push_back(matrix_err[i][j] ? std::string("ERR") : fmt::format("{:.2f}", matrix[i][j]));
           }
         }
-        fmt::print("\n");
+        std::fputs(table.row_of(cells).c_str(), stdout);
       }
     } else {
       // Too many columns to read: the card pairs grouped by the hops their route takes.
@@ -474,7 +484,13 @@ int main(int argc, char** argv) {
       }
       fmt::print("{} cards: {} ordered pairs, grouped by the hops of their route (--json has every pair)\n\n", ncards,
                  ncards * (ncards - 1));
-      fmt::print("{:>6} {:>7} {:>9} {:>9} {:>9} {:>7}\n", "HOPS", "PAIRS", "MIN GB/s", "MEDIAN", "MAX GB/s", "ERR");
+      const Table table({{"HOPS", 6, Column::Align::kRight, ""},
+                         {"PAIRS", 7},
+                         {"MIN GB/s", 9},
+                         {"MEDIAN", 9},
+                         {"MAX GB/s", 9},
+                         {"ERR", 7}});
+      table.print_header();
       std::set<int> hops;
       for (const auto& [h, v] : by_hops) hops.insert(h);
       for (const auto& [h, n] : errs) hops.insert(h);
@@ -482,20 +498,30 @@ int main(int argc, char** argv) {
         auto v = by_hops[h];
         std::sort(v.begin(), v.end());
         const auto cell = [&](double x) { return v.empty() ? std::string("-") : fmt::format("{:.2f}", x); };
-        fmt::print("{:>6} {:>7} {:>9} {:>9} {:>9} {:>7}\n", h < 0 ? std::string("unreach") : std::to_string(h),
-                   v.size() + errs[h], cell(v.empty() ? 0 : v.front()), cell(v.empty() ? 0 : v[v.size() / 2]),
-                   cell(v.empty() ? 0 : v.back()), errs[h]);
+        table.print_row(h < 0 ? std::string("unreach") : std::to_string(h), v.size() + errs[h],
+                        cell(v.empty() ? 0 : v.front()), cell(v.empty() ? 0 : v[v.size() / 2]),
+                        cell(v.empty() ? 0 : v.back()), errs[h]);
       }
     }
   } else {
     fmt::print("npo-dma-bench  backend {}  card {}{}  mode {}  batch {}  queues {}  depth {}\n\n", s.uri(), o.card,
                o.mode == "peer" ? fmt::format(" -> card {}", peer) : std::string(), o.mode, o.batch, o.queues, o.depth);
-    fmt::print("{:>8} {:>10} {:>9} {:>12} {:>12} {:>8} {:>12} {:>8} {:>10} {:>7}\n", "SIZE", "OPS", "GB/s", "OPS/s",
-               "memcpy GB/s", "RATIO", "host memcpy", "RATIO_H", "HAL ns/op", "ERRORS");
+    const Table table({{"SIZE", 8, Column::Align::kRight, ""},
+                       {"OPS", 10},
+                       {"GB/s", 9},
+                       {"OPS/s", 12},
+                       {"memcpy GB/s", 12},
+                       {"RATIO", 8},
+                       {"host memcpy", 12},
+                       {"RATIO_H", 8},
+                       {"HAL ns/op", 10},
+                       {"ERRORS", 7}});
+    table.print_header();
     for (const auto& r : results) {
-      fmt::print("{:>8} {:>10} {:>9.2f} {:>12.0f} {:>12.2f} {:>8.2f} {:>12.2f} {:>8.2f} {:>10.1f} {:>7}\n",
-                 human(r.size), r.ops, r.gbps, r.ops_per_s, r.memcpy_gbps, r.ratio, r.host_memcpy_gbps,
-                 r.gbps / r.host_memcpy_gbps, r.hal_ns_per_op, r.errors);
+      table.print_row(human(r.size), r.ops, fmt::format("{:.2f}", r.gbps), fmt::format("{:.0f}", r.ops_per_s),
+                      fmt::format("{:.2f}", r.memcpy_gbps), fmt::format("{:.2f}", r.ratio),
+                      fmt::format("{:.2f}", r.host_memcpy_gbps), fmt::format("{:.2f}", r.gbps / r.host_memcpy_gbps),
+                      fmt::format("{:.1f}", r.hal_ns_per_op), r.errors);
     }
     fmt::print(
         "\nGB/s = 1e9 bytes/s of successful ops, end to end (enqueue to completion). memcpy GB/s: CPU memcpy of the "

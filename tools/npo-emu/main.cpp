@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/output.hpp"
 #include "npo/emu/emulator.hpp"
 #include "npo/hal/error.hpp"
 #include "npo/hal/topology_file.hpp"
@@ -28,10 +29,7 @@ namespace {
 
 using nlohmann::json;
 
-int die(const npo::Error& e) {
-  std::fprintf(stderr, "npo-emu: %s\n", e.to_string().c_str());
-  return 1;
-}
+int die(const npo::Error& e) { return npo::tools::fail("npo-emu", e); }
 
 std::string dist(const std::map<unsigned, unsigned>& m) {
   std::string s;
@@ -170,8 +168,7 @@ int main(int argc, char** argv) {
              {"faults", spec->faults.size()},
              {"physical", props_json(phys)},
              {"circuit", props_json(circ)}};
-      // replace: a file name need not be UTF-8, and dump() would throw on it.
-      std::printf("%s\n", j.dump(2, ' ', false, json::error_handler_t::replace).c_str());
+      npo::tools::print_json(j);  // a file name need not be UTF-8: print_json replaces bad bytes
       return 0;
     }
     std::printf("%s: valid\n", in_path.c_str());

@@ -3,17 +3,30 @@
 // PCIe link and firmware read from each card. Uses only the public npo-hal API.
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <map>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/backend.hpp"
+#include "common/bring_up.hpp"
+#include "common/output.hpp"
 #include "npo/hal/hal.hpp"
 
 namespace {
+
+using npo::tools::Column;
+using npo::tools::fail;
+using npo::tools::print_json;
+using npo::tools::Table;
+
+/// Program name in messages.
+constexpr std::string_view kTool = "npo-smi";
 
 std::string human_bytes(std::uint64_t b) {
   if (b >= (1ULL << 30) && b % (1ULL << 30) == 0) return fmt::format("{} GiB", b >> 30);
@@ -95,21 +108,14 @@ std::string link_class(const npo::Topology& t, const npo::RouteTable& rt, std::s
 /// training exchanged, computes routes, then prints a card x card matrix of hops (like
 /// nvidia-smi topo -m; compact up to 64 cards, summarised beyond), or JSON.
 int topo(npo::System& s, bool json) {
-  auto up = npo::bring_up_links(s);
-  if (!up) {
-    std::fprintf(stderr, "npo-smi: link bring-up: %s\n", up.error().to_string().c_str());
-    return 1;
-  }
+  // Routes are computed here from the discovered graph, not programmed into the cards.
+  auto fabric = npo::tools::bring_up(s, {.timeout_ns = npo::tools::kDefaultBringUpTimeoutNs, .program_routes = false});
+  if (!fabric) return fail(kTool, fabric.error().step, fabric.error().error);
+  const npo::LinkBringUp& up = fabric->links;
   auto t = npo::discover_topology(s);
-  if (!t) {
-    std::fprintf(stderr, "npo-smi: topology: %s\n", t.error().to_string().c_str());
-    return 1;
-  }
+  if (!t) return fail(kTool, "topology", t.error());
   auto rt = npo::RouteTable::compute(*t);
-  if (!rt) {
-    std::fprintf(stderr, "npo-smi: routes: %s\n", rt.error().to_string().c_str());
-    return 1;
-  }
+  if (!rt) return fail(kTool, "routes", rt.error());
   const std::size_t n = t->cards.size();
   // RouteTable::diameter() is over reachable pairs only: count the unreachable ones so a
   // disconnected fabric is not reported with a small finite diameter.
@@ -138,22 +144,22 @@ int topo(npo::System& s, bool json) {
     }
     nlohmann::json out = {{"uri", s.uri()},
                           {"training",
-                           {{"ports_with_module", up->ports_with_module},
-                            {"up", up->up},
-                            {"failed", up->failed},
-                            {"elapsed_ms", static_cast<double>(up->elapsed_ns) / 1e6}}},
+                           {{"ports_with_module", up.ports_with_module},
+                            {"up", up.up},
+                            {"failed", up.failed},
+                            {"elapsed_ms", static_cast<double>(up.elapsed_ns) / 1e6}}},
                           {"cards", cards},
                           {"links", links},
                           {"diameter", rt->diameter()},
                           {"connected", unreachable == 0},
                           {"unreachable_pairs", unreachable},
                           {"hops", hops}};
-    std::puts(out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    print_json(out);
     return 0;
   }
-  if (up->up < up->ports_with_module) {
-    fmt::print(stderr, "npo-smi: {} of {} ports with a module did not train Up\n", up->ports_with_module - up->up,
-               up->ports_with_module);
+  if (up.up < up.ports_with_module) {
+    fmt::print(stderr, "npo-smi: {} of {} ports with a module did not train Up\n", up.ports_with_module - up.up,
+               up.ports_with_module);
   }
   unsigned up_links = 0;
   for (const auto& l : t->links) up_links += l.up ? 1 : 0;
@@ -165,17 +171,19 @@ int topo(npo::System& s, bool json) {
                              unreachable, n * (n - 1), rt->diameter());
   fmt::print(
       "npo-smi topo  backend {}  {} cards  {} links Up; {} of {} ports with a module trained Up in {:.1f} ms  {}\n\n",
-      s.uri(), n, up_links, up->up, up->ports_with_module, static_cast<double>(up->elapsed_ns) / 1e6, diameter);
+      s.uri(), n, up_links, up.up, up.ports_with_module, static_cast<double>(up.elapsed_ns) / 1e6, diameter);
   if (n <= 64) {
     const bool compact = n > 16;
-    const int w = n > 32 ? 3 : (compact ? 4 : 6);
-    fmt::print("{:>{}}", "", w);
-    for (std::size_t j = 0; j < n; ++j) fmt::print("{:>{}}", compact ? fmt::format("{}", j) : fmt::format("C{}", j), w);
-    fmt::print("\n");
+    const unsigned w = n > 32 ? 3 : (compact ? 4 : 6);
+    const Table matrix(std::vector<Column>(n + 1, Column{.header = "", .width = w, .before = ""}));
+    const auto name = [&](std::size_t c) { return compact ? fmt::format("{}", c) : fmt::format("C{}", c); };
+    std::vector<std::string> cells{""};
+    for (std::size_t j = 0; j < n; ++j) cells.push_back(name(j));
+    std::fputs(matrix.row_of(cells).c_str(), stdout);
     for (std::size_t i = 0; i < n; ++i) {
-      fmt::print("{:>{}}", compact ? fmt::format("{}", i) : fmt::format("C{}", i), w);
-      for (std::size_t j = 0; j < n; ++j) fmt::print("{:>{}}", link_class(*t, *rt, i, j, compact), w);
-      fmt::print("\n");
+      cells = {name(i)};
+      for (std::size_t j = 0; j < n; ++j) cells.push_back(link_class(*t, *rt, i, j, compact));
+      std::fputs(matrix.row_of(cells).c_str(), stdout);
     }
     fmt::print(
         "\n{}: card n (fabric ID n+1). X: itself. {}: reachable in h hops over trained optical links ({}: a direct\n"
@@ -227,33 +235,29 @@ int topo(npo::System& s, bool json) {
 int main(int argc, char** argv) {
   CLI::App app{
       "npo-smi: list NPO accelerator cards (identity, BARs, NUMA, HBM, PCIe, firmware); `topo` shows the fabric"};
-  std::string uri = std::getenv("NPO_BACKEND") != nullptr ? std::getenv("NPO_BACKEND") : std::string(npo::kDefaultUri);
+  std::optional<std::string> backend;
   bool json = false;
   std::string log_level;
-  app.add_option("-b,--backend", uri,
-                 "backend URI: emu:mesh8 (default), emu:N, emu:file=PATH, vfio:all, vfio:BDF "
-                 "(env NPO_BACKEND overrides the default)");
+  npo::tools::add_backend_option(app, backend, "-b,--backend",
+                                 "backend URI: emu:mesh8 (default), emu:N, emu:file=PATH, vfio:all, vfio:BDF "
+                                 "(env NPO_BACKEND overrides the default)");
   app.add_flag("--json", json,
                "print one JSON object (cards: a 'cards' array; topo: 'cards', 'links', 'hops', 'diameter', "
                "'connected')");
-  app.add_option("--log-level", log_level, "trace|debug|info|warn|error|critical|off (default: NPO_LOG_LEVEL or warn)");
+  npo::tools::add_log_level_option(app, log_level);
   auto* topo_cmd =
       app.add_subcommand("topo", "train the optical links, then show the discovered card x card hop matrix");
   topo_cmd->add_flag("--json", json, "print {cards, links, hops, diameter, connected} as JSON");
   topo_cmd->fallthrough();  // `npo-smi topo --backend X` works like `npo-smi --backend X topo`
   CLI11_PARSE(app, argc, argv);
 
-  npo::log::Options lo;
-  if (!log_level.empty()) lo.level = log_level;
-  if (auto r = npo::log::configure(lo); !r) {
-    std::fprintf(stderr, "npo-smi: %s\n", r.error().to_string().c_str());
+  if (auto r = npo::tools::configure_logging(log_level); !r) {
+    fail(kTool, r.error());
     return 2;
   }
+  const std::string uri = npo::tools::backend_uri(backend);
   auto sys = npo::System::open(uri);
-  if (!sys) {
-    std::fprintf(stderr, "npo-smi: cannot open '%s': %s\n", uri.c_str(), sys.error().to_string().c_str());
-    return 1;
-  }
+  if (!sys) return fail(kTool, fmt::format("cannot open '{}'", uri), sys.error());
   auto& s = **sys;
   if (topo_cmd->parsed()) return topo(s, json);
   if (json) {
@@ -263,18 +267,28 @@ int main(int argc, char** argv) {
                           {"backend", std::string(s.backend_name())},
                           {"uri", s.uri()},
                           {"cards", cards}};
-    std::puts(out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    print_json(out);
     return 0;
   }
   fmt::print("npo-smi {}  backend {} ({})  {} card{}\n\n", npo::kVersion, s.uri(), s.backend_name(), s.device_count(),
              s.device_count() == 1 ? "" : "s");
-  fmt::print("{:<4} {:<12} {:<9} {:>6} {:>4} {:>8} {:<10} {:<8} {:<16} {}\n", "CARD", "BDF", "PCI ID", "FABRIC", "NUMA",
-             "HBM", "PCIe", "FIRMWARE", "SERIAL", "MODEL");
+  using Align = Column::Align;
+  const Table cards({{"CARD", 4, Align::kLeft, ""},
+                     {"BDF", 12, Align::kLeft},
+                     {"PCI ID", 9, Align::kLeft},
+                     {"FABRIC", 6},
+                     {"NUMA", 4},
+                     {"HBM", 8},
+                     {"PCIe", 10, Align::kLeft},
+                     {"FIRMWARE", 8, Align::kLeft},
+                     {"SERIAL", 16, Align::kLeft},
+                     {"MODEL", 0, Align::kLeft}});
+  cards.print_header();
   for (std::size_t i = 0; i < s.device_count(); ++i) {
     const auto& d = s.device(i).info();
-    fmt::print("{:<4} {:<12} {:04x}:{:04x} {:>6} {:>4} {:>8} {:<10} {:<8} {:016x} {}\n", d.index, d.bdf, d.vendor_id,
-               d.device_id, d.fabric_id, d.numa_node, human_bytes(d.hbm_bytes),
-               fmt::format("{:g}GT/s x{}", d.pcie.gts, d.pcie.width), d.firmware.firmware, d.serial, d.model);
+    cards.print_row(d.index, d.bdf, fmt::format("{:04x}:{:04x}", d.vendor_id, d.device_id), d.fabric_id, d.numa_node,
+                    human_bytes(d.hbm_bytes), fmt::format("{:g}GT/s x{}", d.pcie.gts, d.pcie.width),
+                    d.firmware.firmware, fmt::format("{:016x}", d.serial), d.model);
   }
   if (s.device_count() > 0) {
     const auto& d = s.device(0).info();

@@ -1,0 +1,132 @@
+// SPDX-License-Identifier: Apache-2.0
+// tools/common: the backend URI order, the JSON text, error lines, tables and the one bring-up
+// every tool calls (on the emulator's virtual clock).
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "common/backend.hpp"
+#include "common/bring_up.hpp"
+#include "common/output.hpp"
+#include "npo/hal/system.hpp"
+
+namespace {
+
+using npo::tools::Column;
+using npo::tools::Table;
+
+/// Sets (or with nullptr unsets) NPO_BACKEND for one test, restoring it afterwards.
+class BackendEnv {
+ public:
+  explicit BackendEnv(const char* value) {
+    if (const char* old = std::getenv("NPO_BACKEND")) old_ = old;
+    if (value != nullptr) {
+      ::setenv("NPO_BACKEND", value, 1);
+    } else {
+      ::unsetenv("NPO_BACKEND");
+    }
+  }
+  ~BackendEnv() {
+    if (old_) {
+      ::setenv("NPO_BACKEND", old_->c_str(), 1);
+    } else {
+      ::unsetenv("NPO_BACKEND");
+    }
+  }
+  BackendEnv(const BackendEnv&) = delete;
+  BackendEnv& operator=(const BackendEnv&) = delete;
+
+ private:
+  std::optional<std::string> old_;
+};
+
+TEST(ToolsBackend, GivenThenEnvironmentThenDefault) {
+  {
+    const BackendEnv env(nullptr);
+    EXPECT_EQ(npo::tools::backend_uri(std::nullopt), npo::kDefaultUri);
+    EXPECT_EQ(npo::tools::backend_uri(std::string("emu:2")), "emu:2");
+  }
+  {
+    const BackendEnv env("emu:3");
+    EXPECT_EQ(npo::tools::backend_uri(std::nullopt), "emu:3");
+    EXPECT_EQ(npo::tools::backend_uri(std::string("emu:2")), "emu:2");
+    EXPECT_EQ(npo::tools::backend_uri(std::string()), "");  // an explicit empty --backend is kept (open fails)
+  }
+  {
+    const BackendEnv env("");  // set but empty: as unset
+    EXPECT_EQ(npo::tools::backend_uri(std::nullopt), npo::kDefaultUri);
+  }
+}
+
+TEST(ToolsBackend, OptionBindsTheGivenValue) {
+  CLI::App app;
+  std::optional<std::string> given;
+  std::string level;
+  npo::tools::add_backend_option(app, given, "-b,--backend", "backend URI");
+  npo::tools::add_log_level_option(app, level);
+  app.parse("-b emu:4 --log-level debug", false);
+  EXPECT_EQ(given, "emu:4");
+  EXPECT_EQ(level, "debug");
+  EXPECT_FALSE(npo::tools::configure_logging("loud"));
+  EXPECT_TRUE(npo::tools::configure_logging("warn"));
+}
+
+TEST(ToolsOutput, JsonIsIndentedAndSurvivesBytesThatAreNotUtf8) {
+  const nlohmann::json j = {
+      {"file", std::string("a\xff.hex")}, {"n", 1}, {"x", npo::tools::or_null(std::optional<int>())}};
+  EXPECT_EQ(npo::tools::json_text(j), "{\n  \"file\": \"a\xEF\xBF\xBD.hex\",\n  \"n\": 1,\n  \"x\": null\n}");
+  EXPECT_EQ(npo::tools::or_null(std::optional<double>(2.5)), nlohmann::json(2.5));
+}
+
+TEST(ToolsOutput, FailPrintsToolWhatAndErrorAndReturnsOne) {
+  const npo::Error e(npo::Code::kNotFound, "no such card");
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(npo::tools::fail("npo-x", "open emu:9", e), 1);
+  EXPECT_EQ(npo::tools::fail("npo-x", e), 1);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(),
+            "npo-x: open emu:9: " + e.to_string() + "\nnpo-x: " + e.to_string() + "\n");
+}
+
+TEST(ToolsTable, PadsCellsToTheColumnWidthWithTheColumnSeparators) {
+  using Align = Column::Align;
+  const Table t(
+      {{"CARD", 4, Align::kRight, ""}, {"STATE", 7, Align::kLeft, "  "}, {"Gb/s", 6}, {"WHY", 0, Align::kLeft}});
+  EXPECT_EQ(t.header(), "CARD  STATE     Gb/s WHY\n");
+  EXPECT_EQ(t.row(3, "UP", "800", "fine"), "   3  UP         800 fine\n");
+  // A cell longer than its column is not cut; the free-text column takes any length.
+  EXPECT_EQ(t.row(12345, "DEGRADED", "12.5", ""), "12345  DEGRADED   12.5 \n");
+  EXPECT_EQ(t.row_of({"1", "A", "2", "x y z"}), "   1  A            2 x y z\n");
+  // Same as the format strings the tools used before: "{:>4}  {:<7} {:>6} {}".
+  EXPECT_EQ(t.row(7, "DOWN", fmt::format("{:g}", 0.5), "-"),
+            fmt::format("{:>4}  {:<7} {:>6} {}\n", 7, "DOWN", 0.5, "-"));
+}
+
+TEST(ToolsBringUp, TrainsEveryCabledPortAndProgramsRoutesOnRequest) {
+  auto sys = npo::System::open("emu:mesh8?clock=virtual&hbm=1M");
+  ASSERT_TRUE(sys) << sys.error().to_string();
+  auto links = npo::tools::bring_up(**sys);
+  ASSERT_TRUE(links) << links.error().step << ": " << links.error().error.to_string();
+  EXPECT_EQ(links->links.ports_with_module, 56u);  // 8 cards x 7 cabled ports
+  EXPECT_EQ(links->links.up, 56u);
+  EXPECT_FALSE(links->routes.has_value());
+  auto routed = npo::tools::bring_up(**sys, {.program_routes = true});
+  ASSERT_TRUE(routed) << routed.error().step << ": " << routed.error().error.to_string();
+  ASSERT_TRUE(routed->routes.has_value());
+  EXPECT_EQ(routed->routes->diameter(), 1);  // a full mesh
+}
+
+TEST(ToolsBringUp, TheTimeoutCapsTheBringUp) {
+  auto sys = npo::System::open("emu:mesh8?clock=virtual&hbm=1M");
+  ASSERT_TRUE(sys) << sys.error().to_string();
+  // 1 ms of platform clock is far less than a training takes (~60 ms): ports end by timeout.
+  auto up = npo::tools::bring_up(**sys, {.timeout_ns = 1'000'000});
+  ASSERT_TRUE(up) << up.error().error.to_string();
+  EXPECT_EQ(up->links.ports_with_module, 56u);
+  EXPECT_LT(up->links.up, 56u);
+  EXPECT_GT(up->links.failed, 0u);
+}
+
+}  // namespace

@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "common/backend.hpp"
+
+#include <cstdlib>
+
+#include "npo/hal/log.hpp"
+#include "npo/hal/system.hpp"
+
+namespace npo::tools {
+
+std::string backend_uri(const std::optional<std::string>& given) {
+  if (given) return *given;
+  const char* env = std::getenv(kBackendEnv);
+  return env != nullptr && *env != '\0' ? std::string(env) : std::string(npo::kDefaultUri);
+}
+
+CLI::Option* add_backend_option(CLI::App& app, std::optional<std::string>& given, const std::string& names,
+                                const std::string& help) {
+  return app.add_option(names, given, help);
+}
+
+CLI::Option* add_log_level_option(CLI::App& app, std::string& level) {
+  return app.add_option("--log-level", level,
+                        "trace|debug|info|warn|error|critical|off (default: NPO_LOG_LEVEL or warn)");
+}
+
+Result<void> configure_logging(const std::string& level) {
+  npo::log::Options lo;
+  if (!level.empty()) lo.level = level;
+  return npo::log::configure(lo);
+}
+
+}  // namespace npo::tools

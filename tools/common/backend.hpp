@@ -1,0 +1,36 @@
+// SPDX-License-Identifier: Apache-2.0
+// tools/common: the backend a tool opens, the --backend option and the --log-level option,
+// read the same way by every tool.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "npo/hal/error.hpp"
+
+namespace npo::tools {
+
+/// Environment variable naming the backend when --backend is not given.
+inline constexpr const char* kBackendEnv = "NPO_BACKEND";
+
+/// The backend URI a tool opens: `given` (the --backend value, also when empty) if set, else
+/// $NPO_BACKEND if set and not empty, else npo::kDefaultUri ("emu:mesh8"). A bad URI is not
+/// checked here: System::open reports it. Thread-safety: reads the environment.
+[[nodiscard]] std::string backend_uri(const std::optional<std::string>& given);
+
+/// Adds the backend option `names` (e.g. "--backend" or "-b,--backend") with `help` to `app`,
+/// bound to `given`; backend_uri(given) then resolves the URI after parsing.
+CLI::Option* add_backend_option(CLI::App& app, std::optional<std::string>& given, const std::string& names,
+                                const std::string& help);
+
+/// Adds --log-level (spdlog level names) bound to `level`; empty when not given.
+CLI::Option* add_log_level_option(CLI::App& app, std::string& level);
+
+/// Configures the library's logging (npo::log::configure) with `level`, or with its defaults
+/// (NPO_LOG_LEVEL, else warn) when `level` is empty. Errors: kInvalidArgument for an unknown
+/// level name.
+Result<void> configure_logging(const std::string& level);
+
+}  // namespace npo::tools

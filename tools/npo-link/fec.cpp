@@ -1,0 +1,50 @@
+// SPDX-License-Identifier: Apache-2.0
+// npo-link fec: per port, the FEC counters and symbol-error bins of every lane.
+#include <string>
+
+#include <fmt/format.h>
+
+#include "common/output.hpp"
+#include "link.hpp"
+
+namespace npo::tools::link {
+
+int fec_once(System& sys, LinkMonitor& mon, const Common& c) {
+  auto snap = mon.snapshot();
+  if (!snap) return report(snap.error(), "snapshot");
+  if (c.json) {
+    print_ports_json(sys, *snap, c);
+    return 0;
+  }
+  const Table table({{"LANE", 4, Column::Align::kRight, "  "},
+                     {"CODEWORDS", 14},
+                     {"CORRECTED", 12},
+                     {"UNCORR", 8},
+                     {"SYM-ERRORS", 12},
+                     {"PRE-BER", 9},
+                     {"BINS (errors:codewords, bins 1..15)", 0, Column::Align::kLeft, "  "}});
+  std::size_t rows = 0;
+  for (const auto& cp : snap->cards) {
+    for (std::size_t i = 0; i < cp.ports.size(); ++i) {
+      const auto& ps = cp.ports[i];
+      const auto& h = cp.health[i];
+      if (!listed(c, ps)) continue;
+      ++rows;
+      fmt::print("card {} port {}: {} ({})\n", cp.card, ps.port, port_state_name(h.state), h.reason);
+      table.print_header();
+      for (unsigned l = 0; l < ps.lanes.size(); ++l) {
+        const auto& lc = ps.lanes[l];
+        std::string bins;
+        for (unsigned b = 1; b < lc.fec_bins.size(); ++b) {
+          if (lc.fec_bins[b] != 0) bins += fmt::format("{}{}:{}", bins.empty() ? "" : " ", b, lc.fec_bins[b]);
+        }
+        table.print_row(l, lc.codewords, lc.corrected, lc.uncorrectable, lc.symbol_errors, ber_text(lane_ber(ps, h, l)),
+                        bins.empty() ? "-" : bins);
+      }
+    }
+  }
+  say_if_empty(rows);
+  return 0;
+}
+
+}  // namespace npo::tools::link
