@@ -164,6 +164,11 @@ Device::~Device() = default;
 const DeviceInfo& Device::info() const noexcept { return impl_->info; }
 unsigned Device::port_count() const noexcept { return impl_->info.num_ports; }
 
+card::CardAccess card::access(Device& device) noexcept {
+  auto& d = impl_of(device);
+  return CardAccess{d.bar0, d.info, d.mailbox.get()};
+}
+
 Result<FirmwareVersions> Device::firmware_versions() {
   auto r = impl_->mailbox->call(mb::Command::kGetVersions, {});
   if (!r) return std::unexpected(r.error());

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// drivers/card: the driver state behind npo::Device, bound to one backend::Device.
+// drivers/card: the driver state behind npo::Device, bound to one backend::Device, and the
+// drivers' private way into the public objects (detail::DriverAccess). Private to drivers/:
+// neither installed nor included by tools or the public headers.
 #pragma once
 
 #include <atomic>
@@ -7,10 +9,12 @@
 #include <mutex>
 #include <vector>
 
+#include "card/access.hpp"
 #include "card/mailbox.hpp"
 #include "card/memory.hpp"
 #include "npo/hal/backend/backend.hpp"
 #include "npo/hal/device.hpp"
+#include "npo/hal/system.hpp"
 
 namespace npo {
 
@@ -36,5 +40,28 @@ struct Device::Impl {
   static Result<std::unique_ptr<Impl>> probe(std::unique_ptr<backend::Device> dev, std::uint32_t index,
                                              std::uint64_t mailbox_timeout_ns);
 };
+
+namespace detail {
+
+/// The drivers' access to what the public API keeps private: a Device's driver state, the
+/// System's backend. Device and System befriend it; only drivers/ include this header.
+struct DriverAccess {
+  using DeviceImpl = Device::Impl;
+  static DeviceImpl& device(Device& d) noexcept { return *d.impl_; }
+  static const DeviceImpl& device(const Device& d) noexcept { return *d.impl_; }
+  /// Wraps probed driver state into a Device (System::open).
+  static std::unique_ptr<Device> make_device(std::unique_ptr<DeviceImpl> impl) {
+    return std::unique_ptr<Device>(new Device(std::move(impl)));
+  }
+  /// The backend a System was opened on (system.cpp). Valid while the System lives.
+  static backend::Backend& backend(System& s) noexcept;
+};
+
+}  // namespace detail
+
+/// The driver state of a card (drivers only).
+using DeviceImpl = detail::DriverAccess::DeviceImpl;
+/// Driver state of `d`. Valid while `d` lives.
+inline DeviceImpl& impl_of(Device& d) noexcept { return detail::DriverAccess::device(d); }
 
 }  // namespace npo

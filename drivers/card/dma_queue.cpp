@@ -55,7 +55,7 @@ std::uint64_t now_ns() noexcept {
 
 class QueueImpl final : public DmaQueue {
  public:
-  QueueImpl(Device::Impl& d, unsigned qid, const QueueOptions& o) : d_(d), qid_(qid), opts_(o), bar0_(*d.bar0) {}
+  QueueImpl(DeviceImpl& d, unsigned qid, const QueueOptions& o) : d_(d), qid_(qid), opts_(o), bar0_(*d.bar0) {}
 
   ~QueueImpl() override {
     // Stop the queue before its rings go away: disable, reset (aborts anything pending on
@@ -381,7 +381,7 @@ class QueueImpl final : public DmaQueue {
     return {};
   }
 
-  Device::Impl& d_;
+  DeviceImpl& d_;
   unsigned qid_;
   QueueOptions opts_;
   backend::Mmio& bar0_;

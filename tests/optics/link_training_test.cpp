@@ -285,7 +285,7 @@ TEST(LinkMonitorEmu, FlappingPortIsHeldDownUntilReEnabled) {
 
 struct Mesh {
   EmuRig rig{"mesh8?clock=virtual&hbm=1M"};
-  npo::backend::Clock& clock() { return rig.sys->backend().clock(); }
+  npo::Clock clock() { return rig.sys->clock(); }
   void sleep_ms(std::uint64_t ms) { clock().sleep_until(clock().now_ns() + ms * kMs); }
   bool up() {
     auto r = npo::bring_up_links(*rig.sys, 10'000 * kMs);

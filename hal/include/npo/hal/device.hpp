@@ -13,6 +13,10 @@
 
 namespace npo {
 
+namespace detail {
+struct DriverAccess;
+}  // namespace detail
+
 /// One BAR of a card.
 struct BarInfo {
   unsigned index = 0;      ///< BAR number 0..5
@@ -120,12 +124,11 @@ class Device {
   /// Number of optical ports (0 .. info().num_ports - 1).
   [[nodiscard]] unsigned port_count() const noexcept;
 
-  struct Impl;
-  /// Internal: the driver's state. Not part of the stable API.
-  [[nodiscard]] Impl& impl() noexcept { return *impl_; }
-  explicit Device(std::unique_ptr<Impl> impl);
-
  private:
+  // Devices are created by System::open only; their state is the drivers' business.
+  struct Impl;
+  friend struct detail::DriverAccess;  // the drivers' private way in (drivers/card/device_impl.hpp)
+  explicit Device(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 
