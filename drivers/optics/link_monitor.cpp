@@ -192,8 +192,8 @@ Result<LinkSnapshot> LinkMonitor::snapshot() {
       // Flap policy: FLAP_COUNT increments since the last snapshot are downs now.
       if (pt.have_prev && ps.flap_count > pt.last_flap) {
         if (pt.damper.on_down(s.timestamp_ns, ps.flap_count - pt.last_flap) && options_.enforce_flap_policy) {
-          m.write32(regs::port_reg(p, pr::kCtrl), pr::kCtrlEnable.set(ps.ctrl, 0));
-          ps.ctrl = pr::kCtrlEnable.set(ps.ctrl, 0);
+          m.write32(regs::port_reg(p, pr::kCtrl), pr::kCtrlEnable.set(rec.ctrl, 0));
+          ps.enabled = false;
         }
       }
       pt.last_flap = ps.flap_count;

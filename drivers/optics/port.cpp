@@ -106,13 +106,22 @@ PortStatus decode_port_record(const st::PortRecord& rec, unsigned port, unsigned
   }
   ps.train_count = rec.train_count;
   ps.flap_count = rec.flap_count;
-  ps.ctrl = rec.ctrl;
-  ps.lane_map = rec.lane_map;
+  ps.enabled = pr::kCtrlEnable.get(rec.ctrl) != 0;
+  ps.loopback = pr::kCtrlLoopback.get(rec.ctrl) != 0;
+  ps.prbs_generating = pr::kCtrlPrbsGen.get(rec.ctrl) != 0;
+  ps.prbs_checking = pr::kCtrlPrbsCheck.get(rec.ctrl) != 0;
+  ps.prbs_host_side = pr::kCtrlPrbsSide.get(rec.ctrl) != 0;
+  if (const unsigned pat = pr::kCtrlPrbsPattern.get(rec.ctrl); pat <= static_cast<unsigned>(PrbsPattern::kPrbs13)) {
+    ps.prbs_pattern = static_cast<PrbsPattern>(pat);
+  }
+  for (unsigned n = 0; n < ps.lane_map.size(); ++n) {
+    const unsigned phys = (rec.lane_map >> (4 * n)) & 0xfu;
+    ps.lane_map[n] = phys < regs::kLanesPerPort ? static_cast<std::uint8_t>(phys) : kUnusedLane;
+  }
   ps.lane_enable = static_cast<std::uint8_t>(pr::kLaneEnableMask.get(rec.lane_enable));
   // An empty mask is no configuration a card accepts (reset value 0xFF, set_lane_enable
   // refuses 0): a card without LANE_ENABLE reads 0 there and uses every lane.
   if (ps.lane_enable == 0) ps.lane_enable = static_cast<std::uint8_t>(lanes >= 8 ? 0xff : (1u << lanes) - 1);
-  ps.train_result.raw = rec.train_result;
   ps.train_result.code = static_cast<std::uint8_t>(pr::kTrainResultCode.get(rec.train_result));
   const unsigned ts = pr::kTrainResultState.get(rec.train_result);
   ps.train_result.state =
@@ -121,7 +130,10 @@ PortStatus decode_port_record(const st::PortRecord& rec, unsigned port, unsigned
   ps.train_result.attempt = pr::kTrainResultAttempt.get(rec.train_result);
   ps.up_count = rec.up_count;
   ps.coeff_updates = rec.coeff_updates;
-  ps.event_status = rec.event_status;
+  ps.events.link_up = pr::kEventLinkUp.get(rec.event_status) != 0;
+  ps.events.link_down = pr::kEventLinkDown.get(rec.event_status) != 0;
+  ps.events.train_fail = pr::kEventTrainFail.get(rec.event_status) != 0;
+  ps.events.module_change = pr::kEventModuleChange.get(rec.event_status) != 0;
   ps.prbs_lanes = static_cast<std::uint8_t>(rec.prbs_lanes);
   if (ps.module_present) {
     ps.module_temp_c = static_cast<double>(static_cast<std::int32_t>(rec.module_temp)) / 256.0;

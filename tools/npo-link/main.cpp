@@ -285,9 +285,9 @@ npo::Result<void> ensure_up(npo::System& sys, npo::LinkMonitor& mon) {
     for (unsigned p = 0; p < sys.device(c).port_count(); ++p) {
       auto ps = npo::read_port(sys.device(c), p);
       if (!ps) return std::unexpected(ps.error());
-      if (ps->module_present && ps->state != npo::LinkState::kUp && (ps->ctrl & 1u) == 0) need = true;
+      if (ps->module_present && ps->state != npo::LinkState::kUp && !ps->enabled) need = true;
       if (ps->module_present && ps->state == npo::LinkState::kFault) need = true;
-      if (ps->module_present && ps->state != npo::LinkState::kUp && (ps->ctrl & 1u) != 0) need = true;
+      if (ps->module_present && ps->state != npo::LinkState::kUp && ps->enabled) need = true;
     }
   }
   if (!need) return {};
