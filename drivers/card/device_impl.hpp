@@ -21,6 +21,8 @@ namespace npo {
 struct Device::Impl {
   std::unique_ptr<backend::Device> dev;
   backend::Mmio* bar0 = nullptr;
+  /// The platform clock (Backend::clock()): every deadline of the card's driver is on it.
+  backend::Clock* clock = nullptr;
   DeviceInfo info;
   std::unique_ptr<gpu::MailboxClient> mailbox;
   gpu::MemoryState mem;
@@ -33,12 +35,12 @@ struct Device::Impl {
   std::atomic<std::uint64_t> aperture_used{0};
   std::uint64_t aperture_bytes = 0;
 
-  /// Probes a freshly opened function: identity, BARs, capabilities, enables memory space
-  /// and bus mastering, checks MAGIC/VERSION, reads geometry, asks firmware IDENTIFY and
+  /// Probes a freshly opened function (`clock`: the backend's, outlives the Impl): identity, BARs, capabilities,
+  /// enables memory space and bus mastering, checks MAGIC/VERSION, reads geometry, asks firmware IDENTIFY and
   /// GET_VERSIONS. Errors: kFailedPrecondition (not our card, unsupported interface major),
   /// kDeadlineExceeded / kDataLoss (mailbox), backend errors.
   static Result<std::unique_ptr<Impl>> probe(std::unique_ptr<backend::Device> dev, std::uint32_t index,
-                                             std::uint64_t mailbox_timeout_ns);
+                                             backend::Clock& clock, std::uint64_t mailbox_timeout_ns);
 };
 
 namespace detail {

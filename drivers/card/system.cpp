@@ -40,7 +40,7 @@ Result<std::unique_ptr<System>> System::open(std::string_view uri, const SystemO
     if (fi.vendor_id != fw::pci::kVendorId || fi.device_id != fw::pci::kDeviceId) continue;
     auto dev = (*be)->open(fi.address);
     if (!dev) return std::unexpected(Error(dev.error()).with({.card = index}));
-    auto di = DeviceImpl::probe(std::move(*dev), index, options.mailbox_timeout_ns);
+    auto di = DeviceImpl::probe(std::move(*dev), index, (*be)->clock(), options.mailbox_timeout_ns);
     if (!di) return std::unexpected(di.error());
     impl->devices.push_back(detail::DriverAccess::make_device(std::move(*di)));
     ++index;

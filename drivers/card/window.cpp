@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "card/deadline.hpp"
 #include "card/device_impl.hpp"
 #include "npo/fw/mailbox.hpp"
 #include "npo/fw/pci.hpp"
@@ -112,18 +113,20 @@ class WindowImpl final : public Window {
     // Entry invalid with a new generation: every check after this write fails.
     m.write32(regs::window_reg(h_.window_id, wr::kCtrl), wr::kCtrlGeneration.make(next_gen));
     revoked_ = true;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-    for (;;) {
+    // In-flight remote ops drain as fast as the engines go: a kCardWork deadline (1 s of
+    // platform time; card/deadline.hpp) that does not move emulated time.
+    const card::Deadline deadline(*d_.clock, 1'000'000'000, card::WaitFor::kCardWork);
+    for (unsigned i = 0;; ++i) {
       const std::uint32_t st = m.read32(regs::window_reg(h_.window_id, wr::kStatus));
       if (st == 0xffffffffu) return fail(Code::kUnavailable, "card removed", {.card = d_.info.index});
       if (wr::kStatusInflight.get(st) == 0) break;
-      if (std::chrono::steady_clock::now() > deadline) {
+      if (deadline.expired()) {
         return fail(Code::kDeadlineExceeded,
                     fmt::format("window {}: {} remote ops still inside 1 s after revoke", h_.window_id,
                                 wr::kStatusInflight.get(st)),
                     {.card = d_.info.index});
       }
-      std::this_thread::yield();
+      deadline.pause(0, 0);  // attempt 0: a yield, as a drain takes microseconds
     }
     m.write64(regs::window_reg(h_.window_id, wr::kKey), 0);
     return {};

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "card/access.hpp"
+#include "card/deadline.hpp"
 #include "npo/fw/regs.hpp"
 #include "npo/fw/stats.hpp"
 #include "npo/hal/backend/backend.hpp"
@@ -127,8 +128,9 @@ Result<LinkSnapshot> LinkMonitor::snapshot() {
       card::access(dev).bar0->write32(g::kStatsCtrl, ct.seq);
     }
   }
-  // 2. Wait for every block (bounded in wall time: the DMA does not need emulated time).
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(options_.stats_timeout_ns);
+  // 2. Wait for every block. The card DMAs them as fast as it can: a kCardWork deadline on
+  // the platform clock, which never moves emulated time (card/deadline.hpp).
+  const card::Deadline deadline(clock, options_.stats_timeout_ns, card::WaitFor::kCardWork);
   std::vector<std::uint8_t> arrived(n, 0);
   if (options_.use_stats_dma) {
     for (unsigned spin = 0;; ++spin) {
@@ -142,7 +144,7 @@ Result<LinkSnapshot> LinkMonitor::snapshot() {
           all = false;
         }
       }
-      if (all || std::chrono::steady_clock::now() >= deadline) break;
+      if (all || deadline.expired()) break;
       if (spin > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   }

@@ -69,9 +69,10 @@ struct DeviceInfo {
 
 /// Heartbeat reply (mailbox HEARTBEAT, docs/spec/mailbox.md §3.4).
 struct Heartbeat {
-  std::uint64_t uptime_ns = 0;      ///< firmware uptime
-  std::uint32_t count = 0;          ///< heartbeats answered since firmware start
-  std::uint64_t round_trip_ns = 0;  ///< host-measured request->reply time
+  std::uint64_t uptime_ns = 0;  ///< firmware uptime
+  std::uint32_t count = 0;      ///< heartbeats answered since firmware start
+  std::uint64_t round_trip_ns =
+      0;  ///< host-measured request->reply time, platform clock (on a virtual clock usually 0)
 };
 
 /// One entry of the firmware error log (docs/spec/mailbox.md §3.8).
@@ -88,6 +89,7 @@ struct FirmwareLogEntry {
 /// One card. Owned by its System.
 /// Thread-safety: info() is immutable after open. Mailbox calls (firmware_versions,
 /// heartbeat, error_log, reset) are serialised internally and may be called from any thread.
+/// Time: every timeout below is on the platform clock (System::clock()).
 class Device {
  public:
   ~Device();
@@ -105,7 +107,8 @@ class Device {
   /// Reads up to `max_entries` firmware error log entries, oldest first. Errors as above.
   Result<std::vector<FirmwareLogEntry>> error_log(std::size_t max_entries = 256);
 
-  /// Resets the card (function level reset through the backend) and waits for STATUS.READY.
+  /// Resets the card (function level reset through the backend) and waits up to 2 s of
+  /// platform time for STATUS.READY.
   /// Every queue and window of the card is invalid afterwards. Errors: kDeadlineExceeded,
   /// kUnimplemented (backend cannot reset), kUnavailable.
   Result<void> reset();

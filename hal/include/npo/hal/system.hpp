@@ -25,7 +25,10 @@ inline constexpr std::string_view kDefaultUri = "emu:mesh8";
 struct SystemOptions {
   /// Registry to resolve the URI with; null: backend::builtin_registry().
   const backend::Registry* registry = nullptr;
-  /// Mailbox reply timeout per command, in ns (default 1 s).
+  /// Mailbox reply timeout per command, in ns of platform time (System::clock(); default 1 s).
+  /// On the emulator's virtual clock a command the firmware never answers fails with
+  /// kDeadlineExceeded after this much emulated time, in a few ms of wall time (the firmware
+  /// first gets 20 ms of wall time to answer).
   std::uint64_t mailbox_timeout_ns = 1'000'000'000;
 };
 
