@@ -155,6 +155,8 @@ struct LinkBringUp {
   std::vector<PortTraining> ports;  ///< per port with a module (and ports found without one)
 };
 
+/// Step 1 of bring_up_fabric (bring_up.hpp), which most callers want instead: it also
+/// discovers the topology and programs the routes remote DMA needs.
 /// Enables every port of every card of `system` and runs the training supervisor
 /// (link_training.hpp) over all of them concurrently in one poll loop on the platform clock
 /// (on the emulator's virtual clock, waiting advances emulated time). Ports without a module
