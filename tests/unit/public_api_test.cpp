@@ -13,9 +13,13 @@ namespace {
 
 // No Device::impl(), no System::backend(), no public way to build a Device.
 template <class T>
-concept HasImpl = requires(T& t) { t.impl(); };
+concept HasImpl = requires(T& t) {
+  t.impl();
+};
 template <class T>
-concept HasBackend = requires(T& t) { t.backend(); };
+concept HasBackend = requires(T& t) {
+  t.backend();
+};
 static_assert(!HasImpl<npo::Device>);
 static_assert(!HasBackend<npo::System>);
 static_assert(!std::is_constructible_v<npo::Device, std::nullptr_t>);
@@ -23,7 +27,9 @@ static_assert(!std::is_default_constructible_v<npo::Clock>);
 
 // PortStatus carries decoded fields, not PORT.CTRL as a word.
 template <class T>
-concept HasCtrlWord = requires(T& t) { t.ctrl; };
+concept HasCtrlWord = requires(T& t) {
+  t.ctrl;
+};
 static_assert(!HasCtrlWord<npo::PortStatus>);
 static_assert(std::is_same_v<decltype(npo::PortStatus{}.enabled), bool>);
 
