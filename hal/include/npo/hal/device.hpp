@@ -71,8 +71,9 @@ struct DeviceInfo {
 struct Heartbeat {
   std::uint64_t uptime_ns = 0;  ///< firmware uptime
   std::uint32_t count = 0;      ///< heartbeats answered since firmware start
-  std::uint64_t round_trip_ns =
-      0;  ///< host-measured request->reply time, platform clock (on a virtual clock usually 0)
+  /// Host-measured request->reply time, ns of platform time (System::clock(); on a virtual
+  /// clock usually 0, as the firmware answers without emulated time passing).
+  std::uint64_t round_trip_ns = 0;
 };
 
 /// One entry of the firmware error log (docs/spec/mailbox.md §3.8).

@@ -39,10 +39,10 @@ class System {
  public:
   /// Opens the backend named by `uri` and every NPO card it enumerates, reading each card's
   /// identity through config space, BAR0 and the firmware mailbox (IDENTIFY, GET_VERSIONS).
-  /// The optical links are left as they are: on a fresh emulator (and after a card reset)
-  /// every port is disabled and no route is programmed, so host DMA works at once but remote
-  /// DMA to another card does not. Call bring_up_fabric (fabric.hpp) next to train every port
-  /// and program routes; docs/getting-started.md walks a whole program.
+  /// The optical links are left as they are: on a fresh emulator every port is disabled and
+  /// no route is programmed, so host DMA works at once but remote DMA to another card does
+  /// not. Call bring_up_fabric (bring_up.hpp) next to train every port and program routes;
+  /// docs/getting-started.md walks a whole program.
   /// Accepted URIs: "emu:mesh8", "emu:N" (1..1024), "emu:file=PATH", "vfio:all", "vfio:BDF".
   /// Errors: kInvalidArgument for an unknown URI (the message lists the accepted forms);
   /// the backend's errors (kUnavailable, kPermissionDenied, kNotFound); errors of a card that
