@@ -11,17 +11,15 @@
 
 namespace npo {
 
-namespace gpu {
-class MailboxClient;
-}  // namespace gpu
-
 namespace card {
+
+class MailboxClient;
 
 /// A card's registers and mailbox, as the drivers reach them. Valid while the Device lives.
 struct CardAccess {
-  backend::Mmio* bar0;          ///< BAR0 control registers (docs/spec/registers.md)
-  const DeviceInfo& info;       ///< what System::open read
-  gpu::MailboxClient* mailbox;  ///< serialised firmware mailbox (card/mailbox.hpp)
+  backend::Mmio* bar0;           ///< BAR0 control registers (docs/spec/registers.md)
+  const DeviceInfo& info;        ///< what System::open read
+  card::MailboxClient* mailbox;  ///< serialised firmware mailbox (card/mailbox.hpp)
 };
 
 /// Access to `device`'s registers and mailbox (device.cpp).

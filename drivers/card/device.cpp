@@ -121,7 +121,7 @@ Result<std::unique_ptr<Device::Impl>> Device::Impl::probe(std::unique_ptr<backen
   info.serial = m.read64(regs::global::kSerial);
 
   impl->bar0 = &m;
-  impl->mailbox = std::make_unique<gpu::MailboxClient>(m, clock, index, mailbox_timeout_ns);
+  impl->mailbox = std::make_unique<card::MailboxClient>(m, clock, index, mailbox_timeout_ns);
   auto id = impl->mailbox->call(mb::Command::kIdentify, {});
   if (!id) return std::unexpected(std::move(Error(id.error())).prefixed(fmt::format("{}: IDENTIFY", info.bdf)));
   if (id->size() != mb::identify::kSize) {

@@ -24,8 +24,8 @@ struct Device::Impl {
   /// The platform clock (Backend::clock()): every deadline of the card's driver is on it.
   backend::Clock* clock = nullptr;
   DeviceInfo info;
-  std::unique_ptr<gpu::MailboxClient> mailbox;
-  gpu::MemoryState mem;
+  std::unique_ptr<card::MailboxClient> mailbox;
+  card::MemoryState mem;
   std::mutex queues_mu;
   std::vector<bool> queue_open;  ///< per global queue index
   // Window translation table bookkeeping (window.cpp).

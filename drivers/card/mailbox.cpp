@@ -10,7 +10,7 @@
 #include "card/deadline.hpp"
 #include "npo/hal/log.hpp"
 
-namespace npo::gpu {
+namespace npo::card {
 
 namespace mb = fw::mbox;
 namespace m = fw::regs::mbox;
@@ -152,4 +152,4 @@ Result<std::vector<std::byte>> MailboxClient::call_once(mb::Command cmd, std::sp
   return std::vector<std::byte>(rsp.begin() + mb::hdr::kSize, rsp.begin() + rlen);
 }
 
-}  // namespace npo::gpu
+}  // namespace npo::card

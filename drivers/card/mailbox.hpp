@@ -12,7 +12,7 @@
 #include "npo/fw/mailbox.hpp"
 #include "npo/hal/backend/backend.hpp"
 
-namespace npo::gpu {
+namespace npo::card {
 
 class MailboxClient {
  public:
@@ -46,4 +46,4 @@ class MailboxClient {
   fw::mbox::Status last_status_ = fw::mbox::Status::kOk;  ///< status of the last firmware error reply
 };
 
-}  // namespace npo::gpu
+}  // namespace npo::card

@@ -15,7 +15,7 @@
 #include "card/device_impl.hpp"
 #include "npo/hal/log.hpp"
 
-namespace npo::gpu {
+namespace npo::card {
 
 namespace {
 constexpr std::uint64_t kPage = 4096;
@@ -140,7 +140,7 @@ void unmap_for_dma(backend::Device& dev, MemoryState& mem, std::uint64_t iova, s
   mem.iova_used.fetch_sub(length);
 }
 
-}  // namespace npo::gpu
+}  // namespace npo::card
 
 // ==== Public API ==============================================================================
 
@@ -163,7 +163,7 @@ class HostRegion final : public MemoryRegion {
         memfd_(memfd),
         owned_(owned) {}
   ~HostRegion() override {
-    gpu::unmap_for_dma(*dev_.dev, dev_.mem, iova_, map_len_);
+    card::unmap_for_dma(*dev_.dev, dev_.mem, iova_, map_len_);
     if (owned_) ::munmap(map_base_, map_len_);
     if (memfd_ >= 0) ::close(memfd_);
   }
@@ -256,7 +256,7 @@ Result<std::unique_ptr<MemoryRegion>> allocate_host_memory(Device& device, std::
   }
   const int bound = bind_numa(base, len, node);
   std::memset(base, 0, len);  // first touch after binding: pages land on the node, and are resident
-  auto iova = gpu::map_for_dma(*impl.dev, impl.mem, impl.info.index, base, len, backend::DmaAccess::kReadWrite);
+  auto iova = card::map_for_dma(*impl.dev, impl.mem, impl.info.index, base, len, backend::DmaAccess::kReadWrite);
   if (!iova) {
     ::munmap(base, len);
     if (memfd >= 0) ::close(memfd);
@@ -275,8 +275,8 @@ Result<std::unique_ptr<MemoryRegion>> register_host_memory(Device& device, std::
   const std::uintptr_t last = (addr + bytes.size() + 4095) & ~std::uintptr_t{4095};
   auto* base = reinterpret_cast<std::byte*>(first);
   const std::size_t len = last - first;
-  auto iova = gpu::map_for_dma(*impl.dev, impl.mem, impl.info.index, base, len,
-                               writable ? backend::DmaAccess::kReadWrite : backend::DmaAccess::kRead);
+  auto iova = card::map_for_dma(*impl.dev, impl.mem, impl.info.index, base, len,
+                                writable ? backend::DmaAccess::kReadWrite : backend::DmaAccess::kRead);
   if (!iova) return std::unexpected(iova.error());
   return std::unique_ptr<MemoryRegion>(
       std::make_unique<HostRegion>(impl, base, len, addr - first, bytes.size(), *iova, PageKind::kUser, -1, -1, false));

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The firmware mailbox through BAR0 registers (docs/spec/mailbox.md): IDENTIFY, malformed
-// requests answered with error replies (never a hang), and npo::gpu::MailboxClient against
+// requests answered with error replies (never a hang), and npo::card::MailboxClient against
 // injected corrupt replies and timeouts.
 #include <algorithm>
 #include <chrono>
@@ -149,7 +149,7 @@ TEST(MailboxIntegration, ClientDetectsCorruptReplyThenRecovers) {
   ASSERT_TRUE(rig.ok());
   be::Device* dev = rig.open(0);
   ASSERT_NE(dev, nullptr);
-  gpu::MailboxClient client(Rig::bar0(*dev), rig.backend().clock(), 0, 5'000'000'000);
+  card::MailboxClient client(Rig::bar0(*dev), rig.backend().clock(), 0, 5'000'000'000);
   ASSERT_TRUE(rig.emulator().inject({.at_ns = 0, .kind = emu::FaultKind::kMailboxCorrupt, .card = 0, .count = 1}));
   rig.advance(1);
 
@@ -175,7 +175,7 @@ TEST(MailboxIntegration, ClientTimesOutOnSwallowedRequest) {
   be::Device* dev = rig.open(0);
   ASSERT_NE(dev, nullptr);
   auto& b = Rig::bar0(*dev);
-  gpu::MailboxClient client(b, rig.backend().clock(), 0, 50'000'000);  // 50 ms
+  card::MailboxClient client(b, rig.backend().clock(), 0, 50'000'000);  // 50 ms
   ASSERT_TRUE(rig.emulator().inject({.at_ns = 0, .kind = emu::FaultKind::kMailboxTimeout, .card = 0, .count = 1}));
   rig.advance(1);
 
@@ -231,8 +231,8 @@ TEST(RemovalIntegration, SurpriseRemovalReadsAllOnesOtherCardsUnaffected) {
   ASSERT_NE(alive, nullptr);
   auto& b0 = Rig::bar0(*gone);
   auto& b1 = Rig::bar0(*alive);
-  gpu::MailboxClient mbox0(b0, rig.backend().clock(), 0, 2'000'000'000);
-  gpu::MailboxClient mbox1(b1, rig.backend().clock(), 1, 2'000'000'000);
+  card::MailboxClient mbox0(b0, rig.backend().clock(), 0, 2'000'000'000);
+  card::MailboxClient mbox1(b1, rig.backend().clock(), 1, 2'000'000'000);
   ASSERT_TRUE(mbox0.call(Cmd::kIdentify, {}).has_value()) << "works before the removal";
   ASSERT_EQ(b0.read32(g::kMagic), regs::kMagic);
 
