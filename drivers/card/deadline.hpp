@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // drivers/card: Deadline -- the one way a driver waits for the card with a time limit. Every
 // deadline is taken from the platform clock (backend::Clock; System::clock() publicly), so
-// the emulator's virtual clock replays them (docs/emulator.md, "Clock").
+// the emulator's virtual clock replays them (docs/getting-started.md, "Time").
 #pragma once
 
 #include <algorithm>
