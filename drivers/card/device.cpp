@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "card/deadline.hpp"
 #include "card/device_impl.hpp"
 #include "npo/fw/dma.hpp"
 #include "npo/fw/pci.hpp"
@@ -51,8 +52,9 @@ std::string fixed_string(const std::vector<std::byte>& p, std::size_t off, std::
 }  // namespace
 
 Result<std::unique_ptr<Device::Impl>> Device::Impl::probe(std::unique_ptr<backend::Device> dev, std::uint32_t index,
-                                                          std::uint64_t mailbox_timeout_ns) {
+                                                          backend::Clock& clock, std::uint64_t mailbox_timeout_ns) {
   auto impl = std::make_unique<Impl>();
+  impl->clock = &clock;
   const ErrorContext ctx{.card = index};
   const auto& fi = dev->info();
   DeviceInfo& info = impl->info;
@@ -119,7 +121,7 @@ Result<std::unique_ptr<Device::Impl>> Device::Impl::probe(std::unique_ptr<backen
   info.serial = m.read64(regs::global::kSerial);
 
   impl->bar0 = &m;
-  impl->mailbox = std::make_unique<gpu::MailboxClient>(m, index, mailbox_timeout_ns);
+  impl->mailbox = std::make_unique<card::MailboxClient>(m, clock, index, mailbox_timeout_ns);
   auto id = impl->mailbox->call(mb::Command::kIdentify, {});
   if (!id) return std::unexpected(std::move(Error(id.error())).prefixed(fmt::format("{}: IDENTIFY", info.bdf)));
   if (id->size() != mb::identify::kSize) {
@@ -164,6 +166,11 @@ Device::~Device() = default;
 const DeviceInfo& Device::info() const noexcept { return impl_->info; }
 unsigned Device::port_count() const noexcept { return impl_->info.num_ports; }
 
+card::CardAccess card::access(Device& device) noexcept {
+  auto& d = impl_of(device);
+  return CardAccess{d.bar0, d.info, d.mailbox.get()};
+}
+
 Result<FirmwareVersions> Device::firmware_versions() {
   auto r = impl_->mailbox->call(mb::Command::kGetVersions, {});
   if (!r) return std::unexpected(r.error());
@@ -175,9 +182,9 @@ Result<Heartbeat> Device::heartbeat() {
   const std::uint64_t cookie = rng();
   std::array<std::byte, mb::heartbeat::kReqSize> req{};
   fw::store_le(req.data(), mb::heartbeat::kCookie, cookie);
-  const auto t0 = std::chrono::steady_clock::now();
+  const std::uint64_t t0 = impl_->clock->now_ns();
   auto r = impl_->mailbox->call(mb::Command::kHeartbeat, req);
-  const auto t1 = std::chrono::steady_clock::now();
+  const std::uint64_t t1 = impl_->clock->now_ns();
   if (!r) return std::unexpected(r.error());
   if (r->size() != mb::heartbeat::kRspSize || load_le<std::uint64_t>(r->data(), mb::heartbeat::kCookie) != cookie) {
     return fail(Code::kInternal, "HEARTBEAT reply does not echo the cookie", {.card = impl_->info.index});
@@ -185,7 +192,7 @@ Result<Heartbeat> Device::heartbeat() {
   Heartbeat hb;
   hb.uptime_ns = load_le<std::uint64_t>(r->data(), mb::heartbeat::kUptimeNs);
   hb.count = load_le<std::uint32_t>(r->data(), mb::heartbeat::kCount);
-  hb.round_trip_ns = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
+  hb.round_trip_ns = t1 - t0;
   return hb;
 }
 
@@ -221,16 +228,17 @@ Result<std::vector<FirmwareLogEntry>> Device::error_log(std::size_t max_entries)
 
 Result<void> Device::reset() {
   if (auto r = impl_->dev->reset(); !r) return std::unexpected(Error(r.error()).with({.card = impl_->info.index}));
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  for (;;) {
+  // The card comes back on its own time line: the wait sleeps on the platform clock.
+  const card::Deadline deadline(*impl_->clock, 2'000'000'000, card::WaitFor::kCardTime);
+  for (unsigned i = 0;; ++i) {
     const std::uint32_t st = impl_->bar0->read32(regs::global::kStatus);
     if (st == 0xffffffffu) return fail(Code::kUnavailable, "card removed during reset", {.card = impl_->info.index});
     if (regs::global::kStatusReady.get(st) && !regs::global::kStatusResetting.get(st)) return {};
-    if (std::chrono::steady_clock::now() > deadline) {
+    if (deadline.expired()) {
       return fail(Code::kDeadlineExceeded, "card not READY 2 s after reset",
                   {.card = impl_->info.index, .reg = regs::global::kStatus, .value = st});
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    deadline.pause(i, 100'000);
   }
 }
 

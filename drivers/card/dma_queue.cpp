@@ -14,13 +14,16 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
 
+#include "card/deadline.hpp"
 #include "card/device_impl.hpp"
 #include "npo/fw/dma.hpp"
 #include "npo/fw/pci.hpp"
@@ -47,15 +50,9 @@ inline void cpu_relax() noexcept {
 #endif
 }
 
-std::uint64_t now_ns() noexcept {
-  return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-          .count());
-}
-
 class QueueImpl final : public DmaQueue {
  public:
-  QueueImpl(Device::Impl& d, unsigned qid, const QueueOptions& o) : d_(d), qid_(qid), opts_(o), bar0_(*d.bar0) {}
+  QueueImpl(DeviceImpl& d, unsigned qid, const QueueOptions& o) : d_(d), qid_(qid), opts_(o), bar0_(*d.bar0) {}
 
   ~QueueImpl() override {
     // Stop the queue before its rings go away: disable, reset (aborts anything pending on
@@ -182,7 +179,7 @@ class QueueImpl final : public DmaQueue {
       // CQ_HEAD is one MMIO write; tell the card every quarter ring, not every poll.
       if (cq_consumed_ - cq_head_written_ >= (depth_ >> 2)) write_cq_head();
       empty_polls_ = 0;
-      last_progress_ns_ = 0;
+      hang_.reset();
     } else if (n == 0 && reaped_ < submitted_) {
       watchdog();
       while (n < out.size() && pending_head_ < pending_count_) out[n++] = pending_[pending_head_++];
@@ -191,7 +188,10 @@ class QueueImpl final : public DmaQueue {
   }
 
   Result<void> wait(std::chrono::nanoseconds timeout) override {
-    const std::uint64_t deadline = now_ns() + static_cast<std::uint64_t>(timeout.count());
+    // On the platform clock. Completions come from the engines as fast as they go: a
+    // kCardWork deadline, which never moves emulated time (card/deadline.hpp).
+    const card::Deadline deadline(*d_.clock, static_cast<std::uint64_t>(std::max<std::int64_t>(timeout.count(), 0)),
+                                  card::WaitFor::kCardWork);
     if (ready()) return {};
     if (reaped_ == next_) {
       return fail(Code::kFailedPrecondition, "wait() with no op outstanding", context());
@@ -205,8 +205,7 @@ class QueueImpl final : public DmaQueue {
         [[maybe_unused]] auto rd = ::read(efd_, &cnt, sizeof cnt);  // drain before checking
       }
       if (ready() || watchdog_due()) return {};
-      const std::uint64_t now = now_ns();
-      if (now >= deadline) {
+      if (deadline.expired()) {
         return fail(Code::kDeadlineExceeded,
                     fmt::format("no completion within {} us ({} ops outstanding)", timeout.count() / 1000,
                                 submitted_ - reaped_),
@@ -214,7 +213,7 @@ class QueueImpl final : public DmaQueue {
       }
       if (efd_ >= 0) {
         pollfd p{efd_, POLLIN, 0};
-        const auto ms = static_cast<int>(std::min<std::uint64_t>((deadline - now + 999'999) / 1'000'000, 100));
+        const auto ms = static_cast<int>(std::min<std::uint64_t>((deadline.remaining_ns() + 999'999) / 1'000'000, 100));
         (void)::poll(&p, 1, ms);
       } else if (spins < 2048) {
         cpu_relax();
@@ -296,9 +295,11 @@ class QueueImpl final : public DmaQueue {
 
   [[nodiscard]] bool watchdog_due() noexcept {
     if (reaped_ >= submitted_) return false;
-    const std::uint64_t now = now_ns();
-    if (last_progress_ns_ == 0) last_progress_ns_ = now;
-    return now - last_progress_ns_ >= static_cast<std::uint64_t>(opts_.hang_timeout.count());
+    // No progress for hang_timeout of platform time (kCardWork: on a virtual clock also
+    // hang_timeout of wall time, so a caller that only polls still sees a hang).
+    if (!hang_)
+      hang_.emplace(*d_.clock, static_cast<std::uint64_t>(opts_.hang_timeout.count()), card::WaitFor::kCardWork);
+    return hang_->expired();
   }
 
   // Called from poll() when ops are outstanding and none completed. Reads the clock only
@@ -343,7 +344,7 @@ class QueueImpl final : public DmaQueue {
     cq_head_written_ = 0;
     std::memset(cq_, 0, std::size_t{depth_} * dma::cpl::kSize);
     ++resets_;
-    last_progress_ns_ = 0;
+    hang_.reset();
     empty_polls_ = 0;
     auto& lg = npo::log::get(npo::log::Subsystem::kDma);
     if (removed) {
@@ -381,7 +382,7 @@ class QueueImpl final : public DmaQueue {
     return {};
   }
 
-  Device::Impl& d_;
+  DeviceImpl& d_;
   unsigned qid_;
   QueueOptions opts_;
   backend::Mmio& bar0_;
@@ -402,7 +403,7 @@ class QueueImpl final : public DmaQueue {
   std::size_t pending_head_ = 0;
   std::size_t pending_count_ = 0;
   std::uint64_t empty_polls_ = 0;
-  std::uint64_t last_progress_ns_ = 0;
+  std::optional<card::Deadline> hang_;  ///< armed at the first empty poll, cleared on progress
   std::uint64_t resets_ = 0;
   bool dead_ = false;
   int efd_ = -1;

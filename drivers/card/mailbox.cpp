@@ -7,9 +7,10 @@
 
 #include <fmt/format.h>
 
+#include "card/deadline.hpp"
 #include "npo/hal/log.hpp"
 
-namespace npo::gpu {
+namespace npo::card {
 
 namespace mb = fw::mbox;
 namespace m = fw::regs::mbox;
@@ -58,20 +59,19 @@ Result<std::vector<std::byte>> MailboxClient::call_once(mb::Command cmd, std::sp
                 fmt::format("mailbox payload of {} bytes exceeds {}", payload.size(), mb::kMaxPayload), ctx);
   }
   std::lock_guard lock(mu_);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(timeout_ns_);
+  // One deadline on the platform clock for the whole exchange. The firmware answers as fast
+  // as it can: a kCardWork wait, which on a virtual clock moves emulated time toward the
+  // deadline once the firmware had its wall-time grace (a lost request then fails fast).
+  const card::Deadline deadline(clock_, timeout_ns_, card::WaitFor::kCardWork, /*advance=*/true);
   const auto reg = [](std::uint32_t r) { return fw::regs::kMailboxBase + r; };
-  // Polls `done(status)` with a short spin then 20 µs sleeps until the deadline.
+  // Polls `done(status)` with a short spin then 20 µs pauses until the deadline.
   auto poll = [&](auto&& done) -> Result<std::uint32_t> {
     for (unsigned i = 0;; ++i) {
       const std::uint32_t st = bar0_.read32(reg(m::kStatus));
       if (st == 0xffffffffu) return fail(Code::kUnavailable, "card removed (mailbox reads all-ones)", ctx);
       if (done(st)) return st;
-      if (std::chrono::steady_clock::now() >= deadline) return fail(Code::kDeadlineExceeded, "", ctx);
-      if (i < 64) {
-        std::this_thread::yield();
-      } else {
-        std::this_thread::sleep_for(std::chrono::microseconds(20));
-      }
+      if (deadline.expired()) return fail(Code::kDeadlineExceeded, "", ctx);
+      deadline.pause(i, 20'000);
     }
   };
   if (auto r = poll([](std::uint32_t st) { return !m::kStatusBusy.get(st); }); !r) {
@@ -152,4 +152,4 @@ Result<std::vector<std::byte>> MailboxClient::call_once(mb::Command cmd, std::sp
   return std::vector<std::byte>(rsp.begin() + mb::hdr::kSize, rsp.begin() + rlen);
 }
 
-}  // namespace npo::gpu
+}  // namespace npo::card

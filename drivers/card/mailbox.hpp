@@ -12,14 +12,16 @@
 #include "npo/fw/mailbox.hpp"
 #include "npo/hal/backend/backend.hpp"
 
-namespace npo::gpu {
+namespace npo::card {
 
 class MailboxClient {
  public:
-  /// `bar0` must outlive the client. `card` is used for error context. `timeout_ns` bounds
-  /// each call's wait for BUSY to clear and for the reply.
-  MailboxClient(backend::Mmio& bar0, std::uint32_t card, std::uint64_t timeout_ns)
-      : bar0_(bar0), card_(card), timeout_ns_(timeout_ns) {}
+  /// `bar0` and `clock` must outlive the client. `card` is used for error context.
+  /// `timeout_ns` bounds each call's wait for BUSY to clear and for the reply, on `clock`
+  /// (the platform clock; a kCardWork deadline, card/deadline.hpp: on a virtual clock a lost
+  /// request fails after `timeout_ns` of emulated time, a few ms of wall time).
+  MailboxClient(backend::Mmio& bar0, backend::Clock& clock, std::uint32_t card, std::uint64_t timeout_ns)
+      : bar0_(bar0), clock_(clock), card_(card), timeout_ns_(timeout_ns) {}
 
   /// Sends one command and returns the reply payload.
   /// Errors: kInvalidArgument (payload > 1008 bytes); kDeadlineExceeded (no reply in time);
@@ -36,6 +38,7 @@ class MailboxClient {
   Result<std::vector<std::byte>> call_once(fw::mbox::Command cmd, std::span<const std::byte> payload);
 
   backend::Mmio& bar0_;
+  backend::Clock& clock_;
   std::uint32_t card_;
   std::uint64_t timeout_ns_;
   std::mutex mu_;
@@ -43,4 +46,4 @@ class MailboxClient {
   fw::mbox::Status last_status_ = fw::mbox::Status::kOk;  ///< status of the last firmware error reply
 };
 
-}  // namespace npo::gpu
+}  // namespace npo::card

@@ -15,7 +15,7 @@
 #include "card/device_impl.hpp"
 #include "npo/hal/log.hpp"
 
-namespace npo::gpu {
+namespace npo::card {
 
 namespace {
 constexpr std::uint64_t kPage = 4096;
@@ -140,7 +140,7 @@ void unmap_for_dma(backend::Device& dev, MemoryState& mem, std::uint64_t iova, s
   mem.iova_used.fetch_sub(length);
 }
 
-}  // namespace npo::gpu
+}  // namespace npo::card
 
 // ==== Public API ==============================================================================
 
@@ -150,7 +150,7 @@ namespace {
 
 class HostRegion final : public MemoryRegion {
  public:
-  HostRegion(Device::Impl& dev, std::byte* map_base, std::size_t map_len, std::size_t user_off, std::size_t user_len,
+  HostRegion(DeviceImpl& dev, std::byte* map_base, std::size_t map_len, std::size_t user_off, std::size_t user_len,
              std::uint64_t iova, PageKind kind, int node, int memfd, bool owned)
       : dev_(dev),
         map_base_(map_base),
@@ -163,7 +163,7 @@ class HostRegion final : public MemoryRegion {
         memfd_(memfd),
         owned_(owned) {}
   ~HostRegion() override {
-    gpu::unmap_for_dma(*dev_.dev, dev_.mem, iova_, map_len_);
+    card::unmap_for_dma(*dev_.dev, dev_.mem, iova_, map_len_);
     if (owned_) ::munmap(map_base_, map_len_);
     if (memfd_ >= 0) ::close(memfd_);
   }
@@ -174,7 +174,7 @@ class HostRegion final : public MemoryRegion {
   int numa_node() const noexcept override { return node_; }
 
  private:
-  Device::Impl& dev_;
+  DeviceImpl& dev_;
   std::byte* map_base_;
   std::size_t map_len_;
   std::size_t user_off_;
@@ -208,7 +208,7 @@ int bind_numa(void* p, std::size_t len, int node) {
 }  // namespace
 
 Result<std::unique_ptr<MemoryRegion>> allocate_host_memory(Device& device, std::size_t size) {
-  auto& impl = device.impl();
+  auto& impl = impl_of(device);
   const ErrorContext ctx{.card = impl.info.index};
   if (size == 0) return fail(Code::kInvalidArgument, "allocate_host_memory: size 0", ctx);
   const int node = impl.info.numa_node;
@@ -256,7 +256,7 @@ Result<std::unique_ptr<MemoryRegion>> allocate_host_memory(Device& device, std::
   }
   const int bound = bind_numa(base, len, node);
   std::memset(base, 0, len);  // first touch after binding: pages land on the node, and are resident
-  auto iova = gpu::map_for_dma(*impl.dev, impl.mem, impl.info.index, base, len, backend::DmaAccess::kReadWrite);
+  auto iova = card::map_for_dma(*impl.dev, impl.mem, impl.info.index, base, len, backend::DmaAccess::kReadWrite);
   if (!iova) {
     ::munmap(base, len);
     if (memfd >= 0) ::close(memfd);
@@ -267,7 +267,7 @@ Result<std::unique_ptr<MemoryRegion>> allocate_host_memory(Device& device, std::
 }
 
 Result<std::unique_ptr<MemoryRegion>> register_host_memory(Device& device, std::span<std::byte> bytes, bool writable) {
-  auto& impl = device.impl();
+  auto& impl = impl_of(device);
   const ErrorContext ctx{.card = impl.info.index};
   if (bytes.empty()) return fail(Code::kInvalidArgument, "register_host_memory: empty buffer", ctx);
   const auto addr = reinterpret_cast<std::uintptr_t>(bytes.data());
@@ -275,26 +275,26 @@ Result<std::unique_ptr<MemoryRegion>> register_host_memory(Device& device, std::
   const std::uintptr_t last = (addr + bytes.size() + 4095) & ~std::uintptr_t{4095};
   auto* base = reinterpret_cast<std::byte*>(first);
   const std::size_t len = last - first;
-  auto iova = gpu::map_for_dma(*impl.dev, impl.mem, impl.info.index, base, len,
-                               writable ? backend::DmaAccess::kReadWrite : backend::DmaAccess::kRead);
+  auto iova = card::map_for_dma(*impl.dev, impl.mem, impl.info.index, base, len,
+                                writable ? backend::DmaAccess::kReadWrite : backend::DmaAccess::kRead);
   if (!iova) return std::unexpected(iova.error());
   return std::unique_ptr<MemoryRegion>(
       std::make_unique<HostRegion>(impl, base, len, addr - first, bytes.size(), *iova, PageKind::kUser, -1, -1, false));
 }
 
 MemoryBudget memory_budget(Device& device) {
-  auto& m = device.impl().mem;
+  auto& m = impl_of(device).mem;
   return MemoryBudget{m.pinned_limit.load(), m.pinned_used.load(), m.iova_limit.load(), m.iova_used.load()};
 }
 
 void set_memory_limits(Device& device, std::uint64_t pinned_limit, std::uint64_t iova_limit) {
-  auto& m = device.impl().mem;
+  auto& m = impl_of(device).mem;
   if (pinned_limit != 0) m.pinned_limit.store(pinned_limit);
   if (iova_limit != 0) m.iova_limit.store(iova_limit);
 }
 
 Result<HbmRange> allocate_hbm(Device& device, std::uint64_t size, std::uint64_t alignment) {
-  auto& impl = device.impl();
+  auto& impl = impl_of(device);
   const ErrorContext ctx{.card = impl.info.index};
   if (size == 0) return fail(Code::kInvalidArgument, "allocate_hbm: size 0", ctx);
   if (alignment < 64 || !std::has_single_bit(alignment)) {
@@ -313,7 +313,7 @@ Result<HbmRange> allocate_hbm(Device& device, std::uint64_t size, std::uint64_t 
 }
 
 Result<void> free_hbm(Device& device, HbmRange range) {
-  auto& impl = device.impl();
+  auto& impl = impl_of(device);
   if (!impl.mem.hbm.free(range.offset, range.size)) {
     return fail(Code::kNotFound,
                 fmt::format("free_hbm: [0x{:x}, +{}) is not an allocated HBM range", range.offset, range.size),
@@ -323,7 +323,7 @@ Result<void> free_hbm(Device& device, HbmRange range) {
 }
 
 HbmStats hbm_stats(Device& device) {
-  auto& impl = device.impl();
+  auto& impl = impl_of(device);
   const auto st = impl.mem.hbm.stats();
   HbmStats h;
   h.total = impl.mem.hbm_total;

@@ -12,7 +12,7 @@
 #include "npo/hal/backend/backend.hpp"
 #include "npo/hal/memory.hpp"
 
-namespace npo::gpu {
+namespace npo::card {
 
 /// First-fit range allocator over [first, last] ranges, with alignment. Thread-safe.
 class RangeAllocator {
@@ -51,4 +51,4 @@ Result<std::uint64_t> map_for_dma(backend::Device& dev, MemoryState& mem, std::u
 /// Undoes map_for_dma.
 void unmap_for_dma(backend::Device& dev, MemoryState& mem, std::uint64_t iova, std::uint64_t length);
 
-}  // namespace npo::gpu
+}  // namespace npo::card

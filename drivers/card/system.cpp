@@ -40,9 +40,9 @@ Result<std::unique_ptr<System>> System::open(std::string_view uri, const SystemO
     if (fi.vendor_id != fw::pci::kVendorId || fi.device_id != fw::pci::kDeviceId) continue;
     auto dev = (*be)->open(fi.address);
     if (!dev) return std::unexpected(Error(dev.error()).with({.card = index}));
-    auto di = Device::Impl::probe(std::move(*dev), index, options.mailbox_timeout_ns);
+    auto di = DeviceImpl::probe(std::move(*dev), index, (*be)->clock(), options.mailbox_timeout_ns);
     if (!di) return std::unexpected(di.error());
-    impl->devices.push_back(std::make_unique<Device>(std::move(*di)));
+    impl->devices.push_back(detail::DriverAccess::make_device(std::move(*di)));
     ++index;
   }
   impl->backend = std::move(*be);
@@ -70,6 +70,10 @@ Result<Device*> System::device_by_fabric_id(std::uint32_t fabric_id) {
   return fail(Code::kNotFound, fmt::format("no card with fabric ID {}", fabric_id));
 }
 
-backend::Backend& System::backend() noexcept { return *impl_->backend; }
+Clock System::clock() const noexcept { return Clock(impl_->backend->clock()); }
+
+backend::Backend& detail::DriverAccess::backend(System& s) noexcept { return *s.impl_->backend; }
+
+backend::Clock& card::clock_of(System& system) noexcept { return detail::DriverAccess::backend(system).clock(); }
 
 }  // namespace npo

@@ -29,7 +29,7 @@ Result<Topology> discover_topology(System& system) {
   // (fabric id, port) -> what that port learned about its neighbour
   std::map<std::pair<std::uint32_t, unsigned>, End> seen;
   for (std::size_t c = 0; c < system.device_count(); ++c) {
-    auto& d = system.device(c).impl();
+    auto& d = impl_of(system.device(c));
     t.cards.push_back(d.info.fabric_id);
     for (unsigned p = 0; p < d.info.num_ports; ++p) {
       const std::uint32_t st = d.bar0->read32(regs::port_reg(p, pr::kStatus));
@@ -153,7 +153,7 @@ int RouteTable::diameter() const noexcept { return paths_.diameter(); }
 
 Result<void> program_routes(System& system, const RouteTable& routes) {
   for (std::size_t c = 0; c < system.device_count(); ++c) {
-    auto& d = system.device(c).impl();
+    auto& d = impl_of(system.device(c));
     const std::uint32_t self = d.info.fabric_id;
     if (d.bar0->read32(regs::global::kMagic) == 0xffffffffu) {
       return fail(Code::kUnavailable, "card removed", {.card = d.info.index});
@@ -168,7 +168,7 @@ Result<void> program_routes(System& system, const RouteTable& routes) {
 }
 
 Result<void> set_route(Device& device, std::uint32_t dst_fabric_id, std::uint16_t port_mask) {
-  auto& d = device.impl();
+  auto& d = impl_of(device);
   if (dst_fabric_id == 0 || dst_fabric_id >= regs::kRouteEntries) {
     return fail(Code::kOutOfRange,
                 fmt::format("route to fabric ID {}: must be 1..{}", dst_fabric_id, regs::kRouteEntries - 1),

@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "card/deadline.hpp"
 #include "card/device_impl.hpp"
 #include "npo/fw/mailbox.hpp"
 #include "npo/fw/pci.hpp"
@@ -88,7 +89,7 @@ namespace {
 
 class WindowImpl final : public Window {
  public:
-  WindowImpl(Device::Impl& d, WindowHandle h) : d_(d), h_(h) {}
+  WindowImpl(DeviceImpl& d, WindowHandle h) : d_(d), h_(h) {}
   ~WindowImpl() override {
     if (auto r = revoke(); !r) {
       npo::log::get(npo::log::Subsystem::kDma)
@@ -112,25 +113,27 @@ class WindowImpl final : public Window {
     // Entry invalid with a new generation: every check after this write fails.
     m.write32(regs::window_reg(h_.window_id, wr::kCtrl), wr::kCtrlGeneration.make(next_gen));
     revoked_ = true;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-    for (;;) {
+    // In-flight remote ops drain as fast as the engines go: a kCardWork deadline (1 s of
+    // platform time; card/deadline.hpp) that does not move emulated time.
+    const card::Deadline deadline(*d_.clock, 1'000'000'000, card::WaitFor::kCardWork);
+    for (unsigned i = 0;; ++i) {
       const std::uint32_t st = m.read32(regs::window_reg(h_.window_id, wr::kStatus));
       if (st == 0xffffffffu) return fail(Code::kUnavailable, "card removed", {.card = d_.info.index});
       if (wr::kStatusInflight.get(st) == 0) break;
-      if (std::chrono::steady_clock::now() > deadline) {
+      if (deadline.expired()) {
         return fail(Code::kDeadlineExceeded,
                     fmt::format("window {}: {} remote ops still inside 1 s after revoke", h_.window_id,
                                 wr::kStatusInflight.get(st)),
                     {.card = d_.info.index});
       }
-      std::this_thread::yield();
+      deadline.pause(0, 0);  // attempt 0: a yield, as a drain takes microseconds
     }
     m.write64(regs::window_reg(h_.window_id, wr::kKey), 0);
     return {};
   }
 
  private:
-  Device::Impl& d_;
+  DeviceImpl& d_;
   WindowHandle h_;
   bool revoked_ = false;
 };
@@ -150,7 +153,7 @@ std::uint64_t random_key() {
 
 Result<std::unique_ptr<Window>> export_window(Device& device, std::uint64_t offset, std::uint64_t size,
                                               WindowRights rights) {
-  auto& d = device.impl();
+  auto& d = impl_of(device);
   const ErrorContext ctx{.card = d.info.index};
   if (size == 0 || offset % wr::kAlign != 0 || size % wr::kAlign != 0) {
     return fail(Code::kInvalidArgument,
@@ -200,7 +203,7 @@ Result<std::unique_ptr<Window>> export_window(Device& device, std::uint64_t offs
 }
 
 WindowBudget window_budget(Device& device) {
-  auto& d = device.impl();
+  auto& d = impl_of(device);
   std::lock_guard lock(d.windows_mu);
   WindowBudget b;
   b.slots_total = static_cast<unsigned>(d.window_used.size());
@@ -236,7 +239,7 @@ namespace {
 
 class ApertureMapping final : public WindowMapping {
  public:
-  ApertureMapping(Device::Impl& d, WindowHandle h, std::span<std::byte> b) : d_(&d), h_(h), b_(b) {}
+  ApertureMapping(DeviceImpl& d, WindowHandle h, std::span<std::byte> b) : d_(&d), h_(h), b_(b) {}
   ApertureMapping(WindowHandle h, void* base, std::size_t len, std::size_t skip)
       : h_(h), b_(static_cast<std::byte*>(base) + skip, h.size), owned_(base), owned_len_(len) {}
   ~ApertureMapping() override {
@@ -247,7 +250,7 @@ class ApertureMapping final : public WindowMapping {
   const WindowHandle& handle() const noexcept override { return h_; }
 
  private:
-  Device::Impl* d_ = nullptr;
+  DeviceImpl* d_ = nullptr;
   WindowHandle h_;
   std::span<std::byte> b_;
   void* owned_ = nullptr;
@@ -257,7 +260,7 @@ class ApertureMapping final : public WindowMapping {
 }  // namespace
 
 Result<std::unique_ptr<WindowMapping>> map_window(Device& device, const Window& window) {
-  auto& d = device.impl();
+  auto& d = impl_of(device);
   const auto& h = window.handle();
   const ErrorContext ctx{.card = d.info.index};
   if (h.fabric_id != d.info.fabric_id) {
@@ -285,7 +288,7 @@ Result<std::unique_ptr<WindowMapping>> map_window(Device& device, const Window& 
 // ==== Cross-process sharing (SCM_RIGHTS) ===============================================================
 
 Result<void> send_window(int socket_fd, Device& device, const Window& window) {
-  auto& d = device.impl();
+  auto& d = impl_of(device);
   auto ap = d.dev->aperture_fd(fw::pci::kBarHbm);
   if (!ap) return std::unexpected(ap.error());
   // Payload: the handle, then the aperture's mmap offset (u64).

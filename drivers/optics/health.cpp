@@ -197,14 +197,11 @@ LaneHealthReport LaneHealthTracker::update(const LaneCounters& prev, const LaneC
 }
 
 std::uint8_t lanes_in_use(const PortStatus& st) noexcept {
-  if (st.lane_map != 0xffffffffu) {
-    std::uint8_t m = 0;
-    for (unsigned n = 0; n < 8; ++n) {
-      const unsigned phys = (st.lane_map >> (4 * n)) & 0xfu;
-      if (phys < 8) m |= static_cast<std::uint8_t>(1u << phys);
-    }
-    return m;
+  std::uint8_t m = 0;
+  for (const std::uint8_t phys : st.lane_map) {
+    if (phys < 8) m |= static_cast<std::uint8_t>(1u << phys);
   }
+  if (m != 0) return m;
   return static_cast<std::uint8_t>(st.lane_enable & st.lanes_up);
 }
 
@@ -217,7 +214,7 @@ PortHealth assess_port(const PortStatus& st, std::span<const LaneHealthReport> l
     h.reason = std::string(held_reason);
     return h;
   }
-  if ((st.ctrl & 1u) == 0) {
+  if (!st.enabled) {
     h.state = PortState::kDisabled;
     h.reason = st.module_present ? "disabled by host" : "disabled by host (no module)";
     return h;

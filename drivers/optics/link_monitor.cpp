@@ -11,7 +11,8 @@
 
 #include <fmt/format.h>
 
-#include "card/device_impl.hpp"
+#include "card/access.hpp"
+#include "card/deadline.hpp"
 #include "npo/fw/regs.hpp"
 #include "npo/fw/stats.hpp"
 #include "npo/hal/backend/backend.hpp"
@@ -63,7 +64,7 @@ LinkMonitor::LinkMonitor(System& system, LinkMonitorOptions options)
 LinkMonitor::~LinkMonitor() {
   // Stop the card from writing into the buffers before they are unmapped.
   for (std::size_t c = 0; c < state_->cards.size(); ++c) {
-    if (state_->cards[c].buf) system_->device(c).impl().bar0->write64(g::kStatsAddr, 0);
+    if (state_->cards[c].buf) card::access(system_->device(c)).bar0->write64(g::kStatsAddr, 0);
   }
 }
 
@@ -71,10 +72,10 @@ bool LinkMonitor::uses_stats_dma(std::uint32_t card) const noexcept {
   return card < state_->cards.size() && state_->cards[card].dma_last;
 }
 
-std::uint64_t LinkMonitor::now_ns() const noexcept { return system_->backend().clock().now_ns(); }
+std::uint64_t LinkMonitor::now_ns() const noexcept { return card::clock_of(*system_).now_ns(); }
 
 void LinkMonitor::sleep_ns(std::uint64_t ns) const noexcept {
-  auto& clock = system_->backend().clock();
+  auto& clock = card::clock_of(*system_);
   clock.sleep_until(clock.now_ns() + ns);
 }
 
@@ -107,7 +108,7 @@ std::uint32_t load_seq(const std::byte* base) {
 }  // namespace
 
 Result<LinkSnapshot> LinkMonitor::snapshot() {
-  auto& clock = system_->backend().clock();
+  auto& clock = card::clock_of(*system_);
   const std::size_t n = system_->device_count();
   auto& cards = state_->cards;
   // 1. Ring STATS_CTRL on every card that supports the stats block.
@@ -120,15 +121,16 @@ Result<LinkSnapshot> LinkMonitor::snapshot() {
         auto b = allocate_host_memory(dev, st::block_bytes(dev.port_count()));
         if (!b) return std::unexpected(b.error());
         ct.buf = std::move(*b);
-        dev.impl().bar0->write64(g::kStatsAddr, ct.buf->iova());
+        card::access(dev).bar0->write64(g::kStatsAddr, ct.buf->iova());
       }
       ++ct.seq;
       if (ct.seq == 0) ct.seq = 1;
-      dev.impl().bar0->write32(g::kStatsCtrl, ct.seq);
+      card::access(dev).bar0->write32(g::kStatsCtrl, ct.seq);
     }
   }
-  // 2. Wait for every block (bounded in wall time: the DMA does not need emulated time).
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(options_.stats_timeout_ns);
+  // 2. Wait for every block. The card DMAs them as fast as it can: a kCardWork deadline on
+  // the platform clock, which never moves emulated time (card/deadline.hpp).
+  const card::Deadline deadline(clock, options_.stats_timeout_ns, card::WaitFor::kCardWork);
   std::vector<std::uint8_t> arrived(n, 0);
   if (options_.use_stats_dma) {
     for (unsigned spin = 0;; ++spin) {
@@ -142,7 +144,7 @@ Result<LinkSnapshot> LinkMonitor::snapshot() {
           all = false;
         }
       }
-      if (all || std::chrono::steady_clock::now() >= deadline) break;
+      if (all || deadline.expired()) break;
       if (spin > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   }
@@ -155,7 +157,7 @@ Result<LinkSnapshot> LinkMonitor::snapshot() {
   for (std::size_t c = 0; c < n; ++c) {
     auto& dev = system_->device(c);
     auto& ct = cards[c];
-    auto& m = *dev.impl().bar0;
+    auto& m = *card::access(dev).bar0;
     const unsigned lanes = dev.info().lanes_per_port;
     if (m.read32(g::kMagic) == 0xffffffffu) {
       return fail(Code::kUnavailable, "card removed", {.card = static_cast<std::uint32_t>(c)});
@@ -192,8 +194,8 @@ Result<LinkSnapshot> LinkMonitor::snapshot() {
       // Flap policy: FLAP_COUNT increments since the last snapshot are downs now.
       if (pt.have_prev && ps.flap_count > pt.last_flap) {
         if (pt.damper.on_down(s.timestamp_ns, ps.flap_count - pt.last_flap) && options_.enforce_flap_policy) {
-          m.write32(regs::port_reg(p, pr::kCtrl), pr::kCtrlEnable.set(ps.ctrl, 0));
-          ps.ctrl = pr::kCtrlEnable.set(ps.ctrl, 0);
+          m.write32(regs::port_reg(p, pr::kCtrl), pr::kCtrlEnable.set(rec.ctrl, 0));
+          ps.enabled = false;
         }
       }
       pt.last_flap = ps.flap_count;

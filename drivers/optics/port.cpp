@@ -10,7 +10,8 @@
 
 #include <fmt/format.h>
 
-#include "card/device_impl.hpp"
+#include "card/access.hpp"
+#include "card/mailbox.hpp"
 #include "npo/fw/regs.hpp"
 #include "npo/hal/backend/backend.hpp"
 #include "npo/hal/system.hpp"
@@ -105,13 +106,22 @@ PortStatus decode_port_record(const st::PortRecord& rec, unsigned port, unsigned
   }
   ps.train_count = rec.train_count;
   ps.flap_count = rec.flap_count;
-  ps.ctrl = rec.ctrl;
-  ps.lane_map = rec.lane_map;
+  ps.enabled = pr::kCtrlEnable.get(rec.ctrl) != 0;
+  ps.loopback = pr::kCtrlLoopback.get(rec.ctrl) != 0;
+  ps.prbs_generating = pr::kCtrlPrbsGen.get(rec.ctrl) != 0;
+  ps.prbs_checking = pr::kCtrlPrbsCheck.get(rec.ctrl) != 0;
+  ps.prbs_host_side = pr::kCtrlPrbsSide.get(rec.ctrl) != 0;
+  if (const unsigned pat = pr::kCtrlPrbsPattern.get(rec.ctrl); pat <= static_cast<unsigned>(PrbsPattern::kPrbs13)) {
+    ps.prbs_pattern = static_cast<PrbsPattern>(pat);
+  }
+  for (unsigned n = 0; n < ps.lane_map.size(); ++n) {
+    const unsigned phys = (rec.lane_map >> (4 * n)) & 0xfu;
+    ps.lane_map[n] = phys < regs::kLanesPerPort ? static_cast<std::uint8_t>(phys) : kUnusedLane;
+  }
   ps.lane_enable = static_cast<std::uint8_t>(pr::kLaneEnableMask.get(rec.lane_enable));
   // An empty mask is no configuration a card accepts (reset value 0xFF, set_lane_enable
   // refuses 0): a card without LANE_ENABLE reads 0 there and uses every lane.
   if (ps.lane_enable == 0) ps.lane_enable = static_cast<std::uint8_t>(lanes >= 8 ? 0xff : (1u << lanes) - 1);
-  ps.train_result.raw = rec.train_result;
   ps.train_result.code = static_cast<std::uint8_t>(pr::kTrainResultCode.get(rec.train_result));
   const unsigned ts = pr::kTrainResultState.get(rec.train_result);
   ps.train_result.state =
@@ -120,7 +130,10 @@ PortStatus decode_port_record(const st::PortRecord& rec, unsigned port, unsigned
   ps.train_result.attempt = pr::kTrainResultAttempt.get(rec.train_result);
   ps.up_count = rec.up_count;
   ps.coeff_updates = rec.coeff_updates;
-  ps.event_status = rec.event_status;
+  ps.events.link_up = pr::kEventLinkUp.get(rec.event_status) != 0;
+  ps.events.link_down = pr::kEventLinkDown.get(rec.event_status) != 0;
+  ps.events.train_fail = pr::kEventTrainFail.get(rec.event_status) != 0;
+  ps.events.module_change = pr::kEventModuleChange.get(rec.event_status) != 0;
   ps.prbs_lanes = static_cast<std::uint8_t>(rec.prbs_lanes);
   if (ps.module_present) {
     ps.module_temp_c = static_cast<double>(static_cast<std::int32_t>(rec.module_temp)) / 256.0;
@@ -173,7 +186,7 @@ Result<void> check_port(const DeviceInfo& info, unsigned port) {
 }  // namespace
 
 Result<PortStatus> read_port(Device& device, unsigned port) {
-  auto& impl = device.impl();
+  const auto impl = card::access(device);
   const auto& info = impl.info;
   if (auto r = check_port(info, port); !r) return std::unexpected(r.error());
   st::PortRecord rec{};
@@ -185,7 +198,7 @@ Result<PortStatus> read_port(Device& device, unsigned port) {
 }
 
 Result<void> enable_port(Device& device, unsigned port, bool enable) {
-  auto& impl = device.impl();
+  const auto impl = card::access(device);
   const auto& info = impl.info;
   if (auto r = check_port(info, port); !r) return r;
   backend::Mmio& m = *impl.bar0;
@@ -196,7 +209,7 @@ Result<void> enable_port(Device& device, unsigned port, bool enable) {
 }
 
 Result<void> retrain_port(Device& device, unsigned port) {
-  auto& impl = device.impl();
+  const auto impl = card::access(device);
   if (auto r = check_port(impl.info, port); !r) return r;
   backend::Mmio& m = *impl.bar0;
   const std::uint32_t ctrl = m.read32(regs::port_reg(port, pr::kCtrl));
@@ -206,7 +219,7 @@ Result<void> retrain_port(Device& device, unsigned port) {
 }
 
 Result<void> set_lane_enable(Device& device, unsigned port, std::uint8_t mask) {
-  auto& impl = device.impl();
+  const auto impl = card::access(device);
   if (auto r = check_port(impl.info, port); !r) return r;
   if (mask == 0) return fail(Code::kInvalidArgument, "LANE_ENABLE of 0 lanes", {.card = impl.info.index, .port = port});
   impl.bar0->write32(regs::port_reg(port, pr::kLaneEnable), pr::kLaneEnableMask.make(mask));
@@ -291,7 +304,7 @@ Result<std::vector<PrbsPortResult>> run_prbs(System& system, std::uint32_t card,
   // Pattern and side first, then generator and checker (§7.4); counters are read before and
   // after instead of cleared, so FEC history kept by monitors survives.
   for (auto& e : ends) {
-    backend::Mmio& m = *e.dev->impl().bar0;
+    backend::Mmio& m = *card::access(*e.dev).bar0;
     const unsigned lanes = e.dev->info().lanes_per_port;
     m.write32(regs::port_reg(e.port, pr::kPrbsLanes), options.lanes);
     const std::uint32_t ctrl = m.read32(regs::port_reg(e.port, pr::kCtrl));
@@ -303,15 +316,15 @@ Result<std::vector<PrbsPortResult>> run_prbs(System& system, std::uint32_t card,
     }
   }
   for (auto& e : ends) {
-    backend::Mmio& m = *e.dev->impl().bar0;
+    backend::Mmio& m = *card::access(*e.dev).bar0;
     const std::uint32_t ctrl = m.read32(regs::port_reg(e.port, pr::kCtrl));
     m.write32(regs::port_reg(e.port, pr::kCtrl), ctrl | run_bits);
   }
-  auto& clock = system.backend().clock();
+  auto& clock = card::clock_of(system);
   clock.sleep_until(clock.now_ns() + options.duration_ns);
   std::vector<PrbsPortResult> out;
   for (auto& e : ends) {
-    backend::Mmio& m = *e.dev->impl().bar0;
+    backend::Mmio& m = *card::access(*e.dev).bar0;
     PrbsPortResult r{.card = e.card, .port = e.port};
     for (unsigned l = 0; l < e.bits0.size(); ++l) {
       if (((options.lanes >> l) & 1u) == 0) continue;
@@ -326,7 +339,7 @@ Result<std::vector<PrbsPortResult>> run_prbs(System& system, std::uint32_t card,
     out.push_back(std::move(r));
   }
   for (auto& e : ends) {
-    backend::Mmio& m = *e.dev->impl().bar0;
+    backend::Mmio& m = *card::access(*e.dev).bar0;
     const std::uint32_t ctrl = m.read32(regs::port_reg(e.port, pr::kCtrl));
     m.write32(regs::port_reg(e.port, pr::kCtrl), ctrl & ~run_bits);
   }
@@ -351,7 +364,7 @@ Result<void> check_xcvr_args(const DeviceInfo& info, unsigned port, std::uint8_t
 
 Result<void> read_transceiver(Device& device, unsigned port, std::uint8_t bank, std::uint8_t page, std::uint8_t offset,
                               std::span<std::byte> out) {
-  auto& impl = device.impl();
+  const auto impl = card::access(device);
   if (auto r = check_xcvr_args(impl.info, port, offset, out.size()); !r) return r;
   std::array<std::byte, mb::xcvr::kHdrSize> req{};
   fw::store_le<std::uint8_t>(req.data(), mb::xcvr::kPort, static_cast<std::uint8_t>(port));
@@ -371,7 +384,7 @@ Result<void> read_transceiver(Device& device, unsigned port, std::uint8_t bank, 
 
 Result<void> write_transceiver(Device& device, unsigned port, std::uint8_t bank, std::uint8_t page, std::uint8_t offset,
                                std::span<const std::byte> data) {
-  auto& impl = device.impl();
+  const auto impl = card::access(device);
   if (auto r = check_xcvr_args(impl.info, port, offset, data.size()); !r) return r;
   std::vector<std::byte> req(mb::xcvr::kHdrSize + data.size());
   fw::store_le<std::uint8_t>(req.data(), mb::xcvr::kPort, static_cast<std::uint8_t>(port));

@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "card/device_impl.hpp"
+#include "card/access.hpp"
 #include "npo/fw/regs.hpp"
 #include "npo/hal/backend/backend.hpp"
 #include "npo/hal/link_training.hpp"
@@ -136,7 +136,7 @@ std::string lane_list(std::uint8_t mask) {
 
 class Supervisor {
  public:
-  Supervisor(System& sys, const TrainingPolicy& pol) : sys_(sys), pol_(pol), clock_(sys.backend().clock()) {}
+  Supervisor(System& sys, const TrainingPolicy& pol) : sys_(sys), pol_(pol), clock_(card::clock_of(sys)) {}
 
   struct Fsm {
     Device* dev = nullptr;
@@ -160,7 +160,7 @@ class Supervisor {
   void add(const PortRef& ref, bool retrain, bool held) {
     Fsm f;
     f.dev = &sys_.device(ref.card);
-    f.m = f.dev->impl().bar0;
+    f.m = card::access(*f.dev).bar0;
     f.res.card = ref.card;
     f.res.port = ref.port;
     f.res.lanes_total = f.dev->info().lanes_per_port;
@@ -553,7 +553,7 @@ Result<std::vector<PortTraining>> train_ports(System& system, std::span<const Po
     }
   }
   Supervisor sup(system, policy);
-  sup.t0_ = system.backend().clock().now_ns();
+  sup.t0_ = card::clock_of(system).now_ns();
   for (const auto& r : list) {
     const bool held = std::find(held_down.begin(), held_down.end(), r) != held_down.end();
     sup.add(r, retrain, held);
@@ -564,10 +564,10 @@ Result<std::vector<PortTraining>> train_ports(System& system, std::span<const Po
 
 Result<LinkBringUp> bring_up_links(System& system, const TrainingPolicy& policy, std::uint64_t timeout_ns) {
   const auto w0 = std::chrono::steady_clock::now();
-  auto& clock = system.backend().clock();
+  auto& clock = card::clock_of(system);
   const std::uint64_t t0 = clock.now_ns();
   for (std::size_t c = 0; c < system.device_count(); ++c) {
-    auto& m = *system.device(c).impl().bar0;
+    auto& m = *card::access(system.device(c)).bar0;
     if (m.read32(regs::global::kMagic) == 0xffffffffu) {
       return fail(Code::kUnavailable, "card removed", {.card = static_cast<std::uint32_t>(c)});
     }
@@ -586,7 +586,7 @@ Result<LinkBringUp> bring_up_links(System& system, const TrainingPolicy& policy,
     for (std::size_t i = 0; i < res->size(); ++i) {
       const auto& r = (*res)[i];
       if (r.code != TrainCode::kOk) continue;
-      const std::uint32_t st = system.device(r.card).impl().bar0->read32(regs::port_reg(r.port, pr::kStatus));
+      const std::uint32_t st = card::access(system.device(r.card)).bar0->read32(regs::port_reg(r.port, pr::kStatus));
       if (st == 0xffffffffu || pr::kStatusLinkUp.get(st) != 0) continue;
       again.push_back({r.card, r.port});
       where.push_back(i);

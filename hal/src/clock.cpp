@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// npo-hal: the default platform clock (CLOCK_MONOTONIC).
+// npo-hal: the default platform clock (CLOCK_MONOTONIC) and the public npo::Clock handle.
+#include "npo/hal/clock.hpp"
+
 #include <chrono>
 #include <thread>
 
@@ -28,3 +30,12 @@ Clock& monotonic_clock() noexcept {
 }
 
 }  // namespace npo::backend
+
+namespace npo {
+
+std::uint64_t Clock::now_ns() const noexcept { return clock_->now_ns(); }
+void Clock::sleep_until(std::uint64_t t_ns) const noexcept { clock_->sleep_until(t_ns); }
+void Clock::sleep_for(std::uint64_t ns) const noexcept { clock_->sleep_until(clock_->now_ns() + ns); }
+bool Clock::is_virtual() const noexcept { return clock_->is_virtual(); }
+
+}  // namespace npo

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Installs a built npo-hal into a scratch prefix and builds two programs against it as a user
-# would: one with CMake (find_package(npo-hal) -> npo::hal), one with g++ and pkg-config.
-# Both must run against the installed library and print the version and the device count.
+# Installs a built npo-hal into a scratch prefix and builds programs against it as a user
+# would: with CMake (find_package(npo-hal) -> npo::hal) and with g++ and pkg-config, each
+# time the small consumer (prints the version and the device count) and the program of
+# docs/getting-started.md (docs/examples/getting_started.cpp: fabric bring-up, window
+# export/import, remote DMA, data check on emu:mesh8). Every program must run against the
+# installed library with no LD_LIBRARY_PATH (RPATH: CMake's, or the .pc file's -rpath).
 # Driven by ctest (tests/install/CMakeLists.txt); by hand:
 #   run-install-test.sh --build build --work /tmp/npo-install [--cmake cmake] [--cxx g++]
 #     [--libdir lib] [--version 0.1.0] [--uri emu:2] [--devices 2] [--sanitize address,undefined]
@@ -74,18 +77,24 @@ if leaks="$(grep -rlF -e "${src_root}/" -e "${build}" "${prefix}/${libdir}/cmake
   die "installed package files name the source/build tree: ${leaks}"
 fi
 
-export LD_LIBRARY_PATH="${prefix}/${libdir}${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
+# A user's program finds the library by its RPATH, not by the environment.
+unset LD_LIBRARY_PATH
+
+# Must load the installed library (not the build tree's), with no LD_LIBRARY_PATH.
+check_loads_installed() { # name exe
+  local name="$1" exe="$2"
+  if command -v ldd >/dev/null 2>&1; then
+    env -u LD_LIBRARY_PATH ldd "${exe}" | grep -F "libnpo-hal.so" | grep -qF "${prefix}/" ||
+      die "${name} does not load libnpo-hal from ${prefix}: $(env -u LD_LIBRARY_PATH ldd "${exe}" | grep -F libnpo-hal || echo 'not linked')"
+  fi
+}
 
 check_output() { # name exe
   local name="$1" exe="$2" out
   step "run ${name}: ${exe} ${uri}"
-  # Must load the installed library, not the build tree's.
-  if command -v ldd >/dev/null 2>&1; then
-    ldd "${exe}" | grep -F "libnpo-hal.so" | grep -qF "${prefix}/" ||
-      die "${name} does not load libnpo-hal from ${prefix}: $(ldd "${exe}" | grep -F libnpo-hal || echo 'not linked')"
-  fi
+  check_loads_installed "${name}" "${exe}"
   local rc=0
-  out="$("${exe}" "${uri}" 2>&1)" || rc=$?
+  out="$(env -u LD_LIBRARY_PATH "${exe}" "${uri}" 2>&1)" || rc=$?
   if ((rc != 0)); then
     echo "${out}" >&2
     die "${name} failed (exit status ${rc})"
@@ -96,10 +105,23 @@ check_output() { # name exe
   grep -qx "devices: ${devices}" <<<"${out}" || die "${name}: expected 'devices: ${devices}'"
 }
 
+getting_started_src="${here}/../../docs/examples/getting_started.cpp"
+[[ -f "${getting_started_src}" ]] || die "missing ${getting_started_src}"
+check_getting_started() { # name exe
+  local name="$1" exe="$2" out rc=0
+  step "run ${name}: ${exe} (emu:mesh8)"
+  check_loads_installed "${name}" "${exe}"
+  out="$(env -u LD_LIBRARY_PATH "${exe}" 2>&1)" || rc=$?
+  echo "${out}"
+  ((rc == 0)) || die "${name} failed (exit status ${rc})"
+  grep -q "fabric: 56 of 56 ports up" <<<"${out}" || die "${name}: expected 'fabric: 56 of 56 ports up'"
+  grep -q "data checked" <<<"${out}" || die "${name}: expected 'data checked'"
+}
+
 # 2. CMake consumer: find_package(npo-hal) + npo::hal.
 step "configure + build tests/install/consumer with CMAKE_PREFIX_PATH=${prefix}"
 cfg=("${cmake_bin}" -S "${here}/consumer" -B "${work}/consumer-build" "-DCMAKE_PREFIX_PATH=${prefix}"
-  "-DCMAKE_CXX_COMPILER=${cxx}" -DCMAKE_BUILD_TYPE=RelWithDebInfo)
+  "-DCMAKE_CXX_COMPILER=${cxx}" -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DNPO_GETTING_STARTED=${getting_started_src}")
 [[ -z "${generator}" ]] || cfg+=(-G "${generator}")
 if ((${#san_flags[@]})); then
   cfg+=("-DCMAKE_CXX_FLAGS=${san_flags[*]}" "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=${sanitize}")
@@ -108,6 +130,7 @@ run "${work}/consumer-configure.log" "${cfg[@]}"
 grep -F "found npo-hal" "${work}/consumer-configure.log" || true
 run "${work}/consumer-build.log" "${cmake_bin}" --build "${work}/consumer-build"
 check_output "CMake consumer" "${work}/consumer-build/consumer"
+check_getting_started "CMake getting_started" "${work}/consumer-build/getting_started"
 
 # 3. pkg-config consumer: g++ $(pkg-config --cflags --libs npo-hal).
 command -v pkg-config >/dev/null 2>&1 || die "pkg-config not found (bash tools/setup-debian.sh installs it)"
@@ -119,6 +142,9 @@ step "pkg-config: ${flags}"
 # shellcheck disable=SC2086 # pkg-config output is a list of flags
 run "${work}/pkgconfig-build.log" "${cxx}" "${san_flags[@]}" "${here}/consumer/main.cpp" -o "${work}/consumer-pc" ${flags}
 check_output "pkg-config consumer" "${work}/consumer-pc"
+# shellcheck disable=SC2086 # pkg-config output is a list of flags
+run "${work}/pkgconfig-gs-build.log" "${cxx}" "${san_flags[@]}" "${getting_started_src}" -o "${work}/getting-started-pc" ${flags}
+check_getting_started "pkg-config getting_started" "${work}/getting-started-pc"
 
 # 4. Every installed header compiles on its own (a user may include any one of them first).
 mapfile -t headers < <(cd "${prefix}/include" && find npo -name '*.hpp' | sort)
@@ -134,4 +160,4 @@ if ! find "${work}/headers" -name '*.cpp' -print0 | sort -z |
   die "an installed header does not compile on its own (or twice: missing #pragma once)"
 fi
 
-echo "install_consume: 2 consumers built against ${prefix} and ran; ${#headers[@]} headers self-contained"
+echo "install_consume: 4 programs built against ${prefix} (CMake, pkg-config) and ran without LD_LIBRARY_PATH; ${#headers[@]} headers self-contained"

@@ -1,12 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 // The firmware mailbox through BAR0 registers (docs/spec/mailbox.md): IDENTIFY, malformed
-// requests answered with error replies (never a hang), and npo::gpu::MailboxClient against
+// requests answered with error replies (never a hang), and npo::card::MailboxClient against
 // injected corrupt replies and timeouts.
 #include <algorithm>
+#include <chrono>
 #include <string_view>
 
 #include "card/mailbox.hpp"
+#include "common/emu_system.hpp"
 #include "harness.hpp"
+#include "npo/hal/device.hpp"
+#include "npo/hal/system.hpp"
 
 namespace npo::itest {
 namespace {
@@ -145,7 +149,7 @@ TEST(MailboxIntegration, ClientDetectsCorruptReplyThenRecovers) {
   ASSERT_TRUE(rig.ok());
   be::Device* dev = rig.open(0);
   ASSERT_NE(dev, nullptr);
-  gpu::MailboxClient client(Rig::bar0(*dev), 0, 5'000'000'000);
+  card::MailboxClient client(Rig::bar0(*dev), rig.backend().clock(), 0, 5'000'000'000);
   ASSERT_TRUE(rig.emulator().inject({.at_ns = 0, .kind = emu::FaultKind::kMailboxCorrupt, .card = 0, .count = 1}));
   rig.advance(1);
 
@@ -171,7 +175,7 @@ TEST(MailboxIntegration, ClientTimesOutOnSwallowedRequest) {
   be::Device* dev = rig.open(0);
   ASSERT_NE(dev, nullptr);
   auto& b = Rig::bar0(*dev);
-  gpu::MailboxClient client(b, 0, 50'000'000);  // 50 ms
+  card::MailboxClient client(b, rig.backend().clock(), 0, 50'000'000);  // 50 ms
   ASSERT_TRUE(rig.emulator().inject({.at_ns = 0, .kind = emu::FaultKind::kMailboxTimeout, .card = 0, .count = 1}));
   rig.advance(1);
 
@@ -191,6 +195,31 @@ TEST(MailboxIntegration, ClientTimesOutOnSwallowedRequest) {
   EXPECT_EQ(r->size(), mb::heartbeat::kRspSize);
 }
 
+// One clock (issue 12): the mailbox deadline is on the platform clock, so under
+// clock=virtual a request the firmware swallows fails after the 1 s mailbox timeout of
+// emulated time, in under 50 ms of wall time, through the public API.
+TEST(MailboxIntegration, VirtualClockTimeoutCostsEmulatedTimeNotWallTime) {
+  auto e = emu::Emulator::create(test_config(1));
+  ASSERT_TRUE(e.has_value()) << e.error().to_string();
+  auto sys = npo_test::open_system(*e);
+  ASSERT_NE(sys, nullptr);
+  ASSERT_TRUE(sys->clock().is_virtual());
+  npo::Device& dev = sys->device(0);
+  ASSERT_TRUE(dev.heartbeat().has_value());
+  ASSERT_TRUE((*e)->inject({.at_ns = 0, .kind = emu::FaultKind::kMailboxTimeout, .card = 0, .count = 1}));
+  ASSERT_TRUE((*e)->advance(1).has_value());
+
+  const std::uint64_t t0 = sys->clock().now_ns();
+  const auto w0 = std::chrono::steady_clock::now();
+  auto hb = dev.heartbeat();
+  const auto wall = std::chrono::steady_clock::now() - w0;
+  ASSERT_FALSE(hb.has_value());
+  EXPECT_EQ(hb.error().code(), Code::kDeadlineExceeded) << hb.error().to_string();
+  EXPECT_LT(wall, std::chrono::milliseconds(50))
+      << std::chrono::duration_cast<std::chrono::microseconds>(wall).count() << " us";
+  EXPECT_GE(sys->clock().now_ns() - t0, 1'000'000'000u);  // SystemOptions::mailbox_timeout_ns
+}
+
 // ---- 8. surprise removal --------------------------------------------------------------------
 
 TEST(RemovalIntegration, SurpriseRemovalReadsAllOnesOtherCardsUnaffected) {
@@ -202,8 +231,8 @@ TEST(RemovalIntegration, SurpriseRemovalReadsAllOnesOtherCardsUnaffected) {
   ASSERT_NE(alive, nullptr);
   auto& b0 = Rig::bar0(*gone);
   auto& b1 = Rig::bar0(*alive);
-  gpu::MailboxClient mbox0(b0, 0, 2'000'000'000);
-  gpu::MailboxClient mbox1(b1, 1, 2'000'000'000);
+  card::MailboxClient mbox0(b0, rig.backend().clock(), 0, 2'000'000'000);
+  card::MailboxClient mbox1(b1, rig.backend().clock(), 1, 2'000'000'000);
   ASSERT_TRUE(mbox0.call(Cmd::kIdentify, {}).has_value()) << "works before the removal";
   ASSERT_EQ(b0.read32(g::kMagic), regs::kMagic);
 

@@ -65,7 +65,7 @@ SessionResult run_session(std::uint64_t seed) {
   q0.ack();
 
   step(6 * kMs, kMs);  // mailbox_corrupt armed at 5 ms
-  gpu::MailboxClient mbox(b0, 0, 5'000'000'000);
+  card::MailboxClient mbox(b0, rig.backend().clock(), 0, 5'000'000'000);
   std::array<std::byte, mb::heartbeat::kReqSize> cookie{};
   auto r = mbox.call(mb::Command::kHeartbeat, cookie);
   EXPECT_TRUE(!r && r.error().code() == Code::kDataLoss);

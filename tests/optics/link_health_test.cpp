@@ -213,7 +213,7 @@ TEST(LaneHealth, GoodVerdictStillSaysWhy) {
 
 npo::PortStatus up_port(unsigned lanes_in_use = 8, std::uint8_t enable = 0xff) {
   npo::PortStatus ps;
-  ps.ctrl = 1;
+  ps.enabled = true;
   ps.module_present = true;
   ps.state = npo::LinkState::kUp;
   ps.link_up = true;
@@ -256,7 +256,7 @@ TEST(PortState, ReasonsForEachState) {
   // A lane the partner negotiated away (LANE_MAP has no logical lane on physical lane 3) is
   // dark but not part of the link: the port is DEGRADED (7/8), not FAILED.
   auto narrow = up_port();
-  narrow.lane_map = 0xf7654210u;  // logical lanes 0..6 on physical 0,1,2,4,5,6,7; logical 7 unused
+  narrow.lane_map = {0, 1, 2, 4, 5, 6, 7, npo::kUnusedLane};  // logical 0..6 on physical 0,1,2,4..7; 7 unused
   narrow.lane_count = 7;
   npo::LaneHealthReport dark;
   dark.lane = 3;

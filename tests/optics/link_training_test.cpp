@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "npo/hal/backend/backend.hpp"
+#include "npo/hal/bring_up.hpp"
 #include "npo/hal/link_health.hpp"
 #include "npo/hal/link_monitor.hpp"
 #include "npo/hal/port.hpp"
@@ -33,6 +34,38 @@ namespace emu = npo::emu;
 constexpr std::uint64_t kMs = 1'000'000;
 
 std::size_t stage(TrainStage s) { return static_cast<std::size_t>(s); }
+
+// The one bring-up call: every cabled port Up, the full mesh discovered, routes programmed.
+TEST(BringUpFabric, Mesh8CompleteWithRoutesProgrammed) {
+  EmuRig rig("mesh8?clock=virtual&hbm=1M");
+  ASSERT_TRUE(rig.ok());
+  EXPECT_TRUE(rig.sys->clock().is_virtual());
+  const std::uint64_t t0 = rig.sys->clock().now_ns();
+  auto f = npo::bring_up_fabric(*rig.sys);
+  ASSERT_TRUE(f.has_value()) << f.error().to_string();
+  EXPECT_GT(rig.sys->clock().now_ns(), t0);  // training waited on the virtual clock
+  EXPECT_EQ(f->links.ports_with_module, 56u);
+  EXPECT_EQ(f->links.up, 56u);
+  EXPECT_EQ(f->links.failed, 0u);
+  EXPECT_EQ(f->topology.cards.size(), 8u);
+  EXPECT_EQ(f->topology.links.size(), 28u);
+  EXPECT_EQ(f->routes.diameter(), 1);
+  EXPECT_EQ(f->unreachable_pairs, 0u);
+  EXPECT_TRUE(f->complete());
+  // A second call finds everything Up and changes nothing.
+  auto again = npo::bring_up_fabric(*rig.sys);
+  ASSERT_TRUE(again.has_value()) << again.error().to_string();
+  EXPECT_EQ(again->links.up, 56u);
+  EXPECT_TRUE(again->complete());
+  // Decoded port fields instead of register words.
+  auto ps = npo::read_port(rig.sys->device(0), 0);
+  ASSERT_TRUE(ps.has_value());
+  EXPECT_TRUE(ps->enabled);
+  EXPECT_FALSE(ps->loopback);
+  EXPECT_FALSE(ps->prbs_generating);
+  EXPECT_EQ(ps->lane_map, (std::array<std::uint8_t, 8>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_TRUE(ps->events.link_up);
+}
 
 TEST(TrainingSupervisor, Mesh8AllPortsUpWithStageTimes) {
   EmuRig rig("mesh8?clock=virtual&hbm=1M");
@@ -102,7 +135,7 @@ TEST(TrainingSupervisor, HeldDownPortsAreNotTouched) {
   EXPECT_EQ((*r)[1].code, TrainCode::kOk);
   auto ps = npo::read_port(rig.sys->device(0), 0);
   ASSERT_TRUE(ps.has_value());
-  EXPECT_EQ(ps->ctrl & 1u, 0u);  // left disabled
+  EXPECT_FALSE(ps->enabled);  // left disabled
   EXPECT_FALSE(npo::train_ports(*rig.sys, std::vector<npo::PortRef>{{9, 0}}).has_value());
   EXPECT_EQ(npo::train_ports(*rig.sys, std::vector<npo::PortRef>{{0, 16}}).error().code(), npo::Code::kOutOfRange);
 }
@@ -232,7 +265,7 @@ TEST(LinkMonitorEmu, StatsDmaAndRegisterReadsAgree) {
       EXPECT_EQ(x.neighbor_fabric_id, y.neighbor_fabric_id);
       EXPECT_EQ(x.flap_count, y.flap_count);
       EXPECT_EQ(x.lane_enable, y.lane_enable);
-      EXPECT_EQ(x.train_result.raw, y.train_result.raw);
+      EXPECT_EQ(x.train_result, y.train_result);
       for (std::size_t l = 0; l < 8; ++l) {
         EXPECT_EQ(x.lanes[l].codewords, y.lanes[l].codewords) << c << "/" << p << "/" << l;
         EXPECT_EQ(x.lanes[l].symbol_errors, y.lanes[l].symbol_errors);
@@ -265,7 +298,7 @@ TEST(LinkMonitorEmu, FlappingPortIsHeldDownUntilReEnabled) {
   EXPECT_EQ(h.reason, "held down: 5 flaps in 60 s");
   auto ps = npo::read_port(rig.sys->device(0), 5);
   ASSERT_TRUE(ps.has_value());
-  EXPECT_EQ(ps->ctrl & 1u, 0u);  // the monitor took it down
+  EXPECT_FALSE(ps->enabled);  // the monitor took it down
   EXPECT_EQ(ps->state, npo::LinkState::kDisabled);
   ASSERT_TRUE(mon.enable_port(0, 5).has_value());
   // The far end (card 6 port 0) gave up meanwhile (Fault after 3 attempts): the supervisor
@@ -285,7 +318,7 @@ TEST(LinkMonitorEmu, FlappingPortIsHeldDownUntilReEnabled) {
 
 struct Mesh {
   EmuRig rig{"mesh8?clock=virtual&hbm=1M"};
-  npo::backend::Clock& clock() { return rig.sys->backend().clock(); }
+  npo::Clock clock() { return rig.sys->clock(); }
   void sleep_ms(std::uint64_t ms) { clock().sleep_until(clock().now_ns() + ms * kMs); }
   bool up() {
     auto r = npo::bring_up_links(*rig.sys, 10'000 * kMs);

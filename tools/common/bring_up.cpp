@@ -6,16 +6,14 @@
 namespace npo::tools {
 
 std::expected<FabricUp, BringUpFailure> bring_up(System& system, const BringUpOptions& options) {
-  FabricUp out;
-  auto links = bring_up_links(system, options.timeout_ns);
-  if (!links) return std::unexpected(BringUpFailure{"link bring-up", std::move(links.error())});
-  out.links = std::move(*links);
-  if (options.program_routes) {
-    auto routes = route_fabric(system);
-    if (!routes) return std::unexpected(BringUpFailure{"routing", std::move(routes.error())});
-    out.routes = std::move(*routes);
-  }
-  return out;
+  // The library's one bring-up call; the tool chooses the timeout and whether routes are
+  // written into the cards.
+  npo::BringUpOptions lib;
+  lib.timeout_ns = options.timeout_ns;
+  lib.program_routes = options.program_routes;
+  auto up = bring_up_fabric(system, lib);
+  if (!up) return std::unexpected(BringUpFailure{options.program_routes ? "routing" : "link bring-up", std::move(up.error())});
+  return std::move(*up);
 }
 
 }  // namespace npo::tools

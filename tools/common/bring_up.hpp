@@ -8,6 +8,7 @@
 #include <optional>
 #include <string_view>
 
+#include "npo/hal/bring_up.hpp"
 #include "npo/hal/error.hpp"
 #include "npo/hal/port.hpp"
 #include "npo/hal/system.hpp"
@@ -31,10 +32,9 @@ struct BringUpOptions {
 };
 
 /// Outcome of bring_up.
-struct FabricUp {
-  LinkBringUp links;                 ///< per-port training results and counts
-  std::optional<RouteTable> routes;  ///< the programmed routes; set only with program_routes
-};
+/// What the bring-up produced: per-port training results, the discovered graph and its routes
+/// (npo::bring_up_fabric's result; routes are programmed only with program_routes).
+using FabricUp = FabricBringUp;
 
 /// A failed bring-up: the step that failed ("link bring-up" or "routing") and its error.
 struct BringUpFailure {

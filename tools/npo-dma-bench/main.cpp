@@ -285,7 +285,7 @@ int main(int argc, char** argv) {
         npo::tools::bring_up(s, {.timeout_ns = npo::tools::kDefaultBringUpTimeoutNs, .program_routes = true});
     if (!brought) return fail_with(brought.error().step, brought.error().error);
     const npo::LinkBringUp& up = brought->links;
-    routes = std::move(*brought->routes);
+    routes = std::move(brought->routes);
     if (!o.json) {
       fmt::print("links: {} of {} ports with a module trained Up in {:.1f} ms; routes programmed, diameter {} hops\n",
                  up.up, up.ports_with_module, static_cast<double>(up.elapsed_ns) / 1e6, routes.diameter());

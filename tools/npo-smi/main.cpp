@@ -112,10 +112,8 @@ int topo(npo::System& s, bool json) {
   auto fabric = npo::tools::bring_up(s, {.timeout_ns = npo::tools::kDefaultBringUpTimeoutNs, .program_routes = false});
   if (!fabric) return fail(kTool, fabric.error().step, fabric.error().error);
   const npo::LinkBringUp& up = fabric->links;
-  auto t = npo::discover_topology(s);
-  if (!t) return fail(kTool, "topology", t.error());
-  auto rt = npo::RouteTable::compute(*t);
-  if (!rt) return fail(kTool, "routes", rt.error());
+  const npo::Topology* t = &fabric->topology;
+  const npo::RouteTable* rt = &fabric->routes;
   const std::size_t n = t->cards.size();
   // RouteTable::diameter() is over reachable pairs only: count the unreachable ones so a
   // disconnected fabric is not reported with a small finite diameter.

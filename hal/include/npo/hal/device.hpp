@@ -13,6 +13,10 @@
 
 namespace npo {
 
+namespace detail {
+struct DriverAccess;
+}  // namespace detail
+
 /// One BAR of a card.
 struct BarInfo {
   unsigned index = 0;      ///< BAR number 0..5
@@ -65,9 +69,11 @@ struct DeviceInfo {
 
 /// Heartbeat reply (mailbox HEARTBEAT, docs/spec/mailbox.md §3.4).
 struct Heartbeat {
-  std::uint64_t uptime_ns = 0;      ///< firmware uptime
-  std::uint32_t count = 0;          ///< heartbeats answered since firmware start
-  std::uint64_t round_trip_ns = 0;  ///< host-measured request->reply time
+  std::uint64_t uptime_ns = 0;  ///< firmware uptime
+  std::uint32_t count = 0;      ///< heartbeats answered since firmware start
+  /// Host-measured request->reply time, ns of platform time (System::clock(); on a virtual
+  /// clock usually 0, as the firmware answers without emulated time passing).
+  std::uint64_t round_trip_ns = 0;
 };
 
 /// One entry of the firmware error log (docs/spec/mailbox.md §3.8).
@@ -84,6 +90,7 @@ struct FirmwareLogEntry {
 /// One card. Owned by its System.
 /// Thread-safety: info() is immutable after open. Mailbox calls (firmware_versions,
 /// heartbeat, error_log, reset) are serialised internally and may be called from any thread.
+/// Time: every timeout below is on the platform clock (System::clock()).
 class Device {
  public:
   ~Device();
@@ -101,7 +108,8 @@ class Device {
   /// Reads up to `max_entries` firmware error log entries, oldest first. Errors as above.
   Result<std::vector<FirmwareLogEntry>> error_log(std::size_t max_entries = 256);
 
-  /// Resets the card (function level reset through the backend) and waits for STATUS.READY.
+  /// Resets the card (function level reset through the backend) and waits up to 2 s of
+  /// platform time for STATUS.READY.
   /// Every queue and window of the card is invalid afterwards. Errors: kDeadlineExceeded,
   /// kUnimplemented (backend cannot reset), kUnavailable.
   Result<void> reset();
@@ -120,12 +128,11 @@ class Device {
   /// Number of optical ports (0 .. info().num_ports - 1).
   [[nodiscard]] unsigned port_count() const noexcept;
 
-  struct Impl;
-  /// Internal: the driver's state. Not part of the stable API.
-  [[nodiscard]] Impl& impl() noexcept { return *impl_; }
-  explicit Device(std::unique_ptr<Impl> impl);
-
  private:
+  // Devices are created by System::open only; their state is the drivers' business.
+  struct Impl;
+  friend struct detail::DriverAccess;  // the drivers' private way in (drivers/card/device_impl.hpp)
+  explicit Device(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

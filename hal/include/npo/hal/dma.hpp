@@ -34,6 +34,9 @@ struct QueueOptions {
   CompletionMode mode = CompletionMode::kPolled;
   /// An op outstanding this long without any completion of the queue means a hung engine:
   /// poll() resets the queue and completes every op in flight with OpStatus::kTimeout.
+  /// Measured on the platform clock (System::clock()); on the emulator's virtual clock,
+  /// whose engines run in wall time, it also passes after this much wall time, so a caller
+  /// that only polls sees a hang without moving emulated time.
   std::chrono::nanoseconds hang_timeout = std::chrono::seconds(1);
 };
 
@@ -141,7 +144,9 @@ class DmaQueue {
   /// Also the hang watchdog: when ops are outstanding and the queue made no progress for
   /// QueueOptions::hang_timeout, the queue is reset and those ops complete with kTimeout.
   virtual std::size_t poll(std::span<OpCompletion> out) noexcept = 0;
-  /// Blocks until at least one completion can be polled or `timeout` passes.
+  /// Blocks until at least one completion can be polled or `timeout` passes (platform clock;
+  /// on a virtual clock also wall time: waiting never moves emulated time, as the engines
+  /// run in wall time).
   /// Errors: kDeadlineExceeded; kUnavailable (card removed).
   virtual Result<void> wait(std::chrono::nanoseconds timeout) = 0;
 

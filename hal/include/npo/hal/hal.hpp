@@ -2,6 +2,8 @@
 // npo-hal: umbrella header of the public API.
 #pragma once
 
+#include "npo/hal/bring_up.hpp"
+#include "npo/hal/clock.hpp"
 #include "npo/hal/device.hpp"
 #include "npo/hal/dma.hpp"
 #include "npo/hal/error.hpp"

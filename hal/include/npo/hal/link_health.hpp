@@ -149,7 +149,8 @@ struct PortHealth {
 
 /// Physical lanes carrying the link (bit n = physical lane n): the lanes PORT.LANE_MAP maps
 /// a logical lane to (registers.md §7.1), i.e. the set both ends negotiated in training; when
-/// LANE_MAP is unknown (all ones), LANE_ENABLE & LANES_UP. Thread-safety: pure function.
+/// LANE_MAP maps no lane (PortStatus::lane_map all kUnusedLane), LANE_ENABLE & LANES_UP.
+/// Thread-safety: pure function.
 [[nodiscard]] std::uint8_t lanes_in_use(const PortStatus& st) noexcept;
 
 /// Combines a port snapshot, its lane verdicts, the flap damper's hold-down reason (empty:

@@ -50,7 +50,8 @@ struct LinkMonitorOptions {
   /// DDM mirrors, and the latched Rx LOS / Tx fault flags (page 11h). Costs ~6 mailbox reads
   /// per port per snapshot, so it is off by default (a 1024-card snapshot stays mailbox-free).
   bool check_module_ddm = false;
-  /// Wall-clock bound for the stats blocks of one snapshot to arrive, ns.
+  /// Bound for the stats blocks of one snapshot to arrive, ns of platform time
+  /// (System::clock()); on a virtual clock of wall time, as the stats DMA needs no emulated time.
   std::uint64_t stats_timeout_ns = 20'000'000;
 };
 

@@ -3,7 +3,7 @@
 //
 // The card runs the training state machine of every port; the host supervises it: one
 // non-blocking FSM per port, all ports of all cards stepped from one poll loop that sleeps on
-// the platform clock (backend::Clock) until the next deadline or poll tick. Stages:
+// the platform clock (System::clock()) until the next deadline or poll tick. Stages:
 //
 //   detect (STATUS.MODULE_PRESENT)
 //   -> module ready (CMIS Module State, lower page byte 3; timeout: the module's advertised

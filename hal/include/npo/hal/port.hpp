@@ -26,6 +26,9 @@ enum class LinkState : std::uint8_t { kDisabled = 0, kModuleWait, kDataPathInit,
 /// Stable name: "disabled", "module_wait", "datapath_init", "training", "fec_lock", "up", "fault".
 [[nodiscard]] std::string_view link_state_name(LinkState s) noexcept;
 
+/// PRBS patterns (PORT.CTRL.PRBS_PATTERN).
+enum class PrbsPattern : std::uint8_t { kPrbs7 = 0, kPrbs9, kPrbs11, kPrbs15, kPrbs23, kPrbs31, kPrbs13 };
+
 /// Transmit FIR taps of a lane (LANE.TX_EQ, registers.md §7.3), in 1/64 of full swing.
 struct TxEq {
   int pre = 0;        ///< pre-cursor, signed
@@ -64,11 +67,24 @@ struct LaneCounters {
 /// 3 module not ready, 4 data path timeout, 5 CDR lock timeout, 6 neighbour timeout,
 /// 7 FEC lock timeout, 8 aborted).
 struct TrainResultReg {
-  std::uint32_t raw = 0;
   std::uint8_t code = 0;
   LinkState state = LinkState::kDisabled;  ///< state the attempt ended in
   std::uint8_t failed_lanes = 0;           ///< physical lanes without CDR lock at the failure
   unsigned attempt = 0;                    ///< attempt number within the bring-up, from 1
+  bool operator==(const TrainResultReg&) const = default;
+};
+
+/// Value of PortStatus::lane_map for a logical lane no physical lane carries.
+inline constexpr std::uint8_t kUnusedLane = 0xff;
+
+/// Latched link events (PORT.EVENT_STATUS, registers.md §7.1): set by the card, cleared only
+/// by the host (write 1 to clear); reading a PortStatus does not clear them.
+struct PortEvents {
+  bool link_up = false;        ///< the link entered Up
+  bool link_down = false;      ///< the link left Up
+  bool train_fail = false;     ///< a training attempt failed
+  bool module_change = false;  ///< a module was inserted or removed
+  bool operator==(const PortEvents&) const = default;
 };
 
 /// A snapshot of one port (PORT block, registers.md §7.1, and its LANE blocks).
@@ -86,17 +102,27 @@ struct PortStatus {
   std::optional<unsigned> neighbor_port;
   std::uint32_t train_count = 0;
   std::uint32_t flap_count = 0;
-  std::uint32_t ctrl = 0;                ///< PORT.CTRL as read
-  std::uint32_t lane_map = 0xffffffffu;  ///< PORT.LANE_MAP
-  std::uint8_t lane_enable = 0xff;       ///< PORT.LANE_ENABLE: physical lanes the host allows
-  TrainResultReg train_result;           ///< PORT.TRAIN_RESULT
-  std::uint32_t up_count = 0;            ///< PORT.UP_COUNT: entries into Up since reset
-  std::uint32_t coeff_updates = 0;       ///< PORT.COEFF_UPDATES: Tx EQ requests in the last training
-  std::uint32_t event_status = 0;        ///< PORT.EVENT_STATUS (latched, not cleared by reading)
-  std::uint8_t prbs_lanes = 0;           ///< PORT.PRBS_LANES
-  std::optional<double> module_temp_c;   ///< DDM mirror MODULE_TEMP (1/256 degC); nullopt without module
-  std::optional<double> module_vcc_v;    ///< DDM mirror MODULE_VCC (100 uV); nullopt without module
-  std::vector<LaneCounters> lanes;       ///< physical lane order
+  // PORT.CTRL, decoded (registers.md §7.1, §7.4):
+  bool enabled = false;          ///< CTRL.ENABLE: the host allows the link up (enable_port)
+  bool loopback = false;         ///< CTRL.LOOPBACK: near-end loopback
+  bool prbs_generating = false;  ///< CTRL.PRBS_GEN: transmitting the PRBS pattern
+  bool prbs_checking = false;    ///< CTRL.PRBS_CHECK: checking received PRBS
+  bool prbs_host_side = false;   ///< CTRL.PRBS_SIDE: false media side (fibre), true host side
+  /// CTRL.PRBS_PATTERN; nullopt when the register holds a code no pattern has.
+  std::optional<PrbsPattern> prbs_pattern;
+  /// PORT.LANE_MAP decoded: lane_map[n] is the physical lane carrying logical lane n, or
+  /// kUnusedLane (the link uses fewer lanes, or the port has not trained).
+  std::array<std::uint8_t, 8> lane_map{kUnusedLane, kUnusedLane, kUnusedLane, kUnusedLane,
+                                       kUnusedLane, kUnusedLane, kUnusedLane, kUnusedLane};
+  std::uint8_t lane_enable = 0xff;      ///< PORT.LANE_ENABLE: bit n = physical lane n may be used
+  TrainResultReg train_result;          ///< PORT.TRAIN_RESULT
+  std::uint32_t up_count = 0;           ///< PORT.UP_COUNT: entries into Up since reset
+  std::uint32_t coeff_updates = 0;      ///< PORT.COEFF_UPDATES: Tx EQ requests in the last training
+  PortEvents events;                    ///< PORT.EVENT_STATUS (latched, not cleared by reading)
+  std::uint8_t prbs_lanes = 0;          ///< PORT.PRBS_LANES: bit n = PRBS runs on physical lane n
+  std::optional<double> module_temp_c;  ///< DDM mirror MODULE_TEMP (1/256 degC); nullopt without module
+  std::optional<double> module_vcc_v;   ///< DDM mirror MODULE_VCC (100 uV); nullopt without module
+  std::vector<LaneCounters> lanes;      ///< physical lane order
 
   /// Payload rate in Gb/s: lanes in use x per-lane line rate x 2 (PAM4) or 1 (NRZ), less the
   /// RS(544,514) and 256b/257b overhead (registers.md §7.1: 8 x 53.125 GBd PAM4 = 800 Gb/s).
@@ -129,6 +155,8 @@ struct LinkBringUp {
   std::vector<PortTraining> ports;  ///< per port with a module (and ports found without one)
 };
 
+/// Step 1 of bring_up_fabric (bring_up.hpp), which most callers want instead: it also
+/// discovers the topology and programs the routes remote DMA needs.
 /// Enables every port of every card of `system` and runs the training supervisor
 /// (link_training.hpp) over all of them concurrently in one poll loop on the platform clock
 /// (on the emulator's virtual clock, waiting advances emulated time). Ports without a module
@@ -153,8 +181,6 @@ Result<std::vector<std::byte>> read_module_image(Device& device, unsigned port);
 
 // ---- PRBS (registers.md §7.4) --------------------------------------------------------------
 
-/// PRBS patterns (PORT.CTRL.PRBS_PATTERN).
-enum class PrbsPattern : std::uint8_t { kPrbs7 = 0, kPrbs9, kPrbs11, kPrbs15, kPrbs23, kPrbs31, kPrbs13 };
 /// "PRBS7" ... "PRBS31", "PRBS13".
 [[nodiscard]] std::string_view prbs_pattern_name(PrbsPattern p) noexcept;
 /// Inverse of prbs_pattern_name (case-insensitive). Errors: kInvalidArgument listing the names.

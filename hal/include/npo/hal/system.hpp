@@ -8,13 +8,13 @@
 #include <string>
 #include <string_view>
 
+#include "npo/hal/clock.hpp"
 #include "npo/hal/device.hpp"
 #include "npo/hal/error.hpp"
 
 namespace npo {
 
 namespace backend {
-class Backend;
 class Registry;
 }  // namespace backend
 
@@ -25,7 +25,10 @@ inline constexpr std::string_view kDefaultUri = "emu:mesh8";
 struct SystemOptions {
   /// Registry to resolve the URI with; null: backend::builtin_registry().
   const backend::Registry* registry = nullptr;
-  /// Mailbox reply timeout per command, in ns (default 1 s).
+  /// Mailbox reply timeout per command, in ns of platform time (System::clock(); default 1 s).
+  /// On the emulator's virtual clock a command the firmware never answers fails with
+  /// kDeadlineExceeded after this much emulated time, in a few ms of wall time (the firmware
+  /// first gets 20 ms of wall time to answer).
   std::uint64_t mailbox_timeout_ns = 1'000'000'000;
 };
 
@@ -36,6 +39,10 @@ class System {
  public:
   /// Opens the backend named by `uri` and every NPO card it enumerates, reading each card's
   /// identity through config space, BAR0 and the firmware mailbox (IDENTIFY, GET_VERSIONS).
+  /// The optical links are left as they are: on a fresh emulator every port is disabled and
+  /// no route is programmed, so host DMA works at once but remote DMA to another card does
+  /// not. Call bring_up_fabric (bring_up.hpp) next to train every port and program routes;
+  /// docs/getting-started.md walks a whole program.
   /// Accepted URIs: "emu:mesh8", "emu:N" (1..1024), "emu:file=PATH", "vfio:all", "vfio:BDF".
   /// Errors: kInvalidArgument for an unknown URI (the message lists the accepted forms);
   /// the backend's errors (kUnavailable, kPermissionDenied, kNotFound); errors of a card that
@@ -58,12 +65,16 @@ class System {
   /// Card by fabric ID. Errors: kNotFound.
   [[nodiscard]] Result<Device*> device_by_fabric_id(std::uint32_t fabric_id);
 
-  /// The backend (for tools that need platform facts). Valid while the System lives.
-  [[nodiscard]] backend::Backend& backend() noexcept;
-
-  struct Impl;
+  /// The platform clock every deadline of the drivers is taken from (mailbox, reset, window
+  /// revoke, DMA watchdog, link training): CLOCK_MONOTONIC on real cards and on the emulator
+  /// by default, the emulator's virtual clock with `clock=virtual`, where sleeping advances
+  /// emulated time. The returned handle is valid while the System lives.
+  /// Thread-safety: safe from any thread.
+  [[nodiscard]] Clock clock() const noexcept;
 
  private:
+  struct Impl;
+  friend struct detail::DriverAccess;  // the drivers' private way in (drivers/card/device_impl.hpp)
   explicit System(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
