@@ -72,8 +72,8 @@ class FabricGraph {
  public:
   /// One edge seen from one end: the neighbour and the local port.
   struct Arc {
-    std::uint32_t to = 0;
-    unsigned port = 0;
+    std::uint32_t to = 0;  ///< the neighbour vertex
+    unsigned port = 0;     ///< the port this end leaves by
   };
   /// A graph without vertices.
   FabricGraph() = default;
