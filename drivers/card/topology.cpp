@@ -18,6 +18,11 @@ namespace npo {
 namespace regs = fw::regs;
 namespace pr = fw::regs::port;
 
+// The plan's limits (npo/hal/topology_plan.hpp) are the card's (registers.md).
+static_assert(kFabricMaxCardPorts == regs::kMaxPorts);
+static_assert(kFabricLanesPerPort == regs::kLanesPerPort);
+static_assert(kFabricMaxCards < regs::kRouteEntries, "every plan card's fabric ID has a route entry");
+
 Result<Topology> discover_topology(System& system) {
   Topology t;
   struct End {

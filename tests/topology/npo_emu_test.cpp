@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/run_command.hpp"
+#include "npo/emu/emulator.hpp"
 #include "npo/hal/fabric_spec.hpp"
 
 namespace npo {
@@ -66,6 +67,20 @@ TEST(NpoEmu, ErrorsAreNamed) {
                             kTool + " topo check " + path.string() + " 2>&1");
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.out.find("cables[0].b: card 3 outside 0..1"), std::string::npos) << r.out;
+  std::filesystem::remove(path);
+}
+
+TEST(NpoEmu, CheckRefusesFaultsTheEmulatorRefuses) {
+  // Issue 19: `topo check` used to accept a fault emu:file= then refused (the checks were two).
+  const auto path = tmp("badfault.yaml");
+  auto r = npo_test::run_command(
+      "printf 'cards: 2\\nfaults: [{at_ms: 1, kind: ber_ramp, card: 0, port: 0, value: 0.7}]\\n' > " + path.string() +
+      " && " + kTool + " topo check " + path.string() + " 2>&1");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("faults[0].value: (final pre-FEC BER) 0.7 must be in (0, 0.5)"), std::string::npos) << r.out;
+  auto e = emu::parse_uri("file=" + path.string());
+  ASSERT_FALSE(e.has_value());
+  EXPECT_NE(e.error().message().find("faults[0].value"), std::string::npos) << e.error().message();
   std::filesystem::remove(path);
 }
 

@@ -36,6 +36,7 @@ struct FabricLightPath {
 /// reconfiguration). Precondition: the plan validates. Value type; const methods thread-safe.
 class LightPaths {
  public:
+  /// An empty index: every trace is nullopt.
   LightPaths() = default;
   /// Indexes `plan`.
   explicit LightPaths(const FabricSpec& plan);
@@ -71,9 +72,10 @@ class FabricGraph {
  public:
   /// One edge seen from one end: the neighbour and the local port.
   struct Arc {
-    std::uint32_t to = 0;
-    unsigned port = 0;
+    std::uint32_t to = 0;  ///< the neighbour vertex
+    unsigned port = 0;     ///< the port this end leaves by
   };
+  /// A graph without vertices.
   FabricGraph() = default;
   /// A graph of `vertices` vertices and no edges.
   explicit FabricGraph(std::size_t vertices) : adj_(vertices) {}
@@ -82,6 +84,7 @@ class FabricGraph {
   /// shortest path.
   /// Precondition: a, b < vertex_count().
   void add_edge(std::uint32_t a, unsigned a_port, std::uint32_t b, unsigned b_port);
+  /// Vertices 0..n-1.
   [[nodiscard]] std::size_t vertex_count() const noexcept { return adj_.size(); }
   /// Edges added.
   [[nodiscard]] std::size_t edge_count() const noexcept { return edges_; }
@@ -106,10 +109,12 @@ class FabricGraph {
 /// take ~4 MB. Value type; const methods thread-safe.
 class ShortestPaths {
  public:
+  /// Paths of a graph without vertices (every query answers "unreachable").
   ShortestPaths() = default;
   /// Computes the paths of `graph`; it is copied (the result does not refer to it). Arcs with
   /// a port >= kFabricMaxCardPorts are used for hop counts but never appear in an egress set.
   explicit ShortestPaths(FabricGraph graph);
+  /// Vertices of the graph the paths were computed on.
   [[nodiscard]] std::size_t vertex_count() const noexcept { return graph_.vertex_count(); }
   /// Links on a shortest path: 0 for the same vertex, -1 when unreachable or out of range.
   [[nodiscard]] int hops(std::uint32_t from, std::uint32_t to) const noexcept;
