@@ -12,7 +12,8 @@ std::expected<FabricUp, BringUpFailure> bring_up(System& system, const BringUpOp
   lib.timeout_ns = options.timeout_ns;
   lib.program_routes = options.program_routes;
   auto up = bring_up_fabric(system, lib);
-  if (!up) return std::unexpected(BringUpFailure{options.program_routes ? "routing" : "link bring-up", std::move(up.error())});
+  if (!up)
+    return std::unexpected(BringUpFailure{options.program_routes ? "routing" : "link bring-up", std::move(up.error())});
   return std::move(*up);
 }
 
