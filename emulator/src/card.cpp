@@ -139,8 +139,8 @@ std::uint64_t Card::bar_size(unsigned bar) const noexcept {
 
 // ==== Ports (fabric wiring) ==================================================================
 
-void Card::attach_cable(unsigned port, std::uint32_t peer_card, unsigned peer_port) {
-  ports_[port].attach_cable(peer_card, peer_port);
+void Card::attach_cable(unsigned port, std::uint32_t /*peer_card*/, unsigned /*peer_port*/) {
+  ports_[port].attach_cable();  // the port resolves its far end per use (resolve_peer)
 }
 
 void Card::light_path_changed(unsigned port) {

@@ -100,7 +100,8 @@ class Card {
   [[nodiscard]] std::uint32_t route(std::uint32_t fid) const noexcept {
     return fid < fw::regs::kRouteEntries ? routes_[fid].load(std::memory_order_acquire) : 0;
   }
-  /// A light path now leads from `port` to (peer_card, peer_port) (fabric wiring).
+  /// A light path now leads from `port` to (peer_card, peer_port) (fabric wiring): the port
+  /// carries a module. The far end is resolved per use (EmulatorImpl::resolve_peer).
   void attach_cable(unsigned port, std::uint32_t peer_card, unsigned peer_port);
   /// The light path of `port` changed (an optical switch was reconfigured): a port that is Up
   /// re-checks its link at once and, if the far end is no longer the neighbour it trained

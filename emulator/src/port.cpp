@@ -78,11 +78,9 @@ void Port::remove_locked() {
   publish();  // transmitters go dark: the far ends lose light
 }
 
-void Port::attach_cable(std::uint32_t peer_card, unsigned peer_port) {
+void Port::attach_cable() {
   std::lock_guard lock(mu_);
   cabled_ = true;
-  peer_card_ = peer_card;
-  peer_port_ = peer_port;
   publish();
 }
 

@@ -127,8 +127,9 @@ class Port {
   [[nodiscard]] Telemetry telemetry();
 
   // ---- Fabric ------------------------------------------------------------------------
-  /// A light path now leads to (peer_card, peer_port): the port carries a module.
-  void attach_cable(std::uint32_t peer_card, unsigned peer_port);
+  /// A light path now leads from this port to a far port: the port carries a module. The
+  /// far end itself is looked up per use (EmulatorImpl::resolve_peer), as a switch can move it.
+  void attach_cable();
   /// Re-checks an Up link after `delay_ns` (link-loss debounce, light path changes): it
   /// leaves Up for Training when the far end is gone, changed or its lanes lost lock.
   void schedule_link_check(std::uint64_t delay_ns);
@@ -204,8 +205,6 @@ class Port {
   std::uint32_t ctrl_ = 0;
   fw::regs::port::LinkState state_ = fw::regs::port::LinkState::kDisabled;
   bool cabled_ = false;  ///< a module is plugged (emulated ports with a cable carry one)
-  std::uint32_t peer_card_ = 0;
-  unsigned peer_port_ = 0;
   std::uint32_t train_count_ = 0;
   std::uint32_t flap_count_ = 0;
   std::uint32_t train_timeout_ms_ = 500;
