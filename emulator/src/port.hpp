@@ -9,8 +9,9 @@
 // receivers see: lane BER, counters, PRBS, lane registers, telemetry, stats records),
 // port_cmis.cpp (the CMIS module), port_set.cpp (the card's ports together).
 //
-// Locking: the ports of a card share one mutex (PortSet). Methods named *_locked expect the
-// caller to hold it (PortSet::lock()); every other method takes it. The far end of a link is
+// Locking: the ports of a card share one mutex (owned by PortSet). Public Port methods take
+// it where they touch port state (the published view below needs none); private methods,
+// the *_locked ones PortSet calls included, expect it held. The far end of a link is
 // reached only through EmulatorImpl::resolve_peer / channel_of and the far port's published
 // words (published(), published_prbs_lanes(), power_on_ns(), module_seed()), which are read
 // without its lock, so no two port mutexes are ever held together. Everything is event
@@ -150,7 +151,9 @@ class Port {
   /// Seed of the module's DDM and lane offsets; fixed at construction.
   [[nodiscard]] std::uint64_t module_seed() const noexcept { return module_seed_; }
 
-  // ---- Under the card's port lock (PortSet::lock()) ------------------------------------
+ private:
+  friend class PortSet;  // calls the *_locked members below with the port mutex held
+  // ---- Under the card's port mutex (held by PortSet) -----------------------------------
   /// Link state and PORT.NEIGHBOR, for remote-op routing (registers.md §8).
   [[nodiscard]] fw::regs::port::LinkState state_locked() const noexcept { return state_; }
   [[nodiscard]] std::uint64_t neighbor_locked() const noexcept { return neighbor_; }
@@ -161,7 +164,6 @@ class Port {
   /// Surprise removal: the port goes Disabled and its transmitters dark.
   void remove_locked();
 
- private:
   struct LinkView;  // port_internal.hpp
   // Channel model (port_channel.cpp).
   LinkView link_view(std::uint64_t now);
@@ -243,8 +245,6 @@ class PortSet {
   [[nodiscard]] unsigned size() const noexcept { return static_cast<unsigned>(ports_.size()); }
   [[nodiscard]] Port& operator[](unsigned p) noexcept { return *ports_[p]; }
   [[nodiscard]] const Port& operator[](unsigned p) const noexcept { return *ports_[p]; }
-  /// The card's port mutex, for the *_locked calls of Port.
-  [[nodiscard]] std::unique_lock<std::mutex> lock() { return std::unique_lock(mu_); }
 
   /// An Up port with a valid neighbour: among the ports of `mask` (any port when 0) whose
   /// neighbour is fabric ID `next_fid` (any neighbour when 0); several: chosen by `flow`.
