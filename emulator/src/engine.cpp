@@ -226,33 +226,6 @@ Status QueueModel::host_access(std::uint64_t iova, std::uint64_t len, bool write
   return Status::kOk;
 }
 
-namespace {
-/// An Up port of `card` with a valid neighbour: among the ports of `mask` (any port when 0)
-/// whose neighbour is `next_fid` (any neighbour when 0); several: chosen by `flow`. -1: none.
-int up_port_towards(Card& card, std::uint32_t next_fid, std::uint16_t mask, std::uint32_t flow) {
-  std::lock_guard lock(card.port_mutex());
-  int candidates[regs::kMaxPorts];
-  int n = 0;
-  for (unsigned p = 0; p < card.config().num_ports; ++p) {
-    if (mask != 0 && (mask & (1u << p)) == 0) continue;
-    const auto& pm = card.port(p);
-    if (pm.state != regs::port::LinkState::kUp || !regs::port::kNeighborValid.get(pm.neighbor)) continue;
-    if (next_fid != 0 && regs::port::kNeighborFabricId.get(pm.neighbor) != next_fid) continue;
-    candidates[n++] = static_cast<int>(p);
-  }
-  return n == 0 ? -1 : candidates[flow % static_cast<std::uint32_t>(n)];
-}
-
-/// Fabric ID of the neighbour behind port p of `card` (0 if none is known).
-std::uint32_t neighbor_of(Card& card, unsigned p) {
-  std::lock_guard lock(card.port_mutex());
-  const auto& pm = card.port(p);
-  return regs::port::kNeighborValid.get(pm.neighbor)
-             ? static_cast<std::uint32_t>(regs::port::kNeighborFabricId.get(pm.neighbor))
-             : 0;
-}
-}  // namespace
-
 bool route_reachable(Card& src, std::uint32_t dst_fid, unsigned queue) {
   // Flow hash: the same (source, destination, queue) always takes the same ECMP member, so
   // one queue's ops stay in order on one path; different queues spread over the set.
@@ -264,12 +237,12 @@ bool route_reachable(Card& src, std::uint32_t dst_fid, unsigned queue) {
     const std::uint32_t entry = at->route(dst_fid);
     int port = -1;
     if (regs::route::kValid.get(entry)) {
-      port = up_port_towards(*at, 0, static_cast<std::uint16_t>(regs::route::kPortMask.get(entry)), flow >> hop);
+      port = at->ports().up_port_towards(0, static_cast<std::uint16_t>(regs::route::kPortMask.get(entry)), flow >> hop);
     } else {
-      port = up_port_towards(*at, dst_fid, 0, flow);  // no entry: a direct link only
+      port = at->ports().up_port_towards(dst_fid, 0, flow);  // no entry: a direct link only
     }
     if (port < 0) return false;
-    Card* next = at->system().card_by_fabric_id(neighbor_of(*at, static_cast<unsigned>(port)));
+    Card* next = at->system().card_by_fabric_id(at->ports().neighbor_of(static_cast<unsigned>(port)));
     if (next == nullptr || next->removed()) return false;
     at = next;
   }

@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // The firmware model: answers the mailbox command set of docs/spec/mailbox.md. Malformed
 // requests get error replies; nothing a host writes can crash or hang it.
+#include "firmware.hpp"
+
 #include <cstring>
 
 #include <fmt/format.h>
 
 #include "card.hpp"
+#include "mailbox.hpp"
 #include "system.hpp"
 
 namespace npo::emu {
@@ -35,6 +38,11 @@ void Firmware::reset_state() {
   log_.clear();
 }
 
+void Firmware::doorbell() {
+  pending_.store(true, std::memory_order_seq_cst);
+  card_.system().workers.post(*this);
+}
+
 void Firmware::log_error(LogEntry e) {
   std::lock_guard lock(log_mu_);
   if (log_.size() >= mb::errlog::kCapacity) log_.pop_front();
@@ -44,29 +52,19 @@ void Firmware::log_error(LogEntry e) {
 bool Firmware::run_once() {
   if (!pending_.exchange(false)) return false;
   namespace m = regs::mbox;
-  std::array<std::byte, m::kBufSize> req;
-  std::uint32_t req_len;
-  {
-    std::lock_guard lock(card_.mbox_mu_);
-    req = card_.mbox_req_;
-    req_len = card_.mbox_req_len_;
-  }
+  const Mailbox::Request request = mailbox_.request();
+  const auto& req = request.buf;
+  const std::uint32_t req_len = request.len;
   if (card_.removed()) return false;
   // Injected timeout: the request is swallowed; BUSY stays set until the host resets the card.
   if (std::uint32_t n = drop_.load(); n > 0 && drop_.compare_exchange_strong(n, n - 1)) {
     card_.log_event("mailbox request dropped (injected timeout)");
     return false;
   }
-  auto finish_transport_error = [&] {
-    std::lock_guard lock(card_.mbox_mu_);
-    card_.mbox_rsp_len_ = 0;
-    card_.mbox_status_.store((card_.mbox_status_.load() & ~m::kStatusBusy.mask()) | m::kStatusError.mask() |
-                             m::kStatusDone.mask());
-  };
   if (req_len < mb::hdr::kSize || req_len > m::kBufSize) {
     card_.log_event(fmt::format("mailbox transport error req_len={}", req_len));
     card_.set_error(regs::global::kErrMailbox.mask());  // registers.md §4 step 4
-    finish_transport_error();
+    mailbox_.fail_transport();
     card_.raise_msix(fw::pci::kMsixVectorGlobal);
     return false;
   }
@@ -111,12 +109,7 @@ bool Firmware::run_once() {
     rsp[rlen - 1] ^= std::byte{0x5a};  // after the CRC: the host must notice
     card_.log_event("mailbox reply corrupted (injected)");
   }
-  {
-    std::lock_guard lock(card_.mbox_mu_);
-    card_.mbox_rsp_ = rsp;
-    card_.mbox_rsp_len_ = static_cast<std::uint32_t>(rlen);
-    card_.mbox_status_.store((card_.mbox_status_.load() & ~m::kStatusBusy.mask()) | m::kStatusDone.mask());
-  }
+  mailbox_.respond(rsp, static_cast<std::uint32_t>(rlen));
   card_.raise_msix(fw::pci::kMsixVectorGlobal);
   if (opcode == static_cast<std::uint16_t>(mb::Command::kReset) && st == mb::Status::kOk) {
     card_.reset("mailbox_reset", false);
@@ -184,9 +177,9 @@ mb::Status Firmware::handle(mb::Command cmd, std::span<const std::byte> req, std
       if (port >= card_.config().num_ports || len == 0 || len > x::kMaxLength || off + len > 256) {
         return mb::Status::kBadArgument;
       }
-      // The module model (card.cpp) applies CMIS read side effects (latched flags clear)
+      // The module model (port_cmis.cpp) applies CMIS read side effects (latched flags clear)
       // and write side effects (module and data path state machines).
-      return card_.xcvr_access(port, bank, page, off, len, write, write ? req.data() + x::kData : nullptr, rsp);
+      return card_.ports()[port].xcvr_access(bank, page, off, len, write, write ? req.data() + x::kData : nullptr, rsp);
     }
     case mb::Command::kLinkControl: {
       namespace l = mb::link;
@@ -196,11 +189,8 @@ mb::Status Firmware::handle(mb::Command cmd, std::span<const std::byte> req, std
       const unsigned arg = load_le<std::uint8_t>(req.data(), l::kArg);
       if (port >= card_.config().num_ports || action >= l::kNumActions) return mb::Status::kBadArgument;
       namespace pr = regs::port;
-      std::uint32_t ctrl;
-      {
-        std::lock_guard lock(card_.port_mutex());
-        ctrl = card_.port(port).ctrl;
-      }
+      Port& pt = card_.ports()[port];
+      std::uint32_t ctrl = pt.ctrl();
       switch (static_cast<l::Action>(action)) {
         case l::Action::kDown: ctrl = pr::kCtrlEnable.set(ctrl, 0); break;
         case l::Action::kUp: ctrl = pr::kCtrlEnable.set(ctrl, 1); break;
@@ -215,15 +205,14 @@ mb::Status Firmware::handle(mb::Command cmd, std::span<const std::byte> req, std
           // ENABLE = 0, change LOOPBACK, then ENABLE restored (mailbox.md §3.6).
           const bool on = static_cast<l::Action>(action) == l::Action::kLoopbackOn;
           const std::uint32_t lb = on ? (ctrl | pr::kCtrlLoopback.mask()) : (ctrl & ~pr::kCtrlLoopback.mask());
-          card_.port_set_ctrl(port, pr::kCtrlEnable.set(lb, 0));
+          pt.set_ctrl(pr::kCtrlEnable.set(lb, 0));
           ctrl = lb;
           break;
         }
       }
-      card_.port_set_ctrl(port, ctrl);
+      pt.set_ctrl(ctrl);
       rsp.assign(l::kRspSize, std::byte{0});
-      std::lock_guard lock(card_.port_mutex());
-      store_le<std::uint32_t>(rsp.data(), l::kRspStatus, card_.port_status_locked(port));
+      store_le<std::uint32_t>(rsp.data(), l::kRspStatus, pt.status());
       return mb::Status::kOk;
     }
     case mb::Command::kTelemetry: {
@@ -236,15 +225,10 @@ mb::Status Firmware::handle(mb::Command cmd, std::span<const std::byte> req, std
       store_le<std::uint32_t>(rsp.data(), t::kPowerMw, 350'000);
       for (unsigned p = 0; p < np; ++p) {
         const std::size_t base = t::kPorts + p * t::kPortRecord;
-        const Card::PortTelemetry pt = card_.port_telemetry(p);
-        std::uint32_t status = 0, flaps = 0;
-        {
-          std::lock_guard lock(card_.port_mutex());
-          status = card_.port_status_locked(p);
-          flaps = card_.port(p).flap_count;
-        }
-        store_le<std::uint32_t>(rsp.data(), base + t::kPortStatus, status);
-        store_le<std::uint32_t>(rsp.data(), base + t::kPortFlaps, flaps);
+        const Port::Telemetry pt = card_.ports()[p].telemetry();
+        const Port::StatusAndFlaps sf = card_.ports()[p].status_and_flaps();
+        store_le<std::uint32_t>(rsp.data(), base + t::kPortStatus, sf.status);
+        store_le<std::uint32_t>(rsp.data(), base + t::kPortFlaps, sf.flaps);
         store_le<std::int16_t>(rsp.data(), base + t::kPortModTempQ8, pt.mod_temp_q8);
         store_le<std::uint16_t>(rsp.data(), base + t::kPortModVcc, pt.mod_vcc);
         store_le<std::uint32_t>(rsp.data(), base + t::kPortMaxBer, pt.max_ber);

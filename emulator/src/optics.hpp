@@ -5,8 +5,8 @@
 // drawn lazily for an elapsed interval (docs/spec/registers.md §7.3); module DDM (CMIS
 // monitors) as deterministic functions of emulated time.
 //
-// Pure functions and small value types: no locks, no knowledge of cards or ports. The card
-// model (card.cpp) owns one LaneState per physical lane and calls these under its port lock.
+// Pure functions and small value types: no locks, no knowledge of cards or ports. The port
+// model (port.hpp) owns one LaneModel per physical lane and calls these under its port lock.
 #pragma once
 
 #include <array>

@@ -1,0 +1,64 @@
+// SPDX-License-Identifier: Apache-2.0
+// Emulator internals: the firmware model -- the mailbox command processor of
+// docs/spec/mailbox.md and the card's error log. It runs on the worker pool: the BAR0
+// mailbox (mailbox.hpp) rings doorbell(); run_once() takes the request, answers it and posts
+// the reply back through the Mailbox. Port commands go to the card's ports (port.hpp).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "npo/fw/mailbox.hpp"
+#include "sched.hpp"
+
+namespace npo::emu {
+
+class Card;
+class Mailbox;
+
+/// Firmware model of one card. Thread-safe.
+class Firmware final : public Runnable {
+ public:
+  Firmware(Card& card, Mailbox& mailbox) : card_(card), mailbox_(mailbox) {}
+  /// Processes the pending request, if any (Runnable).
+  bool run_once() override;
+  [[nodiscard]] bool has_work() const noexcept override { return pending_.load(); }
+  /// A request is waiting in the mailbox: schedule run_once() on a worker.
+  void doorbell();
+  /// Card reset: no pending request, no injected faults, heartbeat count and log cleared.
+  void reset_state();
+  /// mailbox_timeout fault: the next `n` requests are swallowed (BUSY stays set).
+  void inject_timeout(std::uint32_t n) { drop_.fetch_add(n); }
+  /// mailbox_corrupt fault: the next `n` replies get a corrupted byte after the CRC.
+  void inject_corrupt(std::uint32_t n) { corrupt_.fetch_add(n); }
+  /// One error log entry (mailbox.md §3.8).
+  struct LogEntry {
+    std::uint64_t ts;
+    std::uint16_t code;
+    std::uint8_t severity;
+    std::uint8_t source;
+    std::uint32_t arg0;
+    std::uint64_t arg1;
+    std::uint64_t arg2;
+  };
+  /// Appends to the error log (the oldest entry drops at capacity).
+  void log_error(LogEntry e);
+
+ private:
+  /// Handles one request; fills `rsp` payload and returns the status.
+  fw::mbox::Status handle(fw::mbox::Command cmd, std::span<const std::byte> req, std::vector<std::byte>& rsp);
+  Card& card_;
+  Mailbox& mailbox_;
+  std::atomic<bool> pending_{false};
+  std::atomic<std::uint32_t> drop_{0};
+  std::atomic<std::uint32_t> corrupt_{0};
+  std::atomic<std::uint32_t> heartbeats_{0};
+  std::mutex log_mu_;
+  std::deque<LogEntry> log_;
+};
+
+}  // namespace npo::emu

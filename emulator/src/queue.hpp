@@ -1,0 +1,77 @@
+// SPDX-License-Identifier: Apache-2.0
+// Emulator internals: the DMA engines -- one QueueModel per queue (submission and completion
+// ring in host memory, registers.md §5, docs/spec/dma.md) -- and remote-op routing
+// (registers.md §8). Implemented in engine.cpp; a queue reaches the rest of the card
+// (IOMMU, HBM, windows, errors, MSI-X, ports) through Card's public calls.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+
+#include "npo/fw/dma.hpp"
+#include "npo/fw/regs.hpp"
+#include "sched.hpp"
+
+namespace npo::emu {
+
+class Card;
+
+/// One DMA queue (submission + completion ring) of one engine.
+class QueueModel final : public Runnable {
+ public:
+  QueueModel(Card& card, unsigned index) : card_(card), index_(index) {}
+  bool run_once() override;
+  [[nodiscard]] bool has_work() const noexcept override;
+
+  // Register access (BAR0 queue block).
+  std::uint64_t read(std::uint32_t reg, unsigned width);
+  void write(std::uint32_t reg, unsigned width, std::uint64_t value);
+  /// Returns the queue to its reset state (card reset). Waits for a running batch.
+  void reset_state();
+  /// Fault injection.
+  void inject_hang(std::uint64_t now);
+  void inject_completion_errors(std::uint32_t count) { inject_errors_.fetch_add(count); }
+  [[nodiscard]] bool hung() const noexcept { return hung_.load(); }
+  [[nodiscard]] bool pending() const noexcept;
+  [[nodiscard]] std::uint64_t hung_since() const noexcept { return hung_since_.load(); }
+  [[nodiscard]] std::uint32_t sq_head() const noexcept { return sq_head_.load(); }
+
+ private:
+  void queue_reset_locked();
+  /// Executes one descriptor; returns status and info.
+  fw::dma::Status execute(const fw::dma::Descriptor& d, std::uint64_t* info);
+  /// Checks that [iova, iova+len) is mapped for the access; records the first fault.
+  fw::dma::Status check_range(std::uint64_t iova, std::uint64_t len, bool write, std::uint64_t* info);
+  /// Copies between host memory at `iova` and `local` through the IOMMU. `ring`: a
+  /// descriptor fetch (injected IOMMU faults apply to data accesses only).
+  fw::dma::Status host_access(std::uint64_t iova, std::uint64_t len, bool write, bool ring, std::byte* local,
+                              std::uint64_t* info);
+
+  Card& card_;
+  unsigned index_;
+  std::mutex mu_;  // config and processing
+  std::uint64_t sq_base_ = 0;
+  std::uint64_t cq_base_ = 0;
+  std::atomic<std::uint32_t> config_snapshot_{0};
+  std::atomic<std::uint32_t> status_{fw::regs::queue::kStatusIdle.mask()};
+  std::atomic<std::uint32_t> sq_tail_{0};
+  std::atomic<std::uint32_t> sq_head_{0};
+  std::atomic<std::uint32_t> cq_head_{0};
+  std::atomic<std::uint32_t> cq_tail_{0};
+  std::atomic<std::uint32_t> err_{0};
+  std::atomic<std::uint64_t> completed_{0};
+  std::atomic<bool> enabled_{false};
+  std::atomic<bool> hung_{false};
+  std::atomic<std::uint64_t> hung_since_{0};
+  std::atomic<std::uint32_t> inject_errors_{0};
+  bool failed_since_fence_ = false;  ///< the failure latch of registers.md §5.7 (guarded by mu_)
+};
+
+/// Remote-op routing (registers.md §8): walks from `src` towards fabric ID `dst_fid` over Up
+/// links, following each card's route table (ECMP member chosen by a flow hash of source,
+/// destination and `queue`), or a direct link where a card has no entry. False when no Up
+/// path exists within kMaxHops (a missing entry, a down link, or a routing loop).
+bool route_reachable(Card& src, std::uint32_t dst_fid, unsigned queue);
+
+}  // namespace npo::emu
