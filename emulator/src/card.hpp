@@ -24,7 +24,6 @@
 #include <utility>
 #include <vector>
 
-#include "npo/hal/topology_plan.hpp"
 #include "config_space.hpp"
 #include "firmware.hpp"
 #include "iommu.hpp"
@@ -32,6 +31,7 @@
 #include "npo/emu/emulator.hpp"
 #include "npo/fw/pci.hpp"
 #include "npo/fw/regs.hpp"
+#include "npo/hal/topology_plan.hpp"
 #include "port.hpp"
 #include "queue.hpp"
 #include "stats_engine.hpp"
