@@ -40,7 +40,7 @@ void check_dbm(const json& mw, const json& dbm) {
 }
 
 TEST(NpoLinkShow, JsonOfMesh8HasEveryCabledPortUpAt800G) {
-  const json j = run_json("show");
+  const json j = run_json("show --train");
   ASSERT_TRUE(j.contains("ports"));
   ASSERT_EQ(j["ports"].size(), 56u);  // 8 cards x 7 cabled ports
   std::set<std::pair<int, int>> seen;
@@ -78,7 +78,7 @@ TEST(NpoLinkShow, JsonOfMesh8HasEveryCabledPortUpAt800G) {
 }
 
 TEST(NpoLinkShow, TextHasOneLinePerPort) {
-  const auto r = npo_test::run_command(std::string(NPO_LINK) + " show" + kBackend);
+  const auto r = npo_test::run_command(std::string(NPO_LINK) + " show --train" + kBackend);
   ASSERT_EQ(r.status, 0) << r.out;
   // Header + 56 port lines, then a blank line and the legend that explains every column.
   const auto table = r.out.substr(0, r.out.find("\n\n"));
@@ -110,7 +110,7 @@ TEST(NpoLinkTrain, RetrainsBothEndsWithStageTimesAndCodes) {
 }
 
 TEST(NpoLinkHealth, VerdictsWithReasons) {
-  const json j = run_json("health --interval 0.2");
+  const json j = run_json("health --interval 0.2 --train");
   ASSERT_EQ(j["ports"].size(), 56u);
   EXPECT_EQ(j["interval_ns"], 200'000'000);
   for (const auto& p : j["ports"]) {
@@ -146,7 +146,7 @@ TEST(NpoLinkPrbs, BothEndsPerLane) {
 }
 
 TEST(NpoLinkDdm, DecodesEveryModuleOverTheMailbox) {
-  const json j = run_json("ddm");
+  const json j = run_json("ddm --train");
   ASSERT_EQ(j["modules"].size(), 56u);
   for (const auto& m : j["modules"]) {
     EXPECT_EQ(m["module"]["spec"], "cmis");
@@ -164,7 +164,7 @@ TEST(NpoLinkDdm, DecodesEveryModuleOverTheMailbox) {
 }
 
 TEST(NpoLinkFec, CountersAndBinsAndWatch) {
-  const auto r = npo_test::run_command(std::string(NPO_LINK) + " fec --watch 0.1 --count 2" + kBackend);
+  const auto r = npo_test::run_command(std::string(NPO_LINK) + " fec --train --watch 0.1 --count 2" + kBackend);
   ASSERT_EQ(r.status, 0) << r.out;
   std::size_t headers = 0;
   for (std::size_t at = 0; (at = r.out.find("card 0 port 0:", at)) != std::string::npos; ++at) ++headers;
