@@ -329,16 +329,22 @@ PortHealth assess_port(const PortStatus& st, std::span<const LaneHealthReport> l
     return h;
   }
   const std::uint8_t used = lanes_in_use(st);
-  const std::uint8_t locked = static_cast<std::uint8_t>(used & st.lanes_up);
-  if (used != 0 && locked == 0) {
+  // The lanes that must hold lock: LANE_MAP's, else (nothing mapped) every enabled lane.
+  std::uint8_t mapped = 0;
+  for (const std::uint8_t phys : st.lane_map) {
+    if (phys < 8) mapped |= static_cast<std::uint8_t>(1u << phys);
+  }
+  const std::uint8_t must_lock = mapped != 0 ? mapped : st.lane_enable;
+  const std::uint8_t locked = static_cast<std::uint8_t>(must_lock & st.lanes_up);
+  if (must_lock != 0 && locked == 0) {
     // The card still says Up (it takes the link down after the 10 ms debounce), but no lane
     // in use has CDR lock: the link carries nothing.
     h.state = PortState::kFailed;
-    h.reason = fmt::format("down: no CDR lock on {} in use (the card still says Up)", lane_list(used));
+    h.reason = fmt::format("down: no CDR lock on {} in use (the card still says Up)", lane_list(must_lock));
     return h;
   }
   const unsigned in_use = st.lane_count != 0 ? st.lane_count : static_cast<unsigned>(std::popcount(st.lanes_up));
-  const std::uint8_t unlocked = static_cast<std::uint8_t>(used & ~st.lanes_up);
+  const std::uint8_t unlocked = static_cast<std::uint8_t>(must_lock & ~st.lanes_up);
   const unsigned carrying = in_use > static_cast<unsigned>(std::popcount(unlocked))
                                 ? in_use - static_cast<unsigned>(std::popcount(unlocked))
                                 : 0;
