@@ -177,8 +177,8 @@ int ddm_once(System& sys, LinkMonitor& mon, const Common& c) {
       for (auto f : m->module_flags)
         mflags += fmt::format("{}{}", mflags.empty() ? "" : ", ", xcvr::module_flag_name(f));
       fmt::print("  module flags raised: {}\n", mflags.empty() ? "none" : mflags);
-      fmt::print("  thresholds (CMIS page 02h) {:>10} {:>10} {:>10} {:>10}\n", "high alarm", "high warn", "low warn",
-                 "low alarm");
+      fmt::print("  thresholds (CMIS page 02h):\n    {:<13} {:>10} {:>10} {:>10} {:>10}\n", "", "high alarm",
+                 "high warn", "low warn", "low alarm");
       print_threshold("temperature", m->thresholds.temperature_c, "{:.2f}", "C");
       print_threshold("supply", m->thresholds.supply_voltage_v, "{:.4f}", "V");
       print_threshold("tx power", m->thresholds.tx_power_mw, "{:.4f}", "mW");
