@@ -41,6 +41,7 @@ struct PortTrack {
   bool had_module = false;  // a module was seen here
   bool seen = false;        // the fields below hold the previous snapshot's verdicts
   PortState state = PortState::kDisabled;
+  LinkState link = LinkState::kDisabled;  // the card's STATUS.STATE
   bool module_present = false;
   std::vector<LaneHealth> lane_verdicts;  // per physical lane; kGood when not assessed
 };
@@ -185,6 +186,20 @@ void LinkMonitor::record_events(LinkSnapshot& s) {
                             .to = std::string(port_state_name(h.state)),
                             .reason = h.reason});
       }
+      // The card's own state machine entering or leaving Up or Fault (a fault the port gave up on).
+      const bool notable = [](LinkState a) { return a == LinkState::kUp || a == LinkState::kFault; }(ps.state) ||
+                           pt.link == LinkState::kUp || pt.link == LinkState::kFault;
+      if (pt.seen && pt.link != ps.state && notable) {
+        s.events.push_back({.timestamp_ns = s.timestamp_ns,
+                            .card = cp.card,
+                            .port = port,
+                            .lane = std::nullopt,
+                            .what = "link",
+                            .from = std::string(link_state_name(pt.link)),
+                            .to = std::string(link_state_name(ps.state)),
+                            .reason = h.reason});
+      }
+      pt.link = ps.state;
       std::vector<LaneHealth> verdicts(ps.lanes.size(), LaneHealth::kGood);
       std::vector<const LaneHealthReport*> reports(ps.lanes.size(), nullptr);
       for (const auto& lr : h.lanes) {

@@ -21,7 +21,7 @@ int events_once(System& sys, LinkMonitor& mon, const Common& c) {
   auto snap = mon.snapshot();
   if (!snap) return report(snap.error(), "snapshot");
   if (c.frame == 0 && !c.json) {
-    fmt::print("{:>14}  {:>4} {:>4} {:>4}  {:<6} {:<9}    {:<9}  {}\n", "TIME-S", "CARD", "PORT", "LANE", "WHAT",
+    fmt::print("{:>14}  {:>4} {:>4} {:>4}  {:<6} {:<11}    {:<11}  {}\n", "TIME-S", "CARD", "PORT", "LANE", "WHAT",
                "FROM", "TO", "REASON");
   }
   for (const auto& e : snap->events) {
@@ -44,7 +44,7 @@ int events_once(System& sys, LinkMonitor& mon, const Common& c) {
       std::puts(j.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
       continue;
     }
-    fmt::print("{:>14.6f}  {:>4} {:>4} {:>4}  {:<6} {:<9} -> {:<9}  {}\n", static_cast<double>(e.timestamp_ns) / 1e9,
+    fmt::print("{:>14.6f}  {:>4} {:>4} {:>4}  {:<6} {:<11} -> {:<11}  {}\n", static_cast<double>(e.timestamp_ns) / 1e9,
                e.card, e.port ? fmt::format("{}", *e.port) : "-", e.lane ? fmt::format("{}", *e.lane) : "-", e.what,
                e.from, e.to, e.reason);
   }

@@ -32,7 +32,8 @@ struct LinkEvent {
   std::uint32_t card = 0;
   std::optional<unsigned> port;  ///< nullopt: the whole card
   std::optional<unsigned> lane;  ///< set for a lane verdict change
-  /// "port" (state), "lane" (verdict), "module" (present/removed), "card" (present/removed).
+  /// "port" (state), "link" (the card's STATUS.STATE entering or leaving up or fault),
+  /// "lane" (verdict), "module" (present/removed), "card" (present/removed).
   std::string what;
   std::string from;    ///< old state ("-" on the first snapshot), e.g. "HEALTHY", "GOOD", "present"
   std::string to;      ///< new state
