@@ -10,6 +10,7 @@
 #include <cstring>
 #include <thread>
 #include <tuple>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -58,6 +59,7 @@ struct CardTrack {
 
 struct LinkMonitor::State {
   std::vector<CardTrack> cards;
+  std::unordered_map<std::uint32_t, std::uint32_t> by_fabric_id;  // fabric ID -> card index
   std::uint64_t last_ns = 0;
   bool first = true;
 };
@@ -68,6 +70,7 @@ LinkMonitor::LinkMonitor(System& system, LinkMonitorOptions options)
   for (std::size_t c = 0; c < system.device_count(); ++c) {
     auto& ct = state_->cards[c];
     ct.ports.resize(system.device(c).port_count());
+    state_->by_fabric_id.emplace(system.device(c).info().fabric_id, static_cast<std::uint32_t>(c));
     for (auto& pt : ct.ports) pt.damper = FlapDamper(options_.flap);
   }
 }
@@ -126,11 +129,11 @@ void LinkMonitor::check_far_ends(LinkSnapshot& s) const {
       auto& h = cp.health[i];
       const auto& ps = cp.ports[i];
       if (!h.link_up || !ps.neighbor_fabric_id || !ps.neighbor_port) continue;
-      auto far = system_->device_by_fabric_id(*ps.neighbor_fabric_id);
-      if (!far) continue;
-      const std::uint32_t fc = (*far)->info().index;
-      const auto it = std::find_if(s.cards.begin(), s.cards.end(), [&](const auto& c) { return c.card == fc; });
-      if (it == s.cards.end()) continue;
+      const auto far = state_->by_fabric_id.find(*ps.neighbor_fabric_id);
+      if (far == state_->by_fabric_id.end()) continue;
+      const std::uint32_t fc = far->second;
+      if (fc >= s.cards.size() || s.cards[fc].card != fc) continue;  // cards are in index order
+      const auto it = s.cards.begin() + fc;
       std::string why;
       if (it->removed) {
         why = "card removed";

@@ -621,4 +621,25 @@ TEST(LinkMonitorEmu, RemovedModuleAndRemovedCardAreReportedNotFatal) {
   EXPECT_TRUE(module_event);
 }
 
+// Issue 18: "a link is up only when both ends are, with lock". Right after the host disables
+// one end (before the other end's 10 ms link-loss debounce), the other end's card still says
+// Up; the monitor reports it down (no lock, or its far end not up), never "up 8/8 lanes".
+TEST(LinkMonitorEmu, AnUpPortWhoseFarEndIsDownIsNotUp) {
+  Mesh m;
+  ASSERT_TRUE(m.rig.ok() && m.up());
+  npo::LinkMonitor mon(*m.rig.sys);
+  ASSERT_TRUE(mon.snapshot().has_value());
+  // Card 0 port 0 <-> card 1 port 0: take card 1's end down; no emulated time passes.
+  ASSERT_TRUE(npo::enable_port(m.rig.sys->device(1), 0, false).has_value());
+  auto s = mon.snapshot();
+  ASSERT_TRUE(s.has_value());
+  ASSERT_EQ(s->cards[0].ports[0].state, npo::LinkState::kUp);  // the card has not noticed yet
+  const auto& h = s->cards[0].health[0];
+  EXPECT_EQ(h.state, npo::PortState::kFailed) << h.reason;
+  EXPECT_FALSE(h.link_up);
+  EXPECT_EQ(h.reason.rfind("down: ", 0), 0u) << h.reason;
+  EXPECT_EQ(h.reason.find("up 8/8"), std::string::npos) << h.reason;
+  EXPECT_EQ(s->cards[1].health[0].state, npo::PortState::kDisabled);
+}
+
 }  // namespace
