@@ -5,6 +5,7 @@
 #include "npo/hal/link_monitor.hpp"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -203,16 +204,19 @@ void LinkMonitor::record_events(LinkSnapshot& s) {
                             .reason = h.reason});
       }
       pt.link = ps.state;
-      std::vector<LaneHealth> verdicts(ps.lanes.size(), LaneHealth::kGood);
-      std::vector<const LaneHealthReport*> reports(ps.lanes.size(), nullptr);
+      // Lane verdicts by physical lane (kGood when not assessed); no allocation per port.
+      constexpr std::size_t kMaxLanes = 16;
+      const std::size_t nl = std::min(ps.lanes.size(), kMaxLanes);
+      std::array<LaneHealth, kMaxLanes> verdicts{};
+      std::array<const LaneHealthReport*, kMaxLanes> reports{};
       for (const auto& lr : h.lanes) {
-        if (lr.lane < verdicts.size()) {
+        if (lr.lane < nl) {
           verdicts[lr.lane] = lr.verdict;
           reports[lr.lane] = &lr;
         }
       }
-      if (pt.seen && pt.lane_verdicts.size() == verdicts.size()) {
-        for (std::size_t l = 0; l < verdicts.size(); ++l) {
+      if (pt.seen && pt.lane_verdicts.size() == nl) {
+        for (std::size_t l = 0; l < nl; ++l) {
           if (verdicts[l] == pt.lane_verdicts[l] || reports[l] == nullptr) continue;
           s.events.push_back({.timestamp_ns = s.timestamp_ns,
                               .card = cp.card,
@@ -227,7 +231,7 @@ void LinkMonitor::record_events(LinkSnapshot& s) {
       pt.seen = true;
       pt.state = h.state;
       pt.module_present = ps.module_present;
-      pt.lane_verdicts = std::move(verdicts);
+      pt.lane_verdicts.assign(verdicts.begin(), verdicts.begin() + static_cast<std::ptrdiff_t>(nl));
     }
   }
   std::stable_sort(s.events.begin(), s.events.end(), [](const LinkEvent& a, const LinkEvent& b) {

@@ -44,12 +44,16 @@ int show_once(System& sys, LinkMonitor& mon, const Common& c) {
                      {"NEIGHBOR", 9, Align::kLeft, "  "},
                      {"WORST-BER", 9},
                      {"REASON", 0, Align::kLeft, "  "}});
-  table.print_header();
   std::size_t rows = 0, hidden = 0;
+  // The header goes out with the first row (a brief view of a healthy fabric has none).
+  auto header = [&] {
+    if (rows == 0) table.print_header();
+  };
   for (const auto& cp : snap->cards) {
     if (!card_selected(c, cp.card)) continue;
     if (cp.removed) {
       // Issue 19: a removed card is marked; the live cards are still shown.
+      header();
       table.print_row(cp.card, "-", "REMOVED", "", "", "-", "-", "card removed: its ports cannot be read");
       ++rows;
       continue;
@@ -62,6 +66,7 @@ int show_once(System& sys, LinkMonitor& mon, const Common& c) {
         ++hidden;
         continue;
       }
+      header();
       ++rows;
       std::string nb = "-";
       if (auto nc = card_of(sys, ps.neighbor_fabric_id)) nb = fmt::format("{}:{}", *nc, ps.neighbor_port.value_or(0));
