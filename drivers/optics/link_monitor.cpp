@@ -388,8 +388,19 @@ Result<LinkSnapshot> LinkMonitor::snapshot() {
       pt.had_module = pt.had_module || ps.module_present;
       PortContext ctx;
       ctx.had_module = pt.had_module;
-      cp.health.push_back(
-          assess_port(ps, reports, lanes, pt.damper.reason(), pt.training ? &*pt.training : nullptr, ctx));
+      // A damper that tripped holds the port down only when the policy is enforced; a reader
+      // that does not enforce it (e.g. npo-link show) reports the port as flapping instead.
+      const std::string held = pt.damper.reason();
+      const bool enforced = options_.enforce_flap_policy;
+      auto ph =
+          assess_port(ps, reports, lanes, enforced ? held : std::string(), pt.training ? &*pt.training : nullptr, ctx);
+      if (!enforced && !held.empty() && ph.state != PortState::kDisabled) {
+        constexpr std::string_view kHeld = "held down: ";
+        const std::string what = held.starts_with(kHeld) ? held.substr(kHeld.size()) : held;
+        ph.state = PortState::kFailed;
+        ph.reason = fmt::format("flapping: {} (the flap policy is not enforced by this reader); {}", what, ph.reason);
+      }
+      cp.health.push_back(std::move(ph));
       cp.ports.push_back(std::move(ps));
     }
     s.cards.push_back(std::move(cp));

@@ -376,6 +376,24 @@ TEST(NpoLinkShow, WatchOfLinkFaultsTellsTheTruth) {
   EXPECT_EQ(frames.back()["summary"]["exit_status"], 4);
 }
 
+TEST(NpoLinkShow, AFlappingPortIsReportedNotTakenDown) {
+  // Reading never changes a link: the flap policy (which disables a port, CTRL.ENABLE = 0)
+  // is not enforced by show; the port is FAILED "flapping: ..." and still enabled (it keeps
+  // flapping up and down), and the exit status is 4.
+  const auto path =
+      scenario("flap", "faults: [{at_ms: 500, kind: flap_storm, card: 0, port: 1, count: 8, duration_ms: 50}]\n");
+  const auto r = npo_test::run_command(
+      std::string(NPO_LINK) + " show --train --json --watch 0.2 --count 6 --card 0 --port 1" + backend_with(path));
+  std::remove(path.c_str());
+  EXPECT_EQ(r.status, 4) << r.out;
+  const auto frames = json_lines(r.out);
+  ASSERT_EQ(frames.size(), 6u);
+  const auto& p = frames.back()["ports"][0];
+  EXPECT_EQ(p["state"], "FAILED") << p["reason"];
+  EXPECT_EQ(p["reason"].get<std::string>().rfind("flapping: 5 flaps in 60 s", 0), 0u) << p["reason"];
+  EXPECT_NE(p["card_state"], "disabled");  // not taken down
+}
+
 TEST(NpoLinkShow, WatchFramesHaveATimestampAndTheLegendOnce) {
   const auto r = npo_test::run_command(std::string(NPO_LINK) + " show --train --watch 0.5 --count 3" + kBackend);
   ASSERT_EQ(r.status, 0) << r.out;

@@ -78,7 +78,8 @@ struct Summary {
   std::optional<double> worst_ber;        ///< worst lane of a port whose link is up
   std::uint32_t worst_card = 0;
   unsigned worst_port = 0, worst_lane = 0;
-  std::size_t flapped = 0;  ///< ports with FLAP_COUNT > 0 (left Up since reset)
+  std::size_t flapped = 0;    ///< ports with FLAP_COUNT > 0 (left Up since reset)
+  std::size_t held_down = 0;  ///< DISABLED ports the flap policy holds down (counted as failed)
   std::uint32_t most_flaps = 0, flap_card = 0;
   unsigned flap_port = 0;
   std::vector<std::uint32_t> removed_cards;  ///< selected cards that are gone

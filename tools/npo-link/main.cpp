@@ -164,6 +164,9 @@ int main(int argc, char** argv) {
   // `health` also judges the modules' DDM (thresholds, Rx LOS, Tx fault) over the mailbox.
   npo::LinkMonitorOptions mo;
   mo.check_module_ddm = health->parsed();
+  // Reading never changes a link: the views report a flapping port, they do not take it down
+  // (the flap policy is the bring-up's / a daemon's).
+  mo.enforce_flap_policy = false;
   npo::LinkMonitor mon(s, mo);
   // Reading never changes a link: show, fec, health, ddm and events train only when asked to
   // (--train). prbs (a test that retrains the link anyway) and `train` with a port need the

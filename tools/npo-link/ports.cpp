@@ -190,6 +190,7 @@ bool selected(const Common& c, std::uint32_t card, const PortStatus& ps, const P
 void Summary::add(std::uint32_t card, const PortStatus& ps, const PortHealth& h) {
   ++ports;
   ++by_state[static_cast<std::size_t>(h.state)];
+  if (h.state == PortState::kDisabled && h.reason.starts_with("held down")) ++held_down;
   if (h.link_up) {
     for (unsigned l = 0; l < ps.lanes.size(); ++l) {
       if (!lane_carries_link(ps, l)) continue;
@@ -222,6 +223,7 @@ std::string Summary::line() const {
            ? std::string("; no port flapped")
            : fmt::format("; {} port{} flapped since reset (most: card {} port {}, {} flap{})", flapped,
                          flapped == 1 ? "" : "s", flap_card, flap_port, most_flaps, most_flaps == 1 ? "" : "s");
+  if (held_down != 0) s += fmt::format("; {} held down by the flap policy", held_down);
   for (auto c : removed_cards) s += fmt::format("; card {} REMOVED", c);
   return s;
 }
@@ -232,18 +234,22 @@ json Summary::to_json() const {
     st[std::string(port_state_name(static_cast<PortState>(i)))] = by_state[i];
   }
   json worst = nullptr;
-  if (worst_ber)
+  if (worst_ber) {
     worst = {{"card", worst_card}, {"port", worst_port}, {"lane", worst_lane}, {"pre_fec_ber", *worst_ber}};
+  }
   return {{"ports", ports},
           {"by_state", st},
           {"worst_lane", worst},
           {"flapped", flapped},
+          {"held_down", held_down},
           {"removed_cards", removed_cards},
           {"exit_status", exit_status()}};
 }
 
 int Summary::exit_status() const {
-  if (by_state[static_cast<std::size_t>(PortState::kFailed)] != 0 || !removed_cards.empty()) return kExitFailed;
+  if (by_state[static_cast<std::size_t>(PortState::kFailed)] != 0 || held_down != 0 || !removed_cards.empty()) {
+    return kExitFailed;
+  }
   if (by_state[static_cast<std::size_t>(PortState::kDegraded)] != 0) return kExitDegraded;
   return kExitHealthy;
 }

@@ -22,8 +22,8 @@ constexpr std::string_view kLegend =
     "Gb/s: payload rate, 100 Gb/s per lane (53.125 GBd PAM4 after RS(544,514) and 256b/257b); blank and\n"
     "0 lanes when the link is not up. NEIGHBOR: card:port learned in training. WORST-BER: the worst lane's\n"
     "pre-FEC BER (symbol errors + 16 per uncorrectable codeword) / (5440 bits x codewords) since the link\n"
-    "came up or the last snapshot. Exit status: 0 healthy, 3 a port DEGRADED, 4 a port FAILED or a card\n"
-    "removed, 1 tool error, 2 bad arguments.\n";
+    "came up or the last snapshot. Exit status: 0 healthy, 3 a port DEGRADED, 4 a port FAILED or held\n"
+    "down or a card removed, 1 tool error, 2 bad arguments.\n";
 
 }  // namespace
 

@@ -66,7 +66,9 @@ struct LinkSnapshot {
 struct LinkMonitorOptions {
   HealthLimits limits;  ///< lane verdict limits and hysteresis
   FlapPolicy flap;      ///< downs within a window -> port held DISABLED
-  /// Take ports that trip the flap policy down (CTRL.ENABLE = 0) until enable_port().
+  /// Take ports that trip the flap policy down (CTRL.ENABLE = 0) until enable_port(), and
+  /// report them DISABLED "held down: ...". false (a reader that must not change a link, like
+  /// `npo-link show`): such ports are reported FAILED "flapping: ..." and left alone.
   bool enforce_flap_policy = true;
   bool use_stats_dma = true;  ///< false: always read registers
   /// Also judge each Up port's module DDM: thresholds (CMIS page 02h) against the card's
