@@ -349,7 +349,7 @@ PortHealth assess_port(const PortStatus& st, std::span<const LaneHealthReport> l
                                 ? in_use - static_cast<unsigned>(std::popcount(unlocked))
                                 : 0;
   h.link_up = true;
-  h.lanes_up = carrying;
+  h.lane_count = carrying;
   h.reason = fmt::format("up {}/{} lanes", carrying, total);
   h.state = PortState::kHealthy;
   std::vector<std::string> details;

@@ -152,7 +152,7 @@ void LinkMonitor::check_far_ends(LinkSnapshot& s) const {
       if (why.empty()) continue;
       h.state = PortState::kFailed;
       h.link_up = false;
-      h.lanes_up = 0;
+      h.lane_count = 0;
       h.reason = fmt::format("down: far end {}:{} is not up ({})", fc, *ps.neighbor_port, why);
     }
   }

@@ -325,7 +325,7 @@ TEST(PortState, UpWithoutCdrLockIsDown) {
   auto h = npo::assess_port(ps, {}, 8, "", nullptr);
   EXPECT_EQ(h.state, PortState::kFailed);
   EXPECT_FALSE(h.link_up);
-  EXPECT_EQ(h.lanes_up, 0u);
+  EXPECT_EQ(h.lane_count, 0u);
   EXPECT_EQ(h.reason, "down: no CDR lock on lanes 0, 1, 2, 3, 4, 5, 6, 7 in use (the card still says Up)");
   // One lane without lock: up on 7, FAILED naming the lane, never "up 8/8".
   ps.lanes_up = 0xf7;

@@ -91,7 +91,7 @@ json port_json(System& sys, std::uint32_t card, const PortStatus& ps, const Port
           {"module_present", ps.module_present},
           {"module_lost", h.module_lost},
           {"speed_gbps", h.link_up ? ps.speed_gbps() : 0.0},
-          {"lane_count", h.link_up ? ps.lane_count : 0u},
+          {"lane_count", h.link_up ? h.lane_count : 0u},
           {"lane_enable", lane_enable_mask(ps)},
           {"lane_rate_mbd", ps.lane_rate_mbd},
           {"modulation", ps.pam4 ? "PAM4" : "NRZ"},

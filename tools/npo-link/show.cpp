@@ -73,7 +73,7 @@ int show_once(System& sys, LinkMonitor& mon, const Common& c) {
       // Speed and lanes of a link that is not up are blank / 0.
       const std::string speed = h.link_up ? fmt::format("{:g}", ps.speed_gbps()) : std::string();
       table.print_row(cp.card, ps.port, port_state_name(h.state), speed,
-                      fmt::format("{}/{}", h.link_up ? h.lanes_up : 0u, ps.lanes.size()), nb,
+                      fmt::format("{}/{}", h.link_up ? h.lane_count : 0u, ps.lanes.size()), nb,
                       ber_text(worst_ber(ps, h)), h.reason);
     }
   }

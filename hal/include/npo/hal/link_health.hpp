@@ -159,8 +159,8 @@ struct PortHealth {
   bool link_up = false;
   /// The port had a module and lost it (module removed): state FAILED, always listed.
   bool module_lost = false;
-  /// Lanes carrying the link when link_up (else 0).
-  unsigned lanes_up = 0;
+  /// Lanes carrying the link (in use and locked) when link_up, else 0.
+  unsigned lane_count = 0;
 };
 
 /// Facts about a port beyond its registers that assess_port takes into account.
