@@ -139,6 +139,7 @@ LaneHealthReport LaneHealthTracker::update(const LaneCounters& prev, const LaneC
   r.uncorrectable = a.uncorrectable;
   const bool no_evidence = !a.ber && a.reasons.empty() && a.level == LaneHealth::kGood;
 
+  const LaneHealth before = verdict_;
   if (a.level == LaneHealth::kDown) {
     verdict_ = LaneHealth::kDown;
     came_back_ = came_back_ || baseline_.has_value();
@@ -183,6 +184,22 @@ LaneHealthReport LaneHealthTracker::update(const LaneCounters& prev, const LaneC
   if (no_evidence) r.raw = verdict_;  // nothing measured: the interval holds the verdict
   r.baseline_ber = baseline_;
   r.pending = run_;
+  // The verdict's own reason: refreshed by every interval at the verdict's level, dropped
+  // when the verdict changes without such an interval (a mixed run).
+  if (verdict_ != before) verdict_reason_.clear();
+  if (a.level == verdict_ && !no_evidence) {
+    verdict_reason_ = !a.reasons.empty() ? a.reasons.front()
+                      : a.ber            ? fmt::format("pre-FEC BER {:.2e} within limits", *a.ber)
+                                         : std::string();
+  }
+  if (r.raw == r.verdict || r.raw == LaneHealth::kDown) {
+    r.verdict_reason = verdict_reason_;
+  } else {
+    const unsigned need = r.raw > r.verdict ? limits_.worsen_intervals : limits_.recover_intervals;
+    r.verdict_reason = fmt::format("{} ({} for {} of {} intervals)",
+                                   verdict_reason_.empty() ? std::string("held by hysteresis") : verdict_reason_,
+                                   lane_health_name(r.raw), run_, need);
+  }
   r.reasons = std::move(a.reasons);
   if (r.verdict != r.raw && r.raw != LaneHealth::kDown) {
     r.reasons.push_back(fmt::format("{} for {} interval{}; verdict stays {} (needs {})", lane_health_name(r.raw), run_,
@@ -193,6 +210,7 @@ LaneHealthReport LaneHealthTracker::update(const LaneCounters& prev, const LaneC
     r.reasons.push_back(r.ber ? fmt::format("pre-FEC BER {:.2e} within limits", *r.ber)
                               : std::string("no codewords in the interval"));
   }
+  if (r.verdict_reason.empty()) r.verdict_reason = r.reasons.front();
   return r;
 }
 
@@ -205,8 +223,79 @@ std::uint8_t lanes_in_use(const PortStatus& st) noexcept {
   return static_cast<std::uint8_t>(st.lane_enable & st.lanes_up);
 }
 
+namespace {
+
+// TRAIN_RESULT.CODE names (registers.md §7.2 "Training results"), as train_code_name spells
+// the host's codes.
+std::string_view card_code_name(std::uint8_t code) noexcept {
+  switch (code) {
+    case 0: return "NONE";
+    case 1: return "OK";
+    case 2: return "NO_MODULE";
+    case 3: return "TIMEOUT_MODULE_READY";
+    case 4: return "TIMEOUT_DATAPATH_INIT";
+    case 5: return "TIMEOUT_CDR_LOCK";
+    case 6: return "TIMEOUT_NEIGHBOR";
+    case 7: return "TIMEOUT_FEC_LOCK";
+    case 8: return "ABORTED";
+    default: return "UNKNOWN";
+  }
+}
+
+// "lane 3", "lanes 0, 4".
+std::string lane_list(std::uint8_t mask) {
+  std::string out;
+  for (unsigned l = 0; l < 8; ++l) {
+    if ((mask >> l) & 1u) out += fmt::format("{}{}", out.empty() ? "" : ", ", l);
+  }
+  return fmt::format("lane{} {}", std::popcount(mask) == 1 ? "" : "s", out);
+}
+
+// Why a port with a module is not Up.
+std::string down_reason(const PortStatus& st, unsigned total, const PortTraining* last) {
+  if (last != nullptr && last->code != TrainCode::kOk) {
+    std::string r = fmt::format("training failed: {}", train_code_name(last->code));
+    if (last->code == TrainCode::kTimeoutCdrLock && last->failed_lanes != 0) {
+      r += fmt::format(" (lanes 0x{:02x})", last->failed_lanes);
+    }
+    return r;
+  }
+  const auto& tr = st.train_result;
+  if (st.state == LinkState::kFault) {
+    // The port (not the card) gave up after its retry budget: the card's TRAIN_RESULT says
+    // why; the host must act (registers.md §7.2 "Fault: the port needs host action").
+    std::string r = fmt::format("port in Fault after {} attempt{}: {}", tr.attempt, tr.attempt == 1 ? "" : "s",
+                                card_code_name(tr.code));
+    const std::uint8_t full = static_cast<std::uint8_t>(total >= 8 ? 0xff : ((1u << total) - 1));
+    const std::uint8_t usable = static_cast<std::uint8_t>(full & st.lane_enable);
+    const std::uint8_t failed = static_cast<std::uint8_t>(tr.failed_lanes & usable);
+    if (failed != 0) {
+      r += fmt::format(", {} without CDR lock", lane_list(failed));
+      const std::uint8_t rest = static_cast<std::uint8_t>(usable & ~failed);
+      if (rest != 0) {
+        r += fmt::format(
+            "; the card does not drop lanes itself: a host retrain (npo::train_ports, npo-link train) "
+            "runs on the other {}/{} lanes",
+            std::popcount(rest), total);
+      } else {
+        r += "; no lane locks: check the fibre and the far end";
+      }
+    } else {
+      r += "; needs a host retrain";
+    }
+    return r;
+  }
+  std::string r = fmt::format("down: {}", link_state_name(st.state));
+  if (st.state == LinkState::kTraining && tr.code > 2 && tr.code != 8 && tr.attempt != 0) {
+    r += fmt::format(" (attempt {} failed: {})", tr.attempt, card_code_name(tr.code));
+  }
+  return r;
+}
+
+}  // namespace
+
 PortHealth assess_port(const PortStatus& st, std::span<const LaneHealthReport> lanes, unsigned lanes_total,
-                       std::string_view held_reason, const PortTraining* last) {
+                       std::string_view held_reason, const PortTraining* last, const PortContext& ctx) {
   PortHealth h;
   h.lanes.assign(lanes.begin(), lanes.end());
   if (!held_reason.empty()) {
@@ -220,29 +309,48 @@ PortHealth assess_port(const PortStatus& st, std::span<const LaneHealthReport> l
     return h;
   }
   if (!st.module_present) {
+    if (ctx.had_module || st.events.module_change || st.up_count > 0) {
+      // A module that was there and is gone: the link it carried is down.
+      h.state = PortState::kFailed;
+      h.module_lost = true;
+      h.reason = "module removed";
+      return h;
+    }
     // Nothing plugged in: nothing can fail (a cable the plan expects here is reported by
     // check_topology as missing).
     h.state = PortState::kDisabled;
     h.reason = "no module";
     return h;
   }
+  const unsigned total = lanes_total == 0 ? 8 : lanes_total;
   if (st.state != LinkState::kUp) {
     h.state = PortState::kFailed;
-    if (last != nullptr && last->code != TrainCode::kOk) {
-      h.reason = fmt::format("training failed: {}", train_code_name(last->code));
-      if (last->code == TrainCode::kTimeoutCdrLock && last->failed_lanes != 0) {
-        h.reason += fmt::format(" (lanes 0x{:02x})", last->failed_lanes);
-      }
-    } else if (st.state == LinkState::kFault) {
-      h.reason = "training failed: card in Fault";
-    } else {
-      h.reason = fmt::format("down: {}", link_state_name(st.state));
-    }
+    h.reason = down_reason(st, total, last);
     return h;
   }
-  const unsigned total = lanes_total == 0 ? 8 : lanes_total;
+  const std::uint8_t used = lanes_in_use(st);
+  // The lanes that must hold lock: LANE_MAP's, else (nothing mapped) every enabled lane.
+  std::uint8_t mapped = 0;
+  for (const std::uint8_t phys : st.lane_map) {
+    if (phys < 8) mapped |= static_cast<std::uint8_t>(1u << phys);
+  }
+  const std::uint8_t must_lock = mapped != 0 ? mapped : st.lane_enable;
+  const std::uint8_t locked = static_cast<std::uint8_t>(must_lock & st.lanes_up);
+  if (must_lock != 0 && locked == 0) {
+    // The card still says Up (it takes the link down after the 10 ms debounce), but no lane
+    // in use has CDR lock: the link carries nothing.
+    h.state = PortState::kFailed;
+    h.reason = fmt::format("down: no CDR lock on {} in use (the card still says Up)", lane_list(must_lock));
+    return h;
+  }
   const unsigned in_use = st.lane_count != 0 ? st.lane_count : static_cast<unsigned>(std::popcount(st.lanes_up));
-  h.reason = fmt::format("up {}/{} lanes", in_use, total);
+  const std::uint8_t unlocked = static_cast<std::uint8_t>(must_lock & ~st.lanes_up);
+  const unsigned carrying = in_use > static_cast<unsigned>(std::popcount(unlocked))
+                                ? in_use - static_cast<unsigned>(std::popcount(unlocked))
+                                : 0;
+  h.link_up = true;
+  h.lane_count = carrying;
+  h.reason = fmt::format("up {}/{} lanes", carrying, total);
   h.state = PortState::kHealthy;
   std::vector<std::string> details;
   const std::uint8_t full = static_cast<std::uint8_t>(total >= 8 ? 0xff : ((1u << total) - 1));
@@ -254,7 +362,7 @@ PortHealth assess_port(const PortStatus& st, std::span<const LaneHealthReport> l
       details.push_back(fmt::format("lane {} dropped ({})", l, cdr ? "no CDR lock" : "LANE_ENABLE"));
     }
   }
-  const std::uint8_t used = lanes_in_use(st);
+  std::uint8_t reported = 0;
   for (const auto& lr : lanes) {
     if (lr.lane < 8 && ((used >> lr.lane) & 1u) == 0) {
       // Not part of the link (negotiated away by either end, registers.md §7.2): its
@@ -262,14 +370,23 @@ PortHealth assess_port(const PortStatus& st, std::span<const LaneHealthReport> l
       if (((dropped >> lr.lane) & 1u) == 0) details.push_back(fmt::format("lane {} not in use (partner)", lr.lane));
       continue;
     }
+    if (lr.lane < 8) reported |= static_cast<std::uint8_t>(1u << lr.lane);
     if (lr.verdict == LaneHealth::kGood) continue;
     if (lr.verdict == LaneHealth::kFailing || lr.verdict == LaneHealth::kDown) {
       h.state = PortState::kFailed;
     } else if (h.state == PortState::kHealthy) {
       h.state = PortState::kDegraded;
     }
-    details.push_back(fmt::format("lane {} {}: {}", lr.lane, lane_health_name(lr.verdict),
-                                  lr.reasons.empty() ? std::string() : lr.reasons.front()));
+    const std::string& why =
+        !lr.verdict_reason.empty() ? lr.verdict_reason : (lr.reasons.empty() ? std::string() : lr.reasons.front());
+    details.push_back(fmt::format("lane {} {}: {}", lr.lane, lane_health_name(lr.verdict), why));
+  }
+  // Lanes in use without CDR lock that no verdict covered (e.g. the first snapshot).
+  for (unsigned l = 0; l < 8; ++l) {
+    if (((unlocked >> l) & 1u) != 0 && ((reported >> l) & 1u) == 0) {
+      h.state = PortState::kFailed;
+      details.push_back(fmt::format("lane {} DOWN: no CDR lock", l));
+    }
   }
   for (std::size_t i = 0; i < details.size(); ++i) h.reason += (i == 0 ? ": " : "; ") + details[i];
   return h;

@@ -4,10 +4,14 @@
 // health verdicts / port states across snapshots.
 #include "npo/hal/link_monitor.hpp"
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <tuple>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -16,6 +20,7 @@
 #include "npo/fw/regs.hpp"
 #include "npo/fw/stats.hpp"
 #include "npo/hal/backend/backend.hpp"
+#include "npo/hal/log.hpp"
 #include "npo/hal/memory.hpp"
 #include "npo/hal/system.hpp"
 #include "npo/hal/xcvr_decode.hpp"
@@ -35,6 +40,12 @@ struct PortTrack {
   FlapDamper damper;
   std::uint32_t last_flap = 0;
   std::optional<PortTraining> training;
+  bool had_module = false;  // a module was seen here
+  bool seen = false;        // the fields below hold the previous snapshot's verdicts
+  PortState state = PortState::kDisabled;
+  LinkState link = LinkState::kDisabled;  // the card's STATUS.STATE
+  bool module_present = false;
+  std::vector<LaneHealth> lane_verdicts;  // per physical lane; kGood when not assessed
 };
 
 struct CardTrack {
@@ -42,13 +53,16 @@ struct CardTrack {
   bool dma_failed = false;  // never answered: registers from now on
   bool dma_seen = false;    // answered at least once
   bool dma_last = false;
+  bool removed = false;  // surprise removal seen
   std::uint32_t seq = 0;
   std::vector<PortTrack> ports;
 };
 
 struct LinkMonitor::State {
   std::vector<CardTrack> cards;
+  std::unordered_map<std::uint32_t, std::uint32_t> by_fabric_id;  // fabric ID -> card index
   std::uint64_t last_ns = 0;
+  bool first = true;
 };
 
 LinkMonitor::LinkMonitor(System& system, LinkMonitorOptions options)
@@ -57,6 +71,7 @@ LinkMonitor::LinkMonitor(System& system, LinkMonitorOptions options)
   for (std::size_t c = 0; c < system.device_count(); ++c) {
     auto& ct = state_->cards[c];
     ct.ports.resize(system.device(c).port_count());
+    state_->by_fabric_id.emplace(system.device(c).info().fabric_id, static_cast<std::uint32_t>(c));
     for (auto& pt : ct.ports) pt.damper = FlapDamper(options_.flap);
   }
 }
@@ -107,6 +122,129 @@ std::uint32_t load_seq(const std::byte* base) {
 }
 }  // namespace
 
+void LinkMonitor::check_far_ends(LinkSnapshot& s) const {
+  // A link is up only when both ends are: an Up port whose far end (in this system) is not
+  // carries nothing, whatever its own registers say.
+  for (auto& cp : s.cards) {
+    for (std::size_t i = 0; i < cp.ports.size(); ++i) {
+      auto& h = cp.health[i];
+      const auto& ps = cp.ports[i];
+      if (!h.link_up || !ps.neighbor_fabric_id || !ps.neighbor_port) continue;
+      const auto far = state_->by_fabric_id.find(*ps.neighbor_fabric_id);
+      if (far == state_->by_fabric_id.end()) continue;
+      const std::uint32_t fc = far->second;
+      if (fc >= s.cards.size() || s.cards[fc].card != fc) continue;  // cards are in index order
+      const auto it = s.cards.begin() + fc;
+      std::string why;
+      if (it->removed) {
+        why = "card removed";
+      } else if (*ps.neighbor_port < it->ports.size()) {
+        const auto& fh = it->health[*ps.neighbor_port];
+        const auto& fps = it->ports[*ps.neighbor_port];
+        // The far end is down by its own registers (the cross-check is one level deep, so
+        // two ends never blame each other).
+        if (fps.state != LinkState::kUp || fps.neighbor_fabric_id != system_->device(cp.card).info().fabric_id) {
+          why = fh.reason;
+        } else if ((lanes_in_use(fps) & fps.lanes_up) == 0) {
+          why = "no CDR lock";
+        }
+      }
+      if (why.empty()) continue;
+      h.state = PortState::kFailed;
+      h.link_up = false;
+      h.lane_count = 0;
+      h.reason = fmt::format("down: far end {}:{} is not up ({})", fc, *ps.neighbor_port, why);
+    }
+  }
+}
+
+void LinkMonitor::record_events(LinkSnapshot& s) {
+  auto& log = log::get(log::Subsystem::kOptics);
+  const bool first = state_->first;
+  for (const auto& cp : s.cards) {
+    if (cp.removed) continue;
+    auto& ct = state_->cards[cp.card];
+    for (std::size_t i = 0; i < cp.ports.size(); ++i) {
+      const auto& ps = cp.ports[i];
+      const auto& h = cp.health[i];
+      auto& pt = ct.ports[i];
+      const auto port = static_cast<unsigned>(i);
+      if (pt.seen && pt.module_present != ps.module_present) {
+        s.events.push_back({.timestamp_ns = s.timestamp_ns,
+                            .card = cp.card,
+                            .port = port,
+                            .lane = std::nullopt,
+                            .what = "module",
+                            .from = pt.module_present ? "present" : "absent",
+                            .to = ps.module_present ? "present" : "removed",
+                            .reason = ps.module_present ? "module inserted" : "module removed"});
+      }
+      const bool report_first = first && h.state != PortState::kHealthy && h.state != PortState::kDisabled;
+      if ((pt.seen && pt.state != h.state) || report_first) {
+        s.events.push_back({.timestamp_ns = s.timestamp_ns,
+                            .card = cp.card,
+                            .port = port,
+                            .lane = std::nullopt,
+                            .what = "port",
+                            .from = pt.seen ? std::string(port_state_name(pt.state)) : std::string("-"),
+                            .to = std::string(port_state_name(h.state)),
+                            .reason = h.reason});
+      }
+      // The card's own state machine entering or leaving Up or Fault (a fault the port gave up on).
+      const bool notable = [](LinkState a) { return a == LinkState::kUp || a == LinkState::kFault; }(ps.state) ||
+                           pt.link == LinkState::kUp || pt.link == LinkState::kFault;
+      if (pt.seen && pt.link != ps.state && notable) {
+        s.events.push_back({.timestamp_ns = s.timestamp_ns,
+                            .card = cp.card,
+                            .port = port,
+                            .lane = std::nullopt,
+                            .what = "link",
+                            .from = std::string(link_state_name(pt.link)),
+                            .to = std::string(link_state_name(ps.state)),
+                            .reason = h.reason});
+      }
+      pt.link = ps.state;
+      // Lane verdicts by physical lane (kGood when not assessed); no allocation per port.
+      constexpr std::size_t kMaxLanes = 16;
+      const std::size_t nl = std::min(ps.lanes.size(), kMaxLanes);
+      std::array<LaneHealth, kMaxLanes> verdicts{};
+      std::array<const LaneHealthReport*, kMaxLanes> reports{};
+      for (const auto& lr : h.lanes) {
+        if (lr.lane < nl) {
+          verdicts[lr.lane] = lr.verdict;
+          reports[lr.lane] = &lr;
+        }
+      }
+      if (pt.seen && pt.lane_verdicts.size() == nl) {
+        for (std::size_t l = 0; l < nl; ++l) {
+          if (verdicts[l] == pt.lane_verdicts[l] || reports[l] == nullptr) continue;
+          s.events.push_back({.timestamp_ns = s.timestamp_ns,
+                              .card = cp.card,
+                              .port = port,
+                              .lane = static_cast<unsigned>(l),
+                              .what = "lane",
+                              .from = std::string(lane_health_name(pt.lane_verdicts[l])),
+                              .to = std::string(lane_health_name(verdicts[l])),
+                              .reason = reports[l]->verdict_reason});
+        }
+      }
+      pt.seen = true;
+      pt.state = h.state;
+      pt.module_present = ps.module_present;
+      pt.lane_verdicts.assign(verdicts.begin(), verdicts.begin() + static_cast<std::ptrdiff_t>(nl));
+    }
+  }
+  std::stable_sort(s.events.begin(), s.events.end(), [](const LinkEvent& a, const LinkEvent& b) {
+    return std::tuple(a.card, a.port.value_or(0), a.lane.value_or(0)) <
+           std::tuple(b.card, b.port.value_or(0), b.lane.value_or(0));
+  });
+  for (const auto& e : s.events) {
+    log.info("link event t={} card={}{}{} {} {} -> {}: {}", e.timestamp_ns, e.card,
+             e.port ? fmt::format(" port={}", *e.port) : "", e.lane ? fmt::format(" lane={}", *e.lane) : "", e.what,
+             e.from, e.to, e.reason);
+  }
+}
+
 Result<LinkSnapshot> LinkMonitor::snapshot() {
   auto& clock = card::clock_of(*system_);
   const std::size_t n = system_->device_count();
@@ -115,8 +253,9 @@ Result<LinkSnapshot> LinkMonitor::snapshot() {
   if (options_.use_stats_dma) {
     for (std::size_t c = 0; c < n; ++c) {
       auto& ct = cards[c];
-      if (ct.dma_failed) continue;
+      if (ct.dma_failed || ct.removed) continue;
       auto& dev = system_->device(c);
+      if (card::access(dev).bar0->read32(g::kMagic) == 0xffffffffu) continue;  // removed: seen below
       if (!ct.buf) {
         auto b = allocate_host_memory(dev, st::block_bytes(dev.port_count()));
         if (!b) return std::unexpected(b.error());
@@ -137,7 +276,11 @@ Result<LinkSnapshot> LinkMonitor::snapshot() {
       bool all = true;
       for (std::size_t c = 0; c < n; ++c) {
         auto& ct = cards[c];
-        if (ct.dma_failed || arrived[c]) continue;
+        if (ct.dma_failed || ct.removed || arrived[c]) continue;
+        if (card::access(system_->device(c)).bar0->read32(g::kMagic) == 0xffffffffu) {
+          arrived[c] = 1;  // removed meanwhile: nothing will arrive
+          continue;
+        }
         if (load_seq(ct.buf->bytes().data()) == ct.seq) {
           arrived[c] = 1;
         } else {
@@ -159,11 +302,25 @@ Result<LinkSnapshot> LinkMonitor::snapshot() {
     auto& ct = cards[c];
     auto& m = *card::access(dev).bar0;
     const unsigned lanes = dev.info().lanes_per_port;
-    if (m.read32(g::kMagic) == 0xffffffffu) {
-      return fail(Code::kUnavailable, "card removed", {.card = static_cast<std::uint32_t>(c)});
-    }
     LinkSnapshot::CardPorts cp;
     cp.card = static_cast<std::uint32_t>(c);
+    if (ct.removed || m.read32(g::kMagic) == 0xffffffffu) {
+      // Surprise removal: report the card as gone and keep reading the others.
+      if (!ct.removed) {
+        ct.removed = true;
+        s.events.push_back({.timestamp_ns = s.timestamp_ns,
+                            .card = cp.card,
+                            .port = std::nullopt,
+                            .lane = std::nullopt,
+                            .what = "card",
+                            .from = state_->first ? "-" : "present",
+                            .to = "removed",
+                            .reason = "card removed (BAR reads all ones)"});
+      }
+      cp.removed = true;
+      s.cards.push_back(std::move(cp));
+      continue;
+    }
     const bool dma = options_.use_stats_dma && !ct.dma_failed && arrived[c];
     if (options_.use_stats_dma && !ct.dma_failed && !arrived[c] && !ct.dma_seen) {
       ct.dma_failed = true;  // STATS_SEQ never advanced: this card does not support it
@@ -228,11 +385,29 @@ Result<LinkSnapshot> LinkMonitor::snapshot() {
       }
       for (unsigned l = 0; l < lanes; ++l) pt.prev[l] = ps.lanes[l];
       pt.have_prev = true;
-      cp.health.push_back(assess_port(ps, reports, lanes, pt.damper.reason(), pt.training ? &*pt.training : nullptr));
+      pt.had_module = pt.had_module || ps.module_present;
+      PortContext ctx;
+      ctx.had_module = pt.had_module;
+      // A damper that tripped holds the port down only when the policy is enforced; a reader
+      // that does not enforce it (e.g. npo-link show) reports the port as flapping instead.
+      const std::string held = pt.damper.reason();
+      const bool enforced = options_.enforce_flap_policy;
+      auto ph =
+          assess_port(ps, reports, lanes, enforced ? held : std::string(), pt.training ? &*pt.training : nullptr, ctx);
+      if (!enforced && !held.empty() && ph.state != PortState::kDisabled) {
+        constexpr std::string_view kHeld = "held down: ";
+        const std::string what = held.starts_with(kHeld) ? held.substr(kHeld.size()) : held;
+        ph.state = PortState::kFailed;
+        ph.reason = fmt::format("flapping: {} (the flap policy is not enforced by this reader); {}", what, ph.reason);
+      }
+      cp.health.push_back(std::move(ph));
       cp.ports.push_back(std::move(ps));
     }
     s.cards.push_back(std::move(cp));
   }
+  check_far_ends(s);
+  record_events(s);
+  state_->first = false;
   return s;
 }
 

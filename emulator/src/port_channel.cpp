@@ -195,7 +195,10 @@ std::uint32_t Port::lane_status(unsigned l, std::uint64_t now, const LinkView& v
   const bool rx_on = (state_ == LinkState::kDataPathInit && dp_activated_) || training_like(state_);
   if (!rx_on) return 0;
   const bool sig = lane_signal(l, now, v);
-  const bool cdr = sig && lane_ber(l, now, v) < optics::kCdrLockMaxBer && inject_train_timeouts_ == 0;
+  // A pending training_timeout fault keeps CDR from locking in Training only: it is a fault
+  // of the next training, not of a link that is already Up (which keeps its lock).
+  const bool blocked = inject_train_timeouts_ != 0 && state_ == LinkState::kTraining;
+  const bool cdr = sig && lane_ber(l, now, v) < optics::kCdrLockMaxBer && !blocked;
   return ln::kLaneStatusSignal.make(sig ? 1 : 0) | ln::kLaneStatusCdrLock.make(cdr ? 1 : 0) |
          ln::kLaneStatusPrbsLock.make(lanes_[l].prbs_lock ? 1 : 0);
 }

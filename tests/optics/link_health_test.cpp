@@ -3,6 +3,7 @@
 // logic, no emulator. Limits from registers.md §7.3 and link_health.hpp.
 #include "npo/hal/link_health.hpp"
 
+#include <span>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -276,6 +277,100 @@ TEST(PortState, ReasonsForEachState) {
   EXPECT_EQ(h.reason, "up 8/8 lanes: lane 2 FAILING: pre-FEC BER 3.00e-04 above the KP4 limit 2.4e-04");
   lanes[0].verdict = LaneHealth::kDegraded;
   EXPECT_EQ(npo::assess_port(up_port(), lanes, 8, "", nullptr).state, PortState::kDegraded);
+}
+
+// Issue 18: a port was DEGRADED while its reason said "above the KP4 limit" (FAILED by the
+// legend): the lane's verdict (held DEGRADED by hysteresis) and the reason (the interval's
+// FAILING finding) came from different verdicts. Now the port's reason is the verdict's.
+TEST(PortState, StateAndReasonComeFromOneVerdict) {
+  LaneHealthTracker t;  // K = 2 to worsen
+  LaneCounters prev, c = advance(LaneCounters{}, kCw, 1e-8);
+  t.update(prev, c, true);
+  auto step = [&](double ber) {
+    prev = c;
+    c = advance(c, kCw, ber);
+    auto r = t.update(prev, c, true);
+    r.lane = 2;
+    return r;
+  };
+  step(5e-5);
+  auto r = step(5e-5);
+  ASSERT_EQ(r.verdict, LaneHealth::kDegraded);
+  EXPECT_NE(r.verdict_reason.find("above the warning level"), std::string::npos) << r.verdict_reason;
+  // One interval over the KP4 limit: raw FAILING, the verdict stays DEGRADED for now.
+  r = step(3e-4);
+  ASSERT_EQ(r.raw, LaneHealth::kFailing);
+  ASSERT_EQ(r.verdict, LaneHealth::kDegraded);
+  EXPECT_TRUE(has_reason(r.reasons, "KP4 limit"));  // the interval's own finding is kept for `health`
+  EXPECT_EQ(r.verdict_reason.find("KP4"), std::string::npos) << r.verdict_reason;
+  EXPECT_NE(r.verdict_reason.find("FAILING for 1 of 2 intervals"), std::string::npos) << r.verdict_reason;
+  const auto h = npo::assess_port(up_port(), std::span(&r, 1), 8, "", nullptr);
+  EXPECT_EQ(h.state, PortState::kDegraded);
+  EXPECT_EQ(h.reason.find("KP4"), std::string::npos) << h.reason;
+  EXPECT_NE(h.reason.find("lane 2 DEGRADED: pre-FEC BER 5.00e-05 above the warning level"), std::string::npos)
+      << h.reason;
+  // The second interval over the limit makes it FAILING: state and reason agree again.
+  r = step(3e-4);
+  ASSERT_EQ(r.verdict, LaneHealth::kFailing);
+  const auto f = npo::assess_port(up_port(), std::span(&r, 1), 8, "", nullptr);
+  EXPECT_EQ(f.state, PortState::kFailed);
+  EXPECT_NE(f.reason.find("lane 2 FAILING: pre-FEC BER 3.00e-04 above the KP4 limit"), std::string::npos) << f.reason;
+}
+
+// Issue 18: after a training_timeout a port printed "FAILED ... up 8/8 lanes: lane 0 DOWN: no
+// CDR lock" with link_state up. A port the card calls Up with no lane in use locked is down.
+TEST(PortState, UpWithoutCdrLockIsDown) {
+  auto ps = up_port();
+  ps.lanes_up = 0;
+  auto h = npo::assess_port(ps, {}, 8, "", nullptr);
+  EXPECT_EQ(h.state, PortState::kFailed);
+  EXPECT_FALSE(h.link_up);
+  EXPECT_EQ(h.lane_count, 0u);
+  EXPECT_EQ(h.reason, "down: no CDR lock on lanes 0, 1, 2, 3, 4, 5, 6, 7 in use (the card still says Up)");
+  // One lane without lock: up on 7, FAILED naming the lane, never "up 8/8".
+  ps.lanes_up = 0xf7;
+  h = npo::assess_port(ps, {}, 8, "", nullptr);
+  EXPECT_EQ(h.state, PortState::kFailed);
+  EXPECT_TRUE(h.link_up);
+  EXPECT_EQ(h.reason, "up 7/8 lanes: lane 3 DOWN: no CDR lock");
+  EXPECT_TRUE(npo::assess_port(up_port(), {}, 8, "", nullptr).link_up);
+}
+
+// Issue 18: a port in Fault said "training failed: card in Fault" -- it is the port, and the
+// card's TRAIN_RESULT says why and whether a narrower retrain can work.
+TEST(PortState, FaultNamesThePortTheCodeAndTheLanes) {
+  auto ps = up_port();
+  ps.state = npo::LinkState::kFault;
+  ps.train_result = {.code = 5, .state = npo::LinkState::kTraining, .failed_lanes = 1u << 3, .attempt = 3};
+  auto h = npo::assess_port(ps, {}, 8, "", nullptr);
+  EXPECT_EQ(h.state, PortState::kFailed);
+  EXPECT_FALSE(h.link_up);
+  EXPECT_EQ(h.reason.find("card in Fault"), std::string::npos);
+  EXPECT_NE(h.reason.find("port in Fault after 3 attempts: TIMEOUT_CDR_LOCK, lane 3 without CDR lock"),
+            std::string::npos)
+      << h.reason;
+  EXPECT_NE(h.reason.find("runs on the other 7/8 lanes"), std::string::npos) << h.reason;
+  ps.train_result.failed_lanes = 0xff;
+  EXPECT_NE(npo::assess_port(ps, {}, 8, "", nullptr).reason.find("no lane locks"), std::string::npos);
+}
+
+// Issue 18: a removed module made its port vanish (DISABLED "no module", listed only with
+// --all). A port that had a module and lost it is FAILED "module removed".
+TEST(PortState, ARemovedModuleIsFailedNotAbsent) {
+  auto ps = up_port();
+  ps.module_present = false;
+  ps.state = npo::LinkState::kModuleWait;
+  ps.up_count = 1;  // it was up: a module was there
+  auto h = npo::assess_port(ps, {}, 8, "", nullptr);
+  EXPECT_EQ(h.state, PortState::kFailed);
+  EXPECT_TRUE(h.module_lost);
+  EXPECT_EQ(h.reason, "module removed");
+  ps.up_count = 0;
+  ps.events.module_change = true;  // removed before it ever came up
+  EXPECT_TRUE(npo::assess_port(ps, {}, 8, "", nullptr).module_lost);
+  ps.events.module_change = false;
+  EXPECT_EQ(npo::assess_port(ps, {}, 8, "", nullptr).state, PortState::kDisabled);  // never had one
+  EXPECT_TRUE(npo::assess_port(ps, {}, 8, "", nullptr, {.had_module = true}).module_lost);
 }
 
 TEST(FlapDamper, FiveDownsInSixtySecondsHoldDownUntilReleased) {

@@ -507,4 +507,139 @@ TEST(LinkFaults, TrainingTimeoutIsCdrLockThenOkWithinTheBudget) {
   EXPECT_EQ(a.lanes_up, 8u);  // every lane failed alike: no degrade
 }
 
+// Issue 18: a training_timeout injected on a live link made the port report no CDR lock on
+// every lane while the card kept it Up ("FAILED ... up 8/8 lanes: lane 0 DOWN", JSON
+// link_state up) and the far end said HEALTHY. The fault is one of the next training: the
+// live link keeps its lock, both ends stay HEALTHY, and the next training fails as asked.
+TEST(LinkFaults, TrainingTimeoutOnALiveLinkLeavesItUpWithLock) {
+  Mesh m;
+  ASSERT_TRUE(m.rig.ok() && m.up());
+  ASSERT_TRUE(optics_test::has_lane_model(m.rig)) << optics_test::kNoModel;
+  ASSERT_TRUE(m.rig.emu->inject(
+      {.at_ns = m.rig.emu->now_ns(), .kind = emu::FaultKind::kTrainingTimeout, .card = 0, .port = 3, .count = 1}));
+  npo::LinkMonitor mon(*m.rig.sys);
+  for (int i = 0; i < 3; ++i) {
+    m.sleep_ms(100);
+    auto ps = npo::read_port(m.rig.sys->device(0), 3);
+    ASSERT_TRUE(ps.has_value());
+    EXPECT_EQ(ps->state, npo::LinkState::kUp);
+    EXPECT_EQ(ps->lanes_up, 0xffu);
+    auto s = mon.snapshot();
+    ASSERT_TRUE(s.has_value());
+    // Card 0 port 3 <-> card 4 port 0.
+    for (const auto& [card, port] : {std::pair{0u, 3u}, std::pair{4u, 0u}}) {
+      const auto& h = s->cards[card].health[port];
+      EXPECT_EQ(h.state, npo::PortState::kHealthy) << card << ":" << port << " " << h.reason;
+      EXPECT_TRUE(h.link_up);
+    }
+  }
+  std::vector<npo::PortRef> ends{{0, 3}, {4, 0}};
+  auto r = npo::train_ports(*m.rig.sys, ends, {}, 20'000 * kMs, true);
+  ASSERT_TRUE(r.has_value());
+  ASSERT_FALSE((*r)[0].attempts.empty());
+  EXPECT_EQ((*r)[0].attempts.front().code, TrainCode::kTimeoutCdrLock);
+  EXPECT_EQ((*r)[0].code, TrainCode::kOk);
+}
+
+// Issue 18: a lane_loss on a live link left the port at "training failed: card in Fault"
+// forever. The card retrains on its own, fails on the dark lane and gives up (Fault, as the
+// spec says: the port needs host action); the port's reason says so and that a retrain runs
+// narrower, and the host retrain (train_ports, `npo-link train`) brings it up on 7/8 lanes.
+TEST(LinkFaults, LaneLossOnALiveLinkSaysWhyAndRetrainsNarrower) {
+  Mesh m;
+  ASSERT_TRUE(m.rig.ok() && m.up());
+  ASSERT_TRUE(optics_test::has_lane_model(m.rig)) << optics_test::kNoModel;
+  npo::LinkMonitor mon(*m.rig.sys);
+  ASSERT_TRUE(mon.snapshot().has_value());
+  ASSERT_TRUE(m.rig.emu->inject(
+      {.at_ns = m.rig.emu->now_ns(), .kind = emu::FaultKind::kLaneLoss, .card = 0, .port = 0, .lane = 3}));
+  npo::PortHealth h;
+  npo::PortStatus ps;
+  for (int i = 0; i < 60; ++i) {
+    m.sleep_ms(100);
+    auto s = mon.snapshot();
+    ASSERT_TRUE(s.has_value());
+    h = s->cards[0].health[0];
+    ps = s->cards[0].ports[0];
+    if (ps.state == npo::LinkState::kFault) break;
+  }
+  ASSERT_EQ(ps.state, npo::LinkState::kFault);
+  EXPECT_EQ(h.state, npo::PortState::kFailed);
+  EXPECT_FALSE(h.link_up);
+  EXPECT_EQ(h.reason.find("card in Fault"), std::string::npos) << h.reason;
+  EXPECT_NE(h.reason.find("port in Fault after 3 attempts: TIMEOUT_CDR_LOCK, lane 3 without CDR lock"),
+            std::string::npos)
+      << h.reason;
+  EXPECT_NE(h.reason.find("runs on the other 7/8 lanes"), std::string::npos) << h.reason;
+  // Card 0 port 0 <-> card 1 port 0.
+  std::vector<npo::PortRef> ends{{0, 0}, {1, 0}};
+  auto r = npo::train_ports(*m.rig.sys, ends, {}, 20'000 * kMs, true);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ((*r)[0].code, TrainCode::kOk) << (*r)[0].detail;
+  EXPECT_EQ((*r)[0].lanes_up, 7u);
+  mon.note_training(*r);
+  auto s = mon.snapshot();
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->cards[0].health[0].state, npo::PortState::kDegraded) << s->cards[0].health[0].reason;
+  EXPECT_TRUE(s->cards[0].health[0].link_up);
+}
+
+// Issue 18: a removed module made its port vanish; issue 19 item 8: one removed card made the
+// whole snapshot fail ("card removed [card=2]"). The snapshot marks the card, reads the
+// others, reports the removed module as FAILED, and records both as events.
+TEST(LinkMonitorEmu, RemovedModuleAndRemovedCardAreReportedNotFatal) {
+  Mesh m;
+  ASSERT_TRUE(m.rig.ok() && m.up());
+  npo::LinkMonitor mon(*m.rig.sys);
+  ASSERT_TRUE(mon.snapshot().has_value());
+  ASSERT_TRUE(
+      m.rig.emu->inject({.at_ns = m.rig.emu->now_ns(), .kind = emu::FaultKind::kModuleRemoval, .card = 1, .port = 5}));
+  ASSERT_TRUE(m.rig.emu->inject({.at_ns = m.rig.emu->now_ns(), .kind = emu::FaultKind::kSurpriseRemoval, .card = 2}));
+  m.sleep_ms(50);
+  auto s = mon.snapshot();
+  ASSERT_TRUE(s.has_value()) << s.error().to_string();
+  ASSERT_EQ(s->cards.size(), 8u);
+  EXPECT_TRUE(s->cards[2].removed);
+  EXPECT_TRUE(s->cards[2].ports.empty());
+  for (unsigned c : {0u, 1u, 3u, 7u}) {
+    EXPECT_FALSE(s->cards[c].removed);
+    EXPECT_EQ(s->cards[c].ports.size(), 8u);
+  }
+  const auto& lost = s->cards[1].health[5];
+  EXPECT_EQ(lost.state, npo::PortState::kFailed);
+  EXPECT_TRUE(lost.module_lost);
+  EXPECT_EQ(lost.reason, "module removed");
+  // Card 0 port 1 <-> card 2 port 0: its far end is gone, so it is not up.
+  EXPECT_EQ(s->cards[0].health[1].state, npo::PortState::kFailed) << s->cards[0].health[1].reason;
+  EXPECT_FALSE(s->cards[0].health[1].link_up);
+  bool card_event = false, module_event = false;
+  for (const auto& e : s->events) {
+    card_event = card_event || (e.what == "card" && e.card == 2 && e.to == "removed");
+    module_event = module_event || (e.what == "module" && e.card == 1 && e.port == 5u && e.to == "removed");
+  }
+  EXPECT_TRUE(card_event);
+  EXPECT_TRUE(module_event);
+}
+
+// Issue 18: "a link is up only when both ends are, with lock". Right after the host disables
+// one end (before the other end's 10 ms link-loss debounce), the other end's card still says
+// Up; the monitor reports it down (no lock, or its far end not up), never "up 8/8 lanes".
+TEST(LinkMonitorEmu, AnUpPortWhoseFarEndIsDownIsNotUp) {
+  Mesh m;
+  ASSERT_TRUE(m.rig.ok() && m.up());
+  npo::LinkMonitor mon(*m.rig.sys);
+  ASSERT_TRUE(mon.snapshot().has_value());
+  // Card 0 port 0 <-> card 1 port 0: take card 1's end down; no emulated time passes.
+  ASSERT_TRUE(npo::enable_port(m.rig.sys->device(1), 0, false).has_value());
+  auto s = mon.snapshot();
+  ASSERT_TRUE(s.has_value());
+  ASSERT_EQ(s->cards[0].ports[0].state, npo::LinkState::kUp);  // the card has not noticed yet
+  const auto& h = s->cards[0].health[0];
+  EXPECT_EQ(h.state, npo::PortState::kFailed) << h.reason;
+  EXPECT_FALSE(h.link_up);
+  EXPECT_EQ(h.reason.rfind("down: ", 0), 0u) << h.reason;
+  EXPECT_EQ(h.reason.find("up 8/8"), std::string::npos) << h.reason;
+  EXPECT_EQ(s->cards[1].health[0].state, npo::PortState::kDisabled);
+}
+
 }  // namespace

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <set>
 #include <string>
 #include <utility>
@@ -40,7 +41,7 @@ void check_dbm(const json& mw, const json& dbm) {
 }
 
 TEST(NpoLinkShow, JsonOfMesh8HasEveryCabledPortUpAt800G) {
-  const json j = run_json("show");
+  const json j = run_json("show --train");
   ASSERT_TRUE(j.contains("ports"));
   ASSERT_EQ(j["ports"].size(), 56u);  // 8 cards x 7 cabled ports
   std::set<std::pair<int, int>> seen;
@@ -78,7 +79,7 @@ TEST(NpoLinkShow, JsonOfMesh8HasEveryCabledPortUpAt800G) {
 }
 
 TEST(NpoLinkShow, TextHasOneLinePerPort) {
-  const auto r = npo_test::run_command(std::string(NPO_LINK) + " show" + kBackend);
+  const auto r = npo_test::run_command(std::string(NPO_LINK) + " show --train" + kBackend);
   ASSERT_EQ(r.status, 0) << r.out;
   // Header + 56 port lines, then a blank line and the legend that explains every column.
   const auto table = r.out.substr(0, r.out.find("\n\n"));
@@ -110,7 +111,7 @@ TEST(NpoLinkTrain, RetrainsBothEndsWithStageTimesAndCodes) {
 }
 
 TEST(NpoLinkHealth, VerdictsWithReasons) {
-  const json j = run_json("health --interval 0.2");
+  const json j = run_json("health --interval 0.2 --train");
   ASSERT_EQ(j["ports"].size(), 56u);
   EXPECT_EQ(j["interval_ns"], 200'000'000);
   for (const auto& p : j["ports"]) {
@@ -146,7 +147,7 @@ TEST(NpoLinkPrbs, BothEndsPerLane) {
 }
 
 TEST(NpoLinkDdm, DecodesEveryModuleOverTheMailbox) {
-  const json j = run_json("ddm");
+  const json j = run_json("ddm --train");
   ASSERT_EQ(j["modules"].size(), 56u);
   for (const auto& m : j["modules"]) {
     EXPECT_EQ(m["module"]["spec"], "cmis");
@@ -164,7 +165,7 @@ TEST(NpoLinkDdm, DecodesEveryModuleOverTheMailbox) {
 }
 
 TEST(NpoLinkFec, CountersAndBinsAndWatch) {
-  const auto r = npo_test::run_command(std::string(NPO_LINK) + " fec --watch 0.1 --count 2" + kBackend);
+  const auto r = npo_test::run_command(std::string(NPO_LINK) + " fec --train --watch 0.1 --count 2" + kBackend);
   ASSERT_EQ(r.status, 0) << r.out;
   std::size_t headers = 0;
   for (std::size_t at = 0; (at = r.out.find("card 0 port 0:", at)) != std::string::npos; ++at) ++headers;
@@ -247,6 +248,272 @@ TEST(NpoLinkDecode, JsonOfANonUtf8FileNameIsValid) {
   ASSERT_EQ(r.status, 0) << r.out;
   const json j = json::parse(r.out);
   EXPECT_TRUE(j.contains("vendor_name"));
+}
+
+// ---- Issue 18: link state that tells the truth; fleet scale ---------------------------------
+
+/// Writes a scenario file for this test process; returns its path.
+std::string scenario(const std::string& name, const std::string& yaml) {
+  const std::string path = "/tmp/npo-link-test-" + name + "-" + std::to_string(::getpid()) + ".yaml";
+  FILE* f = std::fopen(path.c_str(), "w");
+  EXPECT_NE(f, nullptr);
+  if (f != nullptr) {
+    std::fputs(yaml.c_str(), f);
+    std::fclose(f);
+  }
+  return path;
+}
+
+std::string backend_with(const std::string& scenario_path) {
+  return " --backend 'emu:mesh8?clock=virtual&hbm=1M&scenario=" + scenario_path + "'";
+}
+
+/// The JSON Lines of a --json --watch run: one object per line.
+std::vector<json> json_lines(const std::string& out) {
+  std::vector<json> v;
+  std::size_t at = 0;
+  while (at < out.size()) {
+    const auto nl = out.find('\n', at);
+    const std::string line = out.substr(at, nl == std::string::npos ? std::string::npos : nl - at);
+    if (!line.empty()) {
+      EXPECT_NO_THROW(v.push_back(json::parse(line))) << line;
+    }
+    if (nl == std::string::npos) break;
+    at = nl + 1;
+  }
+  return v;
+}
+
+std::size_t count_of(const std::string& hay, const std::string& needle) {
+  std::size_t n = 0;
+  for (std::size_t at = 0; (at = hay.find(needle, at)) != std::string::npos; at += needle.size()) ++n;
+  return n;
+}
+
+TEST(NpoLinkShow, ReadingNeverTrains) {
+  // `show` used to bring every link up when one was down. An in-process emu: backend starts
+  // with its links down: show prints them as they are, says how to train, and changes nothing.
+  const auto r = npo_test::run_command(std::string(NPO_LINK) + " show --json" + kBackend + " 2>/dev/null");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const json j = json::parse(r.out);
+  ASSERT_EQ(j["ports"].size(), 56u);
+  for (const auto& p : j["ports"]) {
+    EXPECT_EQ(p["state"], "DISABLED") << p["reason"];
+    EXPECT_EQ(p["reason"], "disabled by host");
+    EXPECT_EQ(p["train_count"], 0);  // never trained
+    EXPECT_EQ(p["link_up"], false);
+    EXPECT_EQ(p["speed_gbps"], 0.0);
+    EXPECT_EQ(p["lane_count"], 0);
+  }
+  const auto hint = npo_test::run_command(std::string(NPO_LINK) + " show" + kBackend + " 2>&1 >/dev/null");
+  EXPECT_NE(hint.out.find("npo-link train"), std::string::npos) << hint.out;
+  EXPECT_NE(hint.out.find("--train"), std::string::npos) << hint.out;
+}
+
+TEST(NpoLinkShow, WatchOfLinkFaultsTellsTheTruth) {
+  // Faults on live links (after the bring-up --train runs): a training_timeout (the live link
+  // keeps its lock), a lane_loss (the port gives up: FAILED, saying why and how to recover),
+  // a module removal (the port stays listed). --json --watch is JSON Lines.
+  const auto path = scenario("truth",
+                             "faults:\n"
+                             "  - {at_ms: 2500, kind: training_timeout, card: 0, port: 3, count: 2}\n"
+                             "  - {at_ms: 2500, kind: lane_loss, card: 2, port: 0, lane: 3}\n"
+                             "  - {at_ms: 2500, kind: module_removal, card: 1, port: 5}\n");
+  const auto r = npo_test::run_command("timeout 120 " + std::string(NPO_LINK) +
+                                       " show --train --json --watch 1 --count 8" + backend_with(path));
+  std::remove(path.c_str());
+  EXPECT_EQ(r.status, 4) << r.out;  // a port FAILED
+  const auto frames = json_lines(r.out);
+  ASSERT_EQ(frames.size(), 8u) << r.out;
+  for (std::size_t f = 0; f < frames.size(); ++f) {
+    const auto& fr = frames[f];
+    EXPECT_EQ(fr["frame"], f + 1);
+    EXPECT_TRUE(fr["time"].is_string());
+    for (const auto& p : fr["ports"]) {
+      // Up only with lock on every lane in use; speed and lanes only when up.
+      if (p["link_state"] == "up") {
+        EXPECT_EQ(p["link_up"], true);
+        for (const auto& l : p["lanes"]) {
+          if (l["in_use"] == true) {
+            EXPECT_EQ(l["cdr_lock"], true) << p["card"] << ":" << p["port"];
+          }
+        }
+      }
+      if (p["link_up"] == false) {
+        EXPECT_EQ(p["speed_gbps"], 0.0) << p["card"] << ":" << p["port"];
+        EXPECT_EQ(p["lane_count"], 0) << p["card"] << ":" << p["port"];
+      }
+      // A DEGRADED port never gives a FAILED reason.
+      if (p["state"] == "DEGRADED") {
+        EXPECT_EQ(p["reason"].get<std::string>().find("KP4"), std::string::npos);
+      }
+    }
+  }
+  const auto& last = frames.back()["ports"];
+  auto port = [&](int card, int p) -> json {
+    for (const auto& x : last) {
+      if (x["card"] == card && x["port"] == p) return x;
+    }
+    return json();
+  };
+  const json tt = port(0, 3);
+  ASSERT_FALSE(tt.is_null());
+  EXPECT_EQ(tt["state"], "HEALTHY") << tt["reason"];  // the fault is one of the next training
+  const json ll = port(2, 0);
+  ASSERT_FALSE(ll.is_null());
+  EXPECT_EQ(ll["state"], "FAILED");
+  EXPECT_EQ(ll["link_state"], "fault");
+  const std::string why = ll["reason"];
+  EXPECT_EQ(why.find("card in Fault"), std::string::npos) << why;
+  EXPECT_NE(why.find("port in Fault"), std::string::npos) << why;
+  EXPECT_NE(why.find("lane 3 without CDR lock"), std::string::npos) << why;
+  EXPECT_NE(why.find("7/8 lanes"), std::string::npos) << why;
+  const json mr = port(1, 5);
+  ASSERT_FALSE(mr.is_null()) << "a removed module's port must stay listed";
+  EXPECT_EQ(mr["state"], "FAILED");
+  EXPECT_EQ(mr["reason"], "module removed");
+  EXPECT_EQ(mr["module_lost"], true);
+  EXPECT_EQ(frames.back()["summary"]["exit_status"], 4);
+}
+
+TEST(NpoLinkShow, AFlappingPortIsReportedNotTakenDown) {
+  // Reading never changes a link: the flap policy (which disables a port, CTRL.ENABLE = 0)
+  // is not enforced by show; the port is FAILED "flapping: ..." and still enabled (it keeps
+  // flapping up and down), and the exit status is 4.
+  const auto path =
+      scenario("flap", "faults: [{at_ms: 500, kind: flap_storm, card: 0, port: 1, count: 8, duration_ms: 50}]\n");
+  const auto r = npo_test::run_command(
+      std::string(NPO_LINK) + " show --train --json --watch 0.2 --count 6 --card 0 --port 1" + backend_with(path));
+  std::remove(path.c_str());
+  EXPECT_EQ(r.status, 4) << r.out;
+  const auto frames = json_lines(r.out);
+  ASSERT_EQ(frames.size(), 6u);
+  const auto& p = frames.back()["ports"][0];
+  EXPECT_EQ(p["state"], "FAILED") << p["reason"];
+  EXPECT_EQ(p["reason"].get<std::string>().rfind("flapping: 5 flaps in 60 s", 0), 0u) << p["reason"];
+  EXPECT_NE(p["card_state"], "disabled");  // not taken down
+}
+
+TEST(NpoLinkShow, WatchFramesHaveATimestampAndTheLegendOnce) {
+  const auto r = npo_test::run_command(std::string(NPO_LINK) + " show --train --watch 0.5 --count 3" + kBackend);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(count_of(r.out, "--- npo-link show frame "), 3u) << r.out;
+  EXPECT_EQ(count_of(r.out, "platform clock "), 3u);
+  EXPECT_EQ(count_of(r.out, "STATE: HEALTHY"), 1u);  // the legend once
+  EXPECT_EQ(count_of(r.out, "56 ports: 56 HEALTHY, 0 DEGRADED, 0 FAILED, 0 DISABLED"), 3u);
+}
+
+TEST(NpoLinkShow, FiltersSummaryAndExitCodes) {
+  // Healthy: exit 0; the filters select cards, ports and states; the summary counts them.
+  auto r = npo_test::run_command(std::string(NPO_LINK) + " show --train --card 1,2 --port 0" + kBackend);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("2 ports: 2 HEALTHY, 0 DEGRADED, 0 FAILED, 0 DISABLED; worst lane "), std::string::npos)
+      << r.out;
+  EXPECT_EQ(count_of(r.out, "HEALTHY   "), 2u) << r.out;
+  // A lane lost while mesh8 trains: the link comes up on 7 lanes, both ends DEGRADED: exit 3.
+  const auto path = scenario("degraded", "faults: [{at_ms: 60, kind: lane_loss, card: 2, port: 0, lane: 3}]\n");
+  r = npo_test::run_command(std::string(NPO_LINK) + " show --train --state DEGRADED" + backend_with(path));
+  EXPECT_EQ(r.status, 3) << r.out;
+  EXPECT_NE(r.out.find("2 ports: 0 HEALTHY, 2 DEGRADED, 0 FAILED, 0 DISABLED"), std::string::npos) << r.out;
+  r = npo_test::run_command(std::string(NPO_LINK) + " show --train --json --state FAILED" + backend_with(path));
+  EXPECT_EQ(r.status, 0) << r.out;  // no FAILED port selected
+  EXPECT_EQ(json::parse(r.out)["ports"].size(), 0u);
+  std::remove(path.c_str());
+  r = npo_test::run_command(std::string(NPO_LINK) + " show --state BROKEN" + kBackend + " 2>&1");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("expected HEALTHY, DEGRADED, FAILED or DISABLED"), std::string::npos) << r.out;
+}
+
+TEST(NpoLinkShow, AtScaleTheDefaultIsTheSummaryAndWhatIsNotHealthy) {
+  // 72 cards of a 2D torus: 288 ports. The default view is the summary (and the ports that
+  // are not HEALTHY: none here); --full lists them all.
+  const std::string path = "/tmp/npo-link-test-torus72-" + std::to_string(::getpid()) + ".yaml";
+  auto r = npo_test::run_command(std::string(NPO_EMU) + " topo generate torus2d --cards 72 > " + path);
+  ASSERT_EQ(r.status, 0);
+  const std::string be = " --backend 'emu:file=" + path + "?clock=virtual&hbm=1M'";
+  r = npo_test::run_command(std::string(NPO_LINK) + " show --train" + be);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("288 ports: 288 HEALTHY, 0 DEGRADED, 0 FAILED, 0 DISABLED"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(288 HEALTHY ports not listed; --full lists every port)"), std::string::npos) << r.out;
+  EXPECT_LT(count_of(r.out, "\n"), 20u) << r.out;
+  r = npo_test::run_command(std::string(NPO_LINK) + " show --train --full" + be);
+  EXPECT_EQ(count_of(r.out, "up 8/8 lanes"), 288u);
+  std::remove(path.c_str());
+}
+
+TEST(NpoLinkShow, ARemovedCardIsMarkedAndTheLiveCardsShown) {
+  // Issue 19 item 8: one removed card made show/health print nothing but
+  // "snapshot: unavailable: card removed [card=2]".
+  const auto path = scenario("removed", "faults: [{at_ms: 1500, kind: surprise_removal, card: 2}]\n");
+  auto r = npo_test::run_command("timeout 60 " + std::string(NPO_LINK) + " show --train --watch 1 --count 3" +
+                                 backend_with(path) + " 2>&1");
+  EXPECT_EQ(r.status, 4) << r.out;
+  const auto last = r.out.substr(r.out.rfind("--- npo-link show frame 3"));
+  EXPECT_NE(last.find("   2    -  REMOVED"), std::string::npos) << last;
+  EXPECT_NE(last.find("card 2 REMOVED"), std::string::npos) << last;  // in the summary
+  EXPECT_NE(last.find("   7    6  "), std::string::npos) << last;     // a live card's port
+  EXPECT_EQ(r.out.find("unavailable"), std::string::npos) << r.out;
+  r = npo_test::run_command("timeout 60 " + std::string(NPO_LINK) +
+                            " health --train --json --interval 0.5 --watch 1 --count 3" + backend_with(path));
+  EXPECT_EQ(r.status, 4) << r.out;
+  const auto frames = json_lines(r.out);
+  ASSERT_EQ(frames.size(), 3u) << r.out;
+  EXPECT_EQ(frames.back()["removed_cards"], json::array({2}));
+  std::set<int> cards;
+  for (const auto& p : frames.back()["ports"]) cards.insert(p["card"].get<int>());
+  EXPECT_EQ(cards, (std::set<int>{0, 1, 3, 4, 5, 6, 7}));
+  std::remove(path.c_str());
+}
+
+TEST(NpoLinkDdm, WatchGoesOnWhenTheModuleIsRemoved) {
+  // `ddm --watch` exited with rc 1 on the very event it watched. Thresholds and raised flags
+  // are listed as `ethtool -m` lists them.
+  const auto path = scenario("ddm", "faults: [{at_ms: 1500, kind: module_removal, card: 1, port: 5}]\n");
+  const auto r = npo_test::run_command("timeout 60 " + std::string(NPO_LINK) +
+                                       " ddm --train --card 1 --port 5 --watch 1 --count 4" + backend_with(path));
+  std::remove(path.c_str());
+  EXPECT_EQ(r.status, 4) << r.out;
+  EXPECT_EQ(count_of(r.out, "--- npo-link ddm frame "), 4u) << r.out;
+  EXPECT_NE(r.out.find("card 1 port 5: module removed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("thresholds (CMIS page 02h)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tx power"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("high alarm"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("flags: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("module flags raised: "), std::string::npos) << r.out;
+}
+
+TEST(NpoLinkEvents, StateChangesWithTimeCardPortLaneAndReason) {
+  const auto path = scenario("events", "faults: [{at_ms: 1500, kind: module_removal, card: 1, port: 5}]\n");
+  const auto r = npo_test::run_command("NPO_LOG_LEVEL=info timeout 60 " + std::string(NPO_LINK) +
+                                       " events --train --json --watch 0.5 --count 6" + backend_with(path) +
+                                       " 2>/tmp/npo-link-test-events-" + std::to_string(::getpid()) + ".log");
+  EXPECT_EQ(r.status, 4) << r.out;
+  bool module = false, port = false;
+  for (const auto& e : json_lines(r.out)) {
+    for (const char* k : {"timestamp_ns", "card", "port", "lane", "what", "from", "to", "reason"}) {
+      ASSERT_TRUE(e.contains(k)) << k;
+    }
+    if (e["what"] == "module" && e["card"] == 1 && e["port"] == 5) {
+      module = true;
+      EXPECT_EQ(e["from"], "present");
+      EXPECT_EQ(e["to"], "removed");
+      EXPECT_GE(e["timestamp_ns"].get<std::uint64_t>(), 1'500'000'000u);
+    }
+    if (e["what"] == "port" && e["card"] == 1 && e["port"] == 5) {
+      port = true;
+      EXPECT_EQ(e["from"], "HEALTHY");
+      EXPECT_EQ(e["to"], "FAILED");
+      EXPECT_EQ(e["reason"], "module removed");
+    }
+  }
+  EXPECT_TRUE(module) << r.out;
+  EXPECT_TRUE(port) << r.out;
+  // The same events at log level info.
+  const auto log = npo_test::run_command("cat /tmp/npo-link-test-events-" + std::to_string(::getpid()) + ".log");
+  EXPECT_NE(log.out.find("link event"), std::string::npos) << log.out;
+  EXPECT_NE(log.out.find("card=1 port=5 module present -> removed"), std::string::npos) << log.out;
+  std::remove(("/tmp/npo-link-test-events-" + std::to_string(::getpid()) + ".log").c_str());
+  std::remove(path.c_str());
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdio>
+#include <set>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -98,6 +99,40 @@ TEST(NpoSmi, TopoOfADisconnectedFabricSaysSo) {
   j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["connected"], true);
   EXPECT_EQ(j["diameter"], 0);
+}
+
+TEST(NpoSmi, TopoExpectListsEveryDifferenceFromThePlan) {
+  // Issue 18: check_topology had no command. Two pairs cabled 0-1 and 2-3; the plan says 0-2
+  // and 1-3 (miswired), plus a cable 0:1-3:1 that is not there (missing).
+  const std::string base = "/tmp/npo-smi-test-expect-" + std::to_string(::getpid());
+  const std::string found = base + "-found.yaml", same = base + "-same.yaml", other = base + "-other.yaml";
+  auto r =
+      run("printf 'cards: {count: 4, ports: 2}\\ncables: [{a: \"0:0\", b: \"1:0\"}, {a: \"2:0\", b: "
+          "\"3:0\"}]\\n' > " +
+          found + " && cp " + found + " " + same +
+          " && printf 'cards: {count: 4, ports: 2}\\ncables: [{a: \"0:0\", b: \"2:0\"}, {a: \"1:0\", b: "
+          "\"3:0\"}, {a: \"0:1\", b: \"3:1\"}]\\n' > " +
+          other);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::string smi = std::string(NPO_SMI) + " --backend 'emu:file=" + found + "?clock=virtual' topo";
+  r = run(smi + " --expect " + same);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("2 of 2 planned links Up as planned; the fabric matches the plan"), std::string::npos) << r.out;
+  r = run(smi + " --expect " + other);
+  EXPECT_EQ(r.status, 3) << r.out;
+  EXPECT_NE(r.out.find("miswired"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("missing"), std::string::npos) << r.out;
+  r = run(smi + " --json --expect " + other);
+  EXPECT_EQ(r.status, 3) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["expect"]["ok"], false);
+  EXPECT_EQ(j["expect"]["up_as_planned"], 0);
+  std::set<std::string> kinds;
+  for (const auto& i : j["expect"]["issues"]) kinds.insert(i["kind"].get<std::string>());
+  EXPECT_TRUE(kinds.contains("miswired") && kinds.contains("missing")) << j["expect"].dump();
+  r = run(smi + " --expect /nonexistent/plan.yaml 2>&1");
+  EXPECT_EQ(r.status, 1) << r.out;
+  for (const auto& f : {found, same, other}) std::remove(f.c_str());
 }
 
 TEST(NpoSmi, JsonOfANonUtf8TopologyPathIsValid) {

@@ -12,10 +12,11 @@ namespace npo::tools::link {
 int fec_once(System& sys, LinkMonitor& mon, const Common& c) {
   auto snap = mon.snapshot();
   if (!snap) return report(snap.error(), "snapshot");
-  if (c.json) {
-    print_ports_json(sys, *snap, c);
-    return 0;
-  }
+  hint_if_untrained(*snap, c);
+  if (c.json) return print_ports_json(sys, *snap, c);
+  const Summary sum = summarize(*snap, c);
+  const bool brief = brief_view(c, sum);
+  print_frame_header(c, "fec", snap->timestamp_ns);
   const Table table({{"LANE", 4, Column::Align::kRight, "  "},
                      {"CODEWORDS", 14},
                      {"CORRECTED", 12},
@@ -23,12 +24,21 @@ int fec_once(System& sys, LinkMonitor& mon, const Common& c) {
                      {"SYM-ERRORS", 12},
                      {"PRE-BER", 9},
                      {"BINS (errors:codewords, bins 1..15)", 0, Column::Align::kLeft, "  "}});
-  std::size_t rows = 0;
+  std::size_t rows = 0, hidden = 0;
   for (const auto& cp : snap->cards) {
+    if (!card_selected(c, cp.card)) continue;
+    if (cp.removed) {
+      fmt::print("card {}: REMOVED (card removed: its ports cannot be read)\n", cp.card);
+      continue;
+    }
     for (std::size_t i = 0; i < cp.ports.size(); ++i) {
       const auto& ps = cp.ports[i];
       const auto& h = cp.health[i];
-      if (!listed(c, ps)) continue;
+      if (!selected(c, cp.card, ps, h)) continue;
+      if (brief && h.state == PortState::kHealthy) {
+        ++hidden;
+        continue;
+      }
       ++rows;
       fmt::print("card {} port {}: {} ({})\n", cp.card, ps.port, port_state_name(h.state), h.reason);
       table.print_header();
@@ -43,8 +53,10 @@ int fec_once(System& sys, LinkMonitor& mon, const Common& c) {
       }
     }
   }
-  say_if_empty(rows);
-  return 0;
+  if (rows == 0 && hidden == 0 && !c.filtered()) say_if_empty(rows);
+  if (hidden != 0) fmt::print("({} HEALTHY ports not listed; --full lists every port)\n", hidden);
+  if (sum.ports != 0 || !sum.removed_cards.empty()) fmt::print("\n{}\n", sum.line());
+  return sum.exit_status();
 }
 
 }  // namespace npo::tools::link

@@ -19,12 +19,28 @@ int health_once(System& sys, LinkMonitor& mon, const Common& c, double interval)
   mon.sleep_ns(static_cast<std::uint64_t>(interval * 1e9));
   auto snap = mon.snapshot();
   if (!snap) return report(snap.error(), "snapshot");
+  hint_if_untrained(*snap, c);
+  const Summary sum = summarize(*snap, c);
+  const bool brief = brief_view(c, sum);
+  print_frame_header(c, "health", snap->timestamp_ns);
   json ports = json::array();
+  json removed = json::array();
+  std::size_t hidden = 0;
   for (const auto& cp : snap->cards) {
+    if (!card_selected(c, cp.card)) continue;
+    if (cp.removed) {
+      removed.push_back(cp.card);
+      if (!c.json) fmt::print("card {}: REMOVED (card removed: its ports cannot be read)\n", cp.card);
+      continue;
+    }
     for (std::size_t i = 0; i < cp.ports.size(); ++i) {
       const auto& ps = cp.ports[i];
       const auto& h = cp.health[i];
-      if (!listed(c, ps)) continue;
+      if (!selected(c, cp.card, ps, h)) continue;
+      if (!c.json && brief && h.state == PortState::kHealthy) {
+        ++hidden;
+        continue;
+      }
       if (c.json) {
         json lanes = json::array();
         for (const auto& l : h.lanes) {
@@ -35,12 +51,14 @@ int health_once(System& sys, LinkMonitor& mon, const Common& c, double interval)
                            {"baseline_ber", or_null(l.baseline_ber)},
                            {"tail_codewords", l.tail_codewords},
                            {"uncorrectable", l.uncorrectable},
-                           {"reasons", l.reasons}});
+                           {"reasons", l.reasons},
+                           {"verdict_reason", l.verdict_reason}});
         }
         ports.push_back({{"card", cp.card},
                          {"port", ps.port},
                          {"state", std::string(port_state_name(h.state))},
                          {"reason", h.reason},
+                         {"link_up", h.link_up},
                          {"lanes", lanes}});
         continue;
       }
@@ -53,9 +71,17 @@ int health_once(System& sys, LinkMonitor& mon, const Common& c, double interval)
     }
   }
   if (c.json) {
-    print_json({{"backend", sys.uri()}, {"interval_ns", snap->interval_ns}, {"ports", ports}});
+    print_doc(c, {{"backend", sys.uri()},
+                  {"timestamp_ns", snap->timestamp_ns},
+                  {"interval_ns", snap->interval_ns},
+                  {"ports", ports},
+                  {"removed_cards", removed},
+                  {"summary", sum.to_json()}});
+  } else {
+    if (hidden != 0) fmt::print("({} HEALTHY ports not listed; --full lists every port)\n", hidden);
+    if (sum.ports != 0 || !sum.removed_cards.empty()) fmt::print("\n{}\n", sum.line());
   }
-  return 0;
+  return sum.exit_status();
 }
 
 }  // namespace npo::tools::link

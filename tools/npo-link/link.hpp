@@ -4,10 +4,12 @@
 // port views show and fec share, including the one place that reads raw port register words.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -23,21 +25,90 @@ namespace npo::tools::link {
 /// Program name in messages.
 inline constexpr std::string_view kTool = "npo-link";
 
-/// Cap on the bring-up npo-link runs before a live subcommand when links are down: 10 s of
-/// platform clock (npo-link always waited this long; the tools' default is 2 s).
+/// Cap on the bring-up of `--train` (and of prbs / train with a port): 10 s of platform clock
+/// (npo-link always waited this long; the tools' default is 2 s).
 inline constexpr std::uint64_t kBringUpTimeoutNs = 10'000'000'000;
+
+/// Exit statuses of the live subcommands (documented in tools/README.md, like the
+/// `mlxlink`/`nvidia-smi` statuses scripts test): the worst state of a selected port decides.
+inline constexpr int kExitHealthy = 0;   ///< every selected port HEALTHY (or DISABLED: no module, by host)
+inline constexpr int kExitError = 1;     ///< the tool could not do its job (backend, card, read errors)
+inline constexpr int kExitUsage = 2;     ///< bad command line (refused before any card is touched)
+inline constexpr int kExitDegraded = 3;  ///< a selected port is DEGRADED, none FAILED
+inline constexpr int kExitFailed = 4;    ///< a selected port is FAILED (or held down, or its card removed)
+
+/// Views with more selected ports than this list only the ports that are not HEALTHY (and
+/// the summary) unless --full, --card, --port or --state is given: a 1024-card supernode's
+/// 6,000 healthy lines hide the one that matters.
+inline constexpr std::size_t kFullListMax = 256;
 
 /// Options every live subcommand takes.
 struct Common {
   std::optional<std::string> backend;  ///< --backend; unset: $NPO_BACKEND, else emu:mesh8
   bool json = false;
-  double watch = 0;    ///< seconds between repeats; 0: run once
-  unsigned count = 0;  ///< repeats with --watch; 0: until interrupted
-  bool all = false;    ///< include ports without a module
+  double watch = 0;               ///< seconds between repeats; 0: run once
+  unsigned count = 0;             ///< repeats with --watch; 0: until interrupted
+  bool all = false;               ///< include ports without a module
+  bool train = false;             ///< --train: train every port first (else the views only read)
+  bool full = false;              ///< --full: list every selected port, also past kFullListMax
+  std::vector<unsigned> cards;    ///< --card: only these cards (empty: all)
+  std::vector<unsigned> ports;    ///< --port: only these ports (empty: all)
+  std::vector<PortState> states;  ///< --state: only ports in these states (empty: all)
+  mutable unsigned frame = 0;     ///< watch frame being printed (0: the first)
+  [[nodiscard]] bool filtered() const { return !cards.empty() || !ports.empty() || !states.empty(); }
 };
 
-/// Prints "npo-link: WHAT: ERROR" to stderr; returns 1.
+/// Prints "npo-link: WHAT: ERROR" to stderr; returns kExitError.
 int report(const Error& e, std::string_view what);
+
+// ---- Selection, summary, exit status (ports.cpp) -------------------------------------------
+
+/// Parses a --state value (HEALTHY, DEGRADED, FAILED, DISABLED; any case).
+[[nodiscard]] std::optional<PortState> parse_state(std::string_view name);
+/// Whether card `card` passes --card.
+[[nodiscard]] bool card_selected(const Common& c, std::uint32_t card);
+/// Whether a port passes --card, --port and --state and is listed (a module, a module that
+/// was removed, or every port with --all).
+[[nodiscard]] bool selected(const Common& c, std::uint32_t card, const PortStatus& ps, const PortHealth& h);
+
+/// What the one-line summary counts over the selected ports.
+struct Summary {
+  std::size_t ports = 0;
+  std::array<std::size_t, 4> by_state{};  ///< indexed by PortState
+  std::optional<double> worst_ber;        ///< worst lane of a port whose link is up
+  std::uint32_t worst_card = 0;
+  unsigned worst_port = 0, worst_lane = 0;
+  std::size_t flapped = 0;    ///< ports with FLAP_COUNT > 0 (left Up since reset)
+  std::size_t held_down = 0;  ///< DISABLED ports the flap policy holds down (counted as failed)
+  std::uint32_t most_flaps = 0, flap_card = 0;
+  unsigned flap_port = 0;
+  std::vector<std::uint32_t> removed_cards;  ///< selected cards that are gone
+  void add(std::uint32_t card, const PortStatus& ps, const PortHealth& h);
+  void add_removed(std::uint32_t card) { removed_cards.push_back(card); }
+  /// "56 ports: 54 HEALTHY, 1 DEGRADED, 1 FAILED, 0 DISABLED; worst lane 3.10e-04 (card 1 port 2
+  /// lane 2); 2 ports flapped since reset (most: card 0 port 1, 9 flaps)[; card 2 REMOVED]".
+  [[nodiscard]] std::string line() const;
+  [[nodiscard]] nlohmann::json to_json() const;
+  /// kExitHealthy, kExitDegraded or kExitFailed.
+  [[nodiscard]] int exit_status() const;
+};
+/// Summary of the selected ports of a snapshot.
+[[nodiscard]] Summary summarize(const LinkSnapshot& snap, const Common& c);
+/// Whether the text view lists only the ports that are not HEALTHY (see kFullListMax).
+[[nodiscard]] bool brief_view(const Common& c, const Summary& s);
+
+// ---- Watch frames (ports.cpp) ----------------------------------------------------------------
+
+/// With --watch (text): "--- frame N  2026-12-01T13:40:01.123Z  platform clock 1.200000 s ---".
+void print_frame_header(const Common& c, std::string_view sub, std::uint64_t platform_ns);
+/// Prints a JSON document: pretty once, one compact line per frame with --watch (JSON Lines),
+/// with "time" (UTC wall clock) added under --watch.
+void print_doc(const Common& c, nlohmann::json j);
+/// Prints `legend` once per run (the first frame).
+void print_legend_once(const Common& c, std::string_view legend);
+/// Prints a hint to stderr when no selected port with a module is enabled (an in-process
+/// emu: backend starts every process with its links down).
+void hint_if_untrained(const LinkSnapshot& snap, const Common& c);
 
 // ---- Port registers: the one place the tool interprets raw PortStatus words (ports.cpp) ---
 
@@ -62,10 +133,9 @@ int report(const Error& e, std::string_view what);
 [[nodiscard]] std::optional<double> lane_ber(const PortStatus& ps, const PortHealth& h, unsigned lane);
 /// The worst lane's BER of an Up port over its enabled lanes; nullopt when not Up.
 [[nodiscard]] std::optional<double> worst_ber(const PortStatus& ps, const PortHealth& h);
-/// Whether a port is listed: with a module, or every port with --all.
-[[nodiscard]] bool listed(const Common& c, const PortStatus& ps);
-/// Prints the JSON of show and fec: {backend, timestamp_ns, interval_ns, ports}.
-void print_ports_json(System& sys, const LinkSnapshot& snap, const Common& c);
+/// Prints the JSON of show and fec: {backend, timestamp_ns, interval_ns, ports, removed_cards,
+/// summary}; returns the exit status (Summary::exit_status).
+int print_ports_json(System& sys, const LinkSnapshot& snap, const Common& c);
 /// With no row printed, says why on stderr (e.g. emu:N, which has no cables).
 void say_if_empty(std::size_t rows);
 
@@ -84,8 +154,11 @@ int decode(const std::string& file, bool as_json);
 int show_once(System& sys, LinkMonitor& mon, const Common& c);
 /// `fec`: FEC counters and symbol-error bins per lane.
 int fec_once(System& sys, LinkMonitor& mon, const Common& c);
-/// `ddm [--card N] [--port P]`: each live module decoded over the mailbox, and the card's DDM mirrors.
-int ddm_once(System& sys, const Common& c, std::optional<unsigned> card, std::optional<unsigned> port);
+/// `ddm [--card N] [--port P]`: each live module decoded over the mailbox with its thresholds
+/// and raised flags, and the card's DDM mirrors. A module that goes away is reported, not an error.
+int ddm_once(System& sys, LinkMonitor& mon, const Common& c);
+/// `events`: state changes and faults (LinkEvent) as they happen, one line (or JSON object) each.
+int events_once(System& sys, LinkMonitor& mon, const Common& c);
 /// `train [--card N [--port P]]`: retrain (one link, both ends, or every port) and print the stages.
 int train_once(System& sys, const Common& c, std::optional<unsigned> card, std::optional<unsigned> port);
 

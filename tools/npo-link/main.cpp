@@ -10,6 +10,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -32,6 +33,18 @@ void add_common(CLI::App* s, Common& c) {
   s->add_option("--count", c.count, "with --watch: stop after N >= 1 repeats");
 }
 
+/// The fleet options of the views: --card, --port, --state filters, --full, --train.
+void add_fleet(CLI::App* s, Common& c, std::vector<std::string>& states) {
+  s->add_option("--card", c.cards, "only these cards (N or N,M,...)")->delimiter(',');
+  s->add_option("--port", c.ports, "only these ports (P or P,Q,...), of every selected card")->delimiter(',');
+  s->add_option("--state", states, "only ports in these states: HEALTHY, DEGRADED, FAILED, DISABLED (comma list)")
+      ->delimiter(',');
+  s->add_flag("--full", c.full, "list every selected port (past 256 ports the default is the ports not HEALTHY)");
+  s->add_flag("--train", c.train,
+              "train every port first (as `npo-link train`); without it the command only reads. An in-process "
+              "emu: backend starts every process with its links down");
+}
+
 /// Brings links up when a port with a module is not Up (as `npo-smi topo` does).
 npo::Result<void> ensure_up(npo::System& sys, npo::LinkMonitor& mon) {
   bool need = false;
@@ -49,12 +62,14 @@ npo::Result<void> ensure_up(npo::System& sys, npo::LinkMonitor& mon) {
   return {};
 }
 
-/// Repeats `body` per --watch / --count.
+/// Repeats `body` per --watch / --count. A watch goes on whatever the links do (a port that
+/// fails is what it is watching); it stops on a tool error. Returns the last frame's status.
 int repeat(const Common& c, npo::LinkMonitor& mon, const std::function<int()>& body) {
   for (unsigned i = 0;; ++i) {
+    c.frame = i;
     const int rc = body();
-    if (rc != 0 || c.watch <= 0) return rc;
-    if (c.count != 0 && i + 1 >= c.count) return 0;
+    if (rc == link::kExitError || rc == link::kExitUsage || c.watch <= 0) return rc;
+    if (c.count != 0 && i + 1 >= c.count) return rc;
     std::fflush(stdout);
     mon.sleep_ns(static_cast<std::uint64_t>(c.watch * 1e9));
   }
@@ -87,8 +102,13 @@ int main(int argc, char** argv) {
   auto* prbs = app.add_subcommand("prbs", "PRBS test on both ends of a link, per-lane bits/errors/BER");
   auto* train = app.add_subcommand("train", "retrain and print the supervisor's per-stage times and result codes");
   auto* health = app.add_subcommand("health", "lane verdicts with reasons over an interval between two snapshots");
-  for (auto* s : {show, ddm, fec, prbs, train, health}) add_common(s, c);
+  auto* events = app.add_subcommand(
+      "events",
+      "link event log: state changes, lane verdicts, modules and cards removed (with --watch: as they happen)");
+  for (auto* s : {show, ddm, fec, prbs, train, health, events}) add_common(s, c);
   for (auto* s : {show, fec, train, health}) s->add_flag("--all", c.all, "include ports without a module");
+  std::vector<std::string> states;
+  for (auto* s : {show, ddm, fec, health, events}) add_fleet(s, c, states);
   link::PrbsArgs pa;
   double interval = 1.0;
   std::optional<unsigned> card, port;
@@ -98,8 +118,6 @@ int main(int argc, char** argv) {
   prbs->add_option("--lanes", pa.lanes, "PRBS_LANES bitmap 0x01..0xff (default 0xff)");
   prbs->add_option("--card", card, "card index (default 0)");
   prbs->add_option("--port", port, "port (default 0)");
-  ddm->add_option("--card", card, "only this card (default: every card)");
-  ddm->add_option("--port", port, "only this port (of --card, else of card 0); it must have a module");
   train->add_option("--card", card, "card index (with --port: that link, both ends; neither: every port)");
   train->add_option("--port", port, "port (default 0 when --card is given)");
   health->add_option("--interval", interval, "seconds > 0 between the two snapshots (platform clock; default 1)");
@@ -129,6 +147,15 @@ int main(int argc, char** argv) {
     }
   }
   if (health->parsed() && !check_seconds(sub, "--interval", interval)) return 2;
+  for (const auto& st : states) {
+    auto ps = link::parse_state(st);
+    if (!ps) {
+      std::fprintf(stderr, "npo-link %s: --state %s: expected HEALTHY, DEGRADED, FAILED or DISABLED\n", sub,
+                   st.c_str());
+      return 2;
+    }
+    c.states.push_back(*ps);
+  }
 
   const std::string uri = npo::tools::backend_uri(c.backend);
   auto sys = npo::System::open(uri);
@@ -137,17 +164,21 @@ int main(int argc, char** argv) {
   // `health` also judges the modules' DDM (thresholds, Rx LOS, Tx fault) over the mailbox.
   npo::LinkMonitorOptions mo;
   mo.check_module_ddm = health->parsed();
+  // Reading never changes a link: the views report a flapping port, they do not take it down
+  // (the flap policy is the bring-up's / a daemon's).
+  mo.enforce_flap_policy = false;
   npo::LinkMonitor mon(s, mo);
-  // Links are brought up first when they are down (like `npo-smi topo`); `train` with a port
-  // needs the neighbour known to retrain both ends.
-  if (show->parsed() || fec->parsed() || health->parsed() || prbs->parsed() || ddm->parsed() ||
-      (train->parsed() && (card || port))) {
+  // Reading never changes a link: show, fec, health, ddm and events train only when asked to
+  // (--train). prbs (a test that retrains the link anyway) and `train` with a port need the
+  // neighbour known, so they bring links up first when they are down.
+  if (c.train || prbs->parsed() || (train->parsed() && (card || port))) {
     if (auto r = ensure_up(s, mon); !r) return link::report(r.error(), "link bring-up");
   }
   if (show->parsed()) return repeat(c, mon, [&] { return link::show_once(s, mon, c); });
   if (fec->parsed()) return repeat(c, mon, [&] { return link::fec_once(s, mon, c); });
-  if (ddm->parsed()) return repeat(c, mon, [&] { return link::ddm_once(s, c, card, port); });
+  if (ddm->parsed()) return repeat(c, mon, [&] { return link::ddm_once(s, mon, c); });
   if (health->parsed()) return repeat(c, mon, [&] { return link::health_once(s, mon, c, interval); });
+  if (events->parsed()) return repeat(c, mon, [&] { return link::events_once(s, mon, c); });
   if (train->parsed()) return repeat(c, mon, [&] { return link::train_once(s, c, card, port); });
   if (prbs->parsed()) {
     pa.card = card.value_or(0);

@@ -107,7 +107,40 @@ std::string link_class(const npo::Topology& t, const npo::RouteTable& rt, std::s
 /// `npo-smi topo`: trains every link with a module, discovers the graph from the identities
 /// training exchanged, computes routes, then prints a card x card matrix of hops (like
 /// nvidia-smi topo -m; compact up to 64 cards, summarised beyond), or JSON.
-int topo(npo::System& s, bool json) {
+/// Exit status of `topo --expect PLAN` when the discovered cabling differs from the plan.
+constexpr int kExitMismatch = 3;
+
+/// `topo --expect PLAN`: the discovered fabric against a topology file (check_topology),
+/// every missing, miswired, degraded and unexpected link and card, one per line (or JSON).
+/// Returns 0 on a match, kExitMismatch otherwise, 1 when the plan cannot be read.
+int check_expected(const npo::Topology& found, const std::string& plan_path, bool json, nlohmann::json* out) {
+  auto plan = npo::load_fabric_spec(plan_path);
+  if (!plan) return fail(kTool, fmt::format("--expect {}", plan_path), plan.error());
+  const npo::TopologyCheck chk = npo::check_topology(found, *plan);
+  if (json) {
+    nlohmann::json issues = nlohmann::json::array();
+    for (const auto& i : chk.issues) {
+      issues.push_back({{"kind", std::string(npo::link_issue_name(i.kind))},
+                        {"card", i.at.card},
+                        {"port", i.at.port},
+                        {"message", i.message}});
+    }
+    (*out)["expect"] = {{"plan", plan_path},
+                        {"expected_links", chk.expected_links},
+                        {"up_as_planned", chk.up_as_planned},
+                        {"ok", chk.ok()},
+                        {"issues", issues}};
+  } else {
+    fmt::print("\nExpected cabling ({}): {} of {} planned links Up as planned; {}\n", plan_path, chk.up_as_planned,
+               chk.expected_links,
+               chk.ok() ? std::string("the fabric matches the plan")
+                        : fmt::format("{} difference{}:", chk.issues.size(), chk.issues.size() == 1 ? "" : "s"));
+    for (const auto& i : chk.issues) fmt::print("  {}\n", i.message);
+  }
+  return chk.ok() ? 0 : kExitMismatch;
+}
+
+int topo(npo::System& s, bool json, const std::string& expect) {
   // Routes are computed here from the discovered graph, not programmed into the cards.
   auto fabric = npo::tools::bring_up(s, {.timeout_ns = npo::tools::kDefaultBringUpTimeoutNs, .program_routes = false});
   if (!fabric) return fail(kTool, fabric.error().step, fabric.error().error);
@@ -152,9 +185,13 @@ int topo(npo::System& s, bool json) {
                           {"connected", unreachable == 0},
                           {"unreachable_pairs", unreachable},
                           {"hops", hops}};
-    print_json(out);
-    return 0;
+    int rc = 0;
+    if (!expect.empty()) rc = check_expected(*t, expect, true, &out);
+    if (rc != 1) print_json(out);
+    return rc;
   }
+  // The plan check is printed after the matrix (or summary); its status is the exit status.
+  const auto finish = [&] { return expect.empty() ? 0 : check_expected(*t, expect, false, nullptr); };
   if (up.up < up.ports_with_module) {
     fmt::print(stderr, "npo-smi: {} of {} ports with a module did not train Up\n", up.ports_with_module - up.up,
                up.ports_with_module);
@@ -188,7 +225,7 @@ int topo(npo::System& s, bool json) {
         "link; {}: parallel links; *: a direct link that trained with fewer than 8 lanes). -: unreachable.\n"
         "Discovered from the identities exchanged in link training; hops are the routes the cards use.\n",
         compact ? "Row/column n" : "Cn", compact ? "h" : "Lh", compact ? "1" : "L1", compact ? "1=" : "L1xk");
-    return 0;
+    return finish();
   }
   // Beyond 64 cards: the degree distribution, the hop histogram and the farthest pair.
   std::map<unsigned, std::size_t> degree;
@@ -225,7 +262,7 @@ int topo(npo::System& s, bool json) {
     fmt::print("\nFarthest pair: fabric ID {} -> {} ({} hops, {} equal-cost paths)\n", far.first, far.second, far_h,
                rt->path_count(far.first, far.second));
   }
-  return 0;
+  return finish();
 }
 
 }  // namespace
@@ -246,6 +283,10 @@ int main(int argc, char** argv) {
   auto* topo_cmd =
       app.add_subcommand("topo", "train the optical links, then show the discovered card x card hop matrix");
   topo_cmd->add_flag("--json", json, "print {cards, links, hops, diameter, connected} as JSON");
+  std::string expect;
+  topo_cmd->add_option("--expect", expect,
+                       "check the discovered cabling against this topology file (YAML/JSON): every missing, miswired, "
+                       "degraded or unexpected link; exit status 3 on a mismatch");
   topo_cmd->fallthrough();  // `npo-smi topo --backend X` works like `npo-smi --backend X topo`
   CLI11_PARSE(app, argc, argv);
 
@@ -257,7 +298,7 @@ int main(int argc, char** argv) {
   auto sys = npo::System::open(uri);
   if (!sys) return fail(kTool, fmt::format("cannot open '{}'", uri), sys.error());
   auto& s = **sys;
-  if (topo_cmd->parsed()) return topo(s, json);
+  if (topo_cmd->parsed()) return topo(s, json, expect);
   if (json) {
     nlohmann::json cards = nlohmann::json::array();
     for (std::size_t i = 0; i < s.device_count(); ++i) cards.push_back(card_json(s.device(i).info()));

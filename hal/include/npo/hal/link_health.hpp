@@ -105,7 +105,14 @@ struct LaneHealthReport {
   std::uint64_t uncorrectable = 0;         ///< interval
   unsigned pending = 0;                    ///< intervals a different raw level has persisted
   /// Why the verdict is what it is, with numbers; never empty (a GOOD lane says its BER).
+  /// The first reasons are this interval's findings (level `raw`); when hysteresis holds the
+  /// verdict at another level, the last one says so.
   std::vector<std::string> reasons;
+  /// One line that matches `verdict` (never a finding of a worse level than the verdict):
+  /// this interval's first finding when raw == verdict, else the finding of the last interval
+  /// at the verdict's level with "(RAW for n of K intervals)" appended. Ports build their
+  /// reason from this, so a port's state and reason come from the same verdict.
+  std::string verdict_reason;
 };
 
 /// Keeps one lane's baseline and hysteresis state across intervals. Thread-safety: none.
@@ -133,6 +140,7 @@ class LaneHealthTracker {
   std::optional<double> baseline_;
   double base_err_ = 0, base_bits_ = 0;
   unsigned base_n_ = 0;
+  std::string verdict_reason_;                // the last finding at the verdict's level
   unsigned run_ = 0;                          // consecutive intervals on the same side of verdict_
   LaneHealth run_level_ = LaneHealth::kGood;  // least change seen in the run
   int run_dir_ = 0;                           // +1 worse, -1 better
@@ -145,6 +153,21 @@ struct PortHealth {
   /// "training failed: TIMEOUT_FEC_LOCK", "held down: 5 flaps in 60 s".
   std::string reason;
   std::vector<LaneHealthReport> lanes;  ///< lanes in use (physical lane order)
+  /// Whether the link carries traffic: the card says Up, every lane in use has CDR lock and
+  /// (when LinkMonitor knows it) the far end is Up with lock too. Speed and lanes of a port
+  /// whose link is not up are 0.
+  bool link_up = false;
+  /// The port had a module and lost it (module removed): state FAILED, always listed.
+  bool module_lost = false;
+  /// Lanes carrying the link (in use and locked) when link_up, else 0.
+  unsigned lane_count = 0;
+};
+
+/// Facts about a port beyond its registers that assess_port takes into account.
+struct PortContext {
+  /// The host saw a module in this port earlier (LinkMonitor tracks it). The registers also
+  /// tell: EVENT_STATUS.MODULE_CHANGE latched or UP_COUNT > 0 with no module now.
+  bool had_module = false;
 };
 
 /// Physical lanes carrying the link (bit n = physical lane n): the lanes PORT.LANE_MAP maps
@@ -155,12 +178,17 @@ struct PortHealth {
 
 /// Combines a port snapshot, its lane verdicts, the flap damper's hold-down reason (empty:
 /// not held) and the last training result of the port (nullptr: unknown) into a state.
-/// Rules: held down -> DISABLED; CTRL.ENABLE = 0 -> DISABLED "disabled by host"; no module ->
-/// FAILED "no module"; not Up -> FAILED "training failed: CODE" (or "down: STATE"); Up with a
-/// FAILING or DOWN lane -> FAILED; Up on fewer lanes than `lanes_total` or with a DEGRADED lane
-/// -> DEGRADED; otherwise HEALTHY. Thread-safety: pure.
+/// Rules: held down -> DISABLED; CTRL.ENABLE = 0 -> DISABLED "disabled by host"; a module
+/// that was there and is gone -> FAILED "module removed"; no module -> DISABLED "no module";
+/// not Up -> FAILED "training failed: CODE" (from `last_training`, else the card's
+/// TRAIN_RESULT: "port in Fault after N attempts: CODE ...", naming lanes without CDR lock and
+/// whether a retrain can run narrower) or "down: STATE"; Up with no lane in use locked ->
+/// FAILED "down: no CDR lock ..." (link_up false); Up with a FAILING or DOWN lane -> FAILED;
+/// Up on fewer lanes than `lanes_total` or with a DEGRADED lane -> DEGRADED; otherwise
+/// HEALTHY. Lane details use each lane's verdict_reason (or its first reason when that is
+/// empty). Thread-safety: pure.
 [[nodiscard]] PortHealth assess_port(const PortStatus& status, std::span<const LaneHealthReport> lanes,
                                      unsigned lanes_total, std::string_view held_reason,
-                                     const PortTraining* last_training);
+                                     const PortTraining* last_training, const PortContext& context = {});
 
 }  // namespace npo

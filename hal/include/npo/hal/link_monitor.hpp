@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "npo/hal/error.hpp"
@@ -23,12 +24,31 @@ namespace npo {
 
 class System;
 
+/// A change LinkMonitor saw from one snapshot to the next: a port's state, a lane's
+/// verdict, a module removed or inserted, a card removed. The monitor also logs each at
+/// level info (logger npo.optics).
+struct LinkEvent {
+  std::uint64_t timestamp_ns = 0;  ///< platform clock of the snapshot that saw the change
+  std::uint32_t card = 0;
+  std::optional<unsigned> port;  ///< nullopt: the whole card
+  std::optional<unsigned> lane;  ///< set for a lane verdict change
+  /// "port" (state), "link" (the card's STATUS.STATE entering or leaving up or fault),
+  /// "lane" (verdict), "module" (present/removed), "card" (present/removed).
+  std::string what;
+  std::string from;    ///< old state ("-" on the first snapshot), e.g. "HEALTHY", "GOOD", "present"
+  std::string to;      ///< new state
+  std::string reason;  ///< the port's reason or the lane's verdict reason
+};
+
 /// One snapshot of all ports of all cards.
 struct LinkSnapshot {
   std::uint64_t timestamp_ns = 0;  ///< platform clock when the snapshot was taken
   std::uint64_t interval_ns = 0;   ///< since the previous snapshot of this monitor (0: first)
   struct CardPorts {
     std::uint32_t card = 0;
+    /// The card is gone (surprise removal, BAR reads all ones): ports and health are empty.
+    /// The other cards are still read.
+    bool removed = false;
     bool via_stats_dma = false;  ///< read from the card's stats block (else register reads)
     std::vector<PortStatus> ports;
     /// Per port (same order as ports): state, reason, lane verdicts. From the second snapshot
@@ -37,13 +57,18 @@ struct LinkSnapshot {
     std::vector<PortHealth> health;
   };
   std::vector<CardPorts> cards;
+  /// Changes since the previous snapshot of this monitor, in card, port, lane order. On the
+  /// first snapshot: the ports that are neither HEALTHY nor DISABLED (from "-") and removed cards.
+  std::vector<LinkEvent> events;
 };
 
 /// Options of a LinkMonitor.
 struct LinkMonitorOptions {
   HealthLimits limits;  ///< lane verdict limits and hysteresis
   FlapPolicy flap;      ///< downs within a window -> port held DISABLED
-  /// Take ports that trip the flap policy down (CTRL.ENABLE = 0) until enable_port().
+  /// Take ports that trip the flap policy down (CTRL.ENABLE = 0) until enable_port(), and
+  /// report them DISABLED "held down: ...". false (a reader that must not change a link, like
+  /// `npo-link show`): such ports are reported FAILED "flapping: ..." and left alone.
   bool enforce_flap_policy = true;
   bool use_stats_dma = true;  ///< false: always read registers
   /// Also judge each Up port's module DDM: thresholds (CMIS page 02h) against the card's
@@ -64,9 +89,12 @@ class LinkMonitor {
   LinkMonitor& operator=(const LinkMonitor&) = delete;
 
   /// Reads every port and lane of every card (stats DMA, else registers), updates the lane
-  /// trackers and flap dampers, and returns the snapshot with health. Ports that trip the
-  /// flap policy are disabled (if enforce_flap_policy).
-  /// Errors: kUnavailable (a card was removed), kResourceExhausted (stats buffer).
+  /// trackers and flap dampers, and returns the snapshot with health and events. A link is
+  /// up (PortHealth::link_up) only when both ends are Up with lock: an Up port whose far end
+  /// (the neighbour learned in training, when it is in this system) is not is FAILED "far end
+  /// C:P down: ...". Ports that trip the flap policy are disabled (if enforce_flap_policy).
+  /// A removed card is reported as CardPorts::removed, not as an error.
+  /// Errors: kResourceExhausted (stats buffer).
   Result<LinkSnapshot> snapshot();
 
   /// Re-enables a port held down by the flap policy (or disabled): releases the damper and
@@ -90,6 +118,8 @@ class LinkMonitor {
   struct State;
 
  private:
+  void check_far_ends(LinkSnapshot& s) const;
+  void record_events(LinkSnapshot& s);
   System* system_;
   LinkMonitorOptions options_;
   std::unique_ptr<State> state_;
