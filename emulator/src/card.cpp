@@ -400,6 +400,12 @@ void Card::reset(const char* why, bool rebuild_config) {
   if (rebuild_config) config_.rebuild();
 }
 
+void Card::release_client_state() {
+  log_event("client_state_released");
+  for (auto& q : queues_) q->reset_state();
+  windows_.reset();
+}
+
 void Card::remove() {
   log_event("surprise_removal");
   removed_.store(true, std::memory_order_release);

@@ -81,6 +81,9 @@ class Card {
   /// `rebuild_config` also returns config space to power-on values (a raw FLR); VFIO-style
   /// resets keep it (the kernel saves and restores config space around the FLR).
   void reset(const char* why, bool rebuild_config);
+  /// What a client's death leaves behind (npo-emud): every queue back to its reset state and
+  /// every window invalid, while routes, ports and links stay as they are (unlike reset()).
+  void release_client_state();
   void remove();
   [[nodiscard]] bool removed() const noexcept { return removed_.load(std::memory_order_acquire); }
   [[nodiscard]] bool bus_master() const noexcept { return config_.bus_master(); }
