@@ -265,14 +265,31 @@ std::vector<Vma> vmas_covering(std::uintptr_t first, std::uintptr_t end) {
   return out;
 }
 
-/// Memfds this backend made to re-back anonymous memory (kept for the process's life: the
-/// memory stays mapped from them).
+/// Anonymous memory this backend re-backed with a memfd, by start address; `uses` counts the
+/// DMA mappings (of any device of this process) that reach it. A region in use is never
+/// re-backed again (the daemon maps that very memfd).
+struct Reback {
+  std::size_t len = 0;
+  int fd = -1;
+  unsigned uses = 0;
+};
 std::mutex g_reback_mu;
+std::map<std::uintptr_t, Reback>& rebacks() {
+  static std::map<std::uintptr_t, Reback> r;
+  return r;
+}
+constexpr std::string_view kRebackName = "npo-host-reback";
+
+struct HostFd {
+  int fd = -1;
+  std::uint64_t offset = 0;
+  std::uintptr_t reback = 0;  ///< key in rebacks(), 0 if the memory is not a re-backed region
+};
 
 /// The fd and file offset of [addr, addr+len): a registered memfd whose mapping is really the
 /// one at addr (checked against /proc/self/maps by inode), else anonymous private memory
 /// re-backed in place by a memfd (contents copied; the documented slower path), else an error.
-Result<backend::HostMemoryFd> host_fd(const void* addr, std::size_t len) {
+Result<HostFd> host_fd(const void* addr, std::size_t len) {
   const auto a = reinterpret_cast<std::uintptr_t>(addr);
   std::lock_guard lock(g_reback_mu);
   auto vmas = vmas_covering(a, a + len);
@@ -288,25 +305,42 @@ Result<backend::HostMemoryFd> host_fd(const void* addr, std::size_t len) {
     struct stat st{};
     if (vmas.size() == 1 && ::fstat(rec->fd, &st) == 0 && st.st_ino == vmas[0].inode &&
         vmas[0].perms.size() == 4 && vmas[0].perms[3] == 's' && vmas[0].offset + (a - vmas[0].start) == rec->offset) {
-      return *rec;
+      std::uintptr_t key = 0;
+      auto& rb = rebacks();
+      if (auto it = rb.upper_bound(a); it != rb.begin() && std::prev(it)->second.fd == rec->fd) key = std::prev(it)->first;
+      return HostFd{rec->fd, rec->offset, key};
     }
-    backend::unregister_host_memory_fd(addr);  // stale: the memory at addr is no longer that file
   }
-  const bool anon = std::all_of(vmas.begin(), vmas.end(), [](const Vma& v) {
-    return v.inode == 0 && v.perms.starts_with("rw") && v.perms[3] == 'p' && (v.name.empty() || v.name == "[heap]");
-  });
-  if (!anon) {
-    return fail(Code::kFailedPrecondition,
-                fmt::format("emu-remote: host memory at {:#x} ({}) has no file descriptor npo-emud can map: "
-                            "allocate DMA memory with npo::allocate_host_memory (memfd-backed), or map a memfd "
-                            "(MFD_ALLOW_SEALING) yourself and record it with npo::backend::register_host_memory_fd",
-                            a, vmas[0].name.empty() ? std::string("anonymous ") + vmas[0].perms : vmas[0].name));
+  auto& rb = rebacks();
+  auto ours = [&](const Vma& v) -> Reback* {
+    if (v.name.find(kRebackName) == std::string::npos) return nullptr;
+    for (auto& [start, r] : rb) {
+      struct stat st{};
+      if (::fstat(r.fd, &st) == 0 && st.st_ino == v.inode) return &r;
+    }
+    return nullptr;
+  };
+  for (const auto& v : vmas) {
+    const bool anon = v.inode == 0 && v.perms.starts_with("rw") && v.perms[3] == 'p' && (v.name.empty() || v.name == "[heap]");
+    Reback* r = anon ? nullptr : ours(v);
+    if (!anon && r == nullptr) {
+      return fail(Code::kFailedPrecondition,
+                  fmt::format("emu-remote: host memory at {:#x} ({}) has no file descriptor npo-emud can map: "
+                              "allocate DMA memory with npo::allocate_host_memory (memfd-backed), or map a memfd "
+                              "(MFD_ALLOW_SEALING) yourself and record it with npo::backend::register_host_memory_fd",
+                              a, v.name.empty() ? std::string("anonymous ") + v.perms : v.name));
+    }
+    if (r != nullptr && r->uses > 0) {
+      return fail(Code::kFailedPrecondition,
+                  fmt::format("emu-remote: host memory [{:#x}, +{:#x}) overlaps memory DMA-mapped through another "
+                              "range; map each buffer once, whole (or allocate it with npo::allocate_host_memory)",
+                              a, len));
+    }
   }
   // The slower path: copy the pages into a memfd and map it over them, same address.
-  const int fd = ::memfd_create("npo-host-reback", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  const int fd = ::memfd_create(std::string(kRebackName).c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return fail_errno(errno, "emu-remote: memfd_create");
-  if (::ftruncate(fd, static_cast<off_t>(len)) != 0 ||
-      ::pwrite(fd, addr, len, 0) != static_cast<ssize_t>(len)) {
+  if (::ftruncate(fd, static_cast<off_t>(len)) != 0 || ::pwrite(fd, addr, len, 0) != static_cast<ssize_t>(len)) {
     const int err = errno;
     ::close(fd);
     return fail_errno(err, "emu-remote: copying host memory into a memfd");
@@ -317,10 +351,29 @@ Result<backend::HostMemoryFd> host_fd(const void* addr, std::size_t len) {
     ::close(fd);
     return fail_errno(err, "emu-remote: mapping the memfd over host memory");
   }
+  // Earlier re-backed regions wholly inside this one are gone from the address space.
+  for (auto it = rb.begin(); it != rb.end();) {
+    if (it->first >= a && it->first + it->second.len <= a + len) {
+      backend::unregister_host_memory_fd(reinterpret_cast<const void*>(it->first));
+      ::close(it->second.fd);
+      it = rb.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  rb[a] = Reback{len, fd, 0};
   backend::register_host_memory_fd(addr, len, fd, 0);
   npo::log::get(npo::log::Subsystem::kBackend)
       .debug("emu-remote: re-backed {} bytes of anonymous memory at {:#x} with a memfd", len, a);
-  return backend::HostMemoryFd{fd, 0};
+  return HostFd{fd, 0, a};
+}
+
+/// Counts a DMA mapping in (+1) or out (-1) of re-backed region `key`.
+void reback_use(std::uintptr_t key, int delta) {
+  if (key == 0) return;
+  std::lock_guard lock(g_reback_mu);
+  auto& rb = rebacks();
+  if (auto it = rb.find(key); it != rb.end()) it->second.uses = static_cast<unsigned>(static_cast<int>(it->second.uses) + delta);
 }
 
 // ---- Device ---------------------------------------------------------------------------------
@@ -361,10 +414,23 @@ class RemoteMmio final : public backend::Mmio {
   std::uint64_t size_;
 };
 
+/// Which cards a backend has open; shared with its devices so a device closing after its
+/// backend is safe.
+struct OpenSet {
+  std::mutex mu;
+  std::set<backend::PciAddress> open;
+};
+
 class RemoteDevice final : public backend::Device {
  public:
-  RemoteDevice(std::unique_ptr<Conn> c, CardInfo ci) : c_(std::move(c)), ci_(std::move(ci)) {}
+  RemoteDevice(std::unique_ptr<Conn> c, CardInfo ci, std::shared_ptr<OpenSet> open)
+      : c_(std::move(c)), ci_(std::move(ci)), open_(std::move(open)) {}
   ~RemoteDevice() override {
+    {
+      std::lock_guard lock(open_->mu);
+      open_->open.erase(ci_.fi.address);
+    }
+    for (const auto& [iova, key] : reback_of_) reback_use(key, -1);  // the daemon drops our maps on close
     if (aperture_.data() != nullptr) ::munmap(aperture_.data(), aperture_.size());
     if (aperture_fd_ >= 0) ::close(aperture_fd_);
   }
@@ -510,6 +576,11 @@ class RemoteDevice final : public backend::Device {
     const int fd = h->fd;
     auto r = c_->call(emud::Command::kDmaMap, b, std::span(&fd, 1));
     if (!r) return std::unexpected(r.error().with({.card = ci_.card}));
+    if (h->reback != 0) {
+      reback_use(h->reback, +1);
+      std::lock_guard lock(mu_);
+      reback_of_[iova] = h->reback;
+    }
     return {};
   }
   Result<void> dma_unmap(std::uint64_t iova, std::uint64_t length) override {
@@ -518,6 +589,11 @@ class RemoteDevice final : public backend::Device {
     emud::store<std::uint64_t>(b, emud::dma_unmap::kSize, length);
     auto r = c_->call(emud::Command::kDmaUnmap, b);
     if (!r) return std::unexpected(r.error().with({.card = ci_.card}));
+    std::lock_guard lock(mu_);
+    if (auto it = reback_of_.find(iova); it != reback_of_.end()) {
+      reback_use(it->second, -1);
+      reback_of_.erase(it);
+    }
     return {};
   }
 
@@ -573,6 +649,8 @@ class RemoteDevice final : public backend::Device {
   std::array<std::unique_ptr<RemoteMmio>, 6> mmio_;
   int aperture_fd_ = -1;
   std::span<std::byte> aperture_;
+  std::map<std::uint64_t, std::uintptr_t> reback_of_;  ///< IOVA -> re-backed region it maps
+  std::shared_ptr<OpenSet> open_;
 };
 
 // ---- Backend --------------------------------------------------------------------------------
@@ -685,12 +763,31 @@ class RemoteBackend final : public backend::Backend {
       if (auto it = by_address_.find(address); it != by_address_.end()) card = it->second;
     }
     if (!card) return fail(Code::kNotFound, fmt::format("{}: no card at {}", uri_, address.to_string()));
+    {
+      std::lock_guard lock(open_->mu);
+      if (!open_->open.insert(address).second) {
+        return fail(Code::kAlreadyExists, fmt::format("{} is already open", address.to_string()), {.card = *card});
+      }
+    }
+    auto undo = [&] {
+      std::lock_guard lock(open_->mu);
+      open_->open.erase(address);
+    };
     auto c = Conn::connect(socket_of(o_.dir, *card), fmt::format("card {}", *card));
-    if (!c) return std::unexpected(c.error());
-    if (auto h = hello(**c, o_.read_only); !h) return std::unexpected(Error(h.error()).with({.card = *card}));
+    if (!c) {
+      undo();
+      return std::unexpected(c.error());
+    }
+    if (auto h = hello(**c, o_.read_only); !h) {
+      undo();
+      return std::unexpected(Error(h.error()).with({.card = *card}));
+    }
     auto ci = device_info(**c);
-    if (!ci) return std::unexpected(ci.error());
-    return std::unique_ptr<backend::Device>(std::make_unique<RemoteDevice>(std::move(*c), std::move(*ci)));
+    if (!ci) {
+      undo();
+      return std::unexpected(ci.error());
+    }
+    return std::unique_ptr<backend::Device>(std::make_unique<RemoteDevice>(std::move(*c), std::move(*ci), open_));
   }
 
  private:
@@ -698,6 +795,7 @@ class RemoteBackend final : public backend::Backend {
   std::string uri_;
   std::mutex mu_;
   std::map<backend::PciAddress, std::uint32_t> by_address_;
+  std::shared_ptr<OpenSet> open_ = std::make_shared<OpenSet>();
 };
 
 }  // namespace

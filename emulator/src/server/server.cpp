@@ -18,6 +18,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cerrno>
 #include <cstring>
 #include <list>
@@ -44,8 +45,13 @@ namespace {
 
 struct CardSlot {
   std::mutex mu;
+  std::condition_variable released;
   pid_t owner = 0;
 };
+
+/// How long a new owner waits for the previous one's disconnect to be processed (a client
+/// that closes and reopens at once must not see its own old connection as the holder).
+constexpr auto kReleaseGrace = std::chrono::milliseconds(250);
 
 struct Mapping {
   void* addr = nullptr;
@@ -218,7 +224,12 @@ class Session {
     read_only_ = (c.attach_flags & emud::version::kAttachReadOnly) != 0;
     if (!read_only_) {
       CardSlot& slot = *srv_.slots[card_];
-      std::lock_guard lock(slot.mu);
+      std::unique_lock lock(slot.mu);
+      slot.released.wait_for(lock, kReleaseGrace, [&] { return slot.owner == 0; });
+      if (slot.owner != 0 && slot.owner == pid_) {
+        return reply_error(c, Error(Code::kAlreadyExists,
+                                    fmt::format("card {} is already open by this process (pid {})", card_, pid_)));
+      }
       if (slot.owner != 0) {
         return reply_error(c, Error(Code::kUnavailable,
                                     fmt::format("card {} is open by pid {} (one client per card; tools attach "
@@ -465,8 +476,11 @@ class Session {
       dev_.reset();
       for (auto& [iova, m] : maps_) ::munmap(m.addr, m.size);
       CardSlot& slot = *srv_.slots[card_];
-      std::lock_guard lock(slot.mu);
-      slot.owner = 0;
+      {
+        std::lock_guard lock(slot.mu);
+        slot.owner = 0;
+      }
+      slot.released.notify_all();
     }
     const std::size_t nmaps = maps_.size();
     maps_.clear();
