@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -417,6 +418,22 @@ TEST(Emud, CraftedMessagesStayInsideTheClientsMemoryAndCard) {
   EXPECT_EQ(theirs, static_cast<int>(Code::kAlreadyExists)) << "same pid: already open by this process";
   EXPECT_EQ(thief.call(access_msg(emud::Command::kRegionWrite, 0, 0x10, 4, 1)),
             static_cast<int>(Code::kFailedPrecondition));
+  // The HBM aperture fd handed to card 1's owner holds card 1's HBM and nothing else.
+  {
+    auto be = npo::backend::builtin_registry().open(d.uri() + "?card=1");
+    ASSERT_TRUE(be.has_value());
+    auto fns = (*be)->enumerate();
+    ASSERT_TRUE(fns.has_value() && fns->size() == 1);
+    auto dev = (*be)->open(fns->front().address);
+    ASSERT_TRUE(dev.has_value()) << dev.error().to_string();
+    auto ap = (*dev)->aperture_fd(2);
+    ASSERT_TRUE(ap.has_value()) << ap.error().to_string();
+    struct stat st{};
+    ASSERT_EQ(::fstat(ap->fd, &st), 0);
+    EXPECT_EQ(ap->offset, 0u);
+    EXPECT_EQ(static_cast<std::uint64_t>(st.st_size), ap->size) << "one card's HBM per fd";
+    EXPECT_EQ(ap->size, 64u << 20);
+  }
   EXPECT_EQ(d.stop(), 0);
 }
 

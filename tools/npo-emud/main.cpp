@@ -5,6 +5,9 @@
 // programs routes once through its own sockets (like a subnet manager), prints one "ready"
 // line and serves until SIGTERM/SIGINT. Runs in the foreground; tools/npo-emud/npo-emud.service
 // is the systemd unit.
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -59,12 +62,19 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
+  // One fd per card (HBM memfd, socket) and per client connection: lift the soft limit.
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    (void)::setrlimit(RLIMIT_NOFILE, &rl);
+  }
   auto cfg = npo::emu::parse_uri(topology_rest(topology));
   if (!cfg) return npo::tools::fail("npo-emud", cfg.error());
   if (cfg->clock != npo::emu::ClockMode::kRealtime) {
     return npo::tools::fail("npo-emud", npo::Error(npo::Code::kInvalidArgument,
                                                    "npo-emud runs the real-time clock: drop clock=virtual"));
   }
+  cfg->hbm_fd_per_card = true;  // a client's aperture fd reaches its own card only
   auto emu = npo::emu::Emulator::create(*cfg);
   if (!emu) return npo::tools::fail("npo-emud", emu.error());
   auto server = npo::emu::Server::start(*emu, {.socket_dir = socket_dir, .log = say});
