@@ -253,9 +253,10 @@ Result<std::unique_ptr<MemoryRegion>> allocate_host_memory(Device& device, std::
     memfd = -1;
     std::call_once(g_huge_note, [err] {
       npo::log::get(npo::log::Subsystem::kMemory)
-          .info("hugetlbfs pages unavailable ({}); DMA memory is a regular memfd with transparent huge pages "
-                "where shmem THP is enabled (/sys/kernel/mm/transparent_hugepage/shmem_enabled), else 4 KiB pages",
-                std::strerror(err));
+          .info(
+              "hugetlbfs pages unavailable ({}); DMA memory is a regular memfd with transparent huge pages "
+              "where shmem THP is enabled (/sys/kernel/mm/transparent_hugepage/shmem_enabled), else 4 KiB pages",
+              std::strerror(err));
     });
     // 2. a regular memfd, mapped 2 MiB aligned, with MADV_HUGEPAGE when large enough.
     const bool huge = size >= (2u << 20);

@@ -113,7 +113,8 @@ class Conn {
     while (::sendmsg(fd_, &mh, MSG_NOSIGNAL) < 0) {
       if (errno == EINTR) continue;
       const int err = errno;
-      if (err == EBADF && !fds.empty()) return fail(Code::kInvalidArgument, "emu-remote: a file descriptor is not open");
+      if (err == EBADF && !fds.empty())
+        return fail(Code::kInvalidArgument, "emu-remote: a file descriptor is not open");
       mark_dead();
       return gone(err);
     }
@@ -124,8 +125,8 @@ class Conn {
       if (pr < 0 && errno == EINTR) continue;
       if (pr == 0) {
         mark_dead();
-        return fail(Code::kUnavailable, fmt::format("emu-remote: {}: npo-emud did not answer in {} ms", what_,
-                                                    kReplyTimeoutMs));
+        return fail(Code::kUnavailable,
+                    fmt::format("emu-remote: {}: npo-emud did not answer in {} ms", what_, kReplyTimeoutMs));
       }
       std::array<std::byte, emud::kMaxMessage> in{};
       iovec riov{in.data(), in.size()};
@@ -302,12 +303,13 @@ Result<HostFd> host_fd(const void* addr, std::size_t len) {
     return fail(Code::kInvalidArgument, fmt::format("emu-remote: host memory [{:#x}, +{:#x}) is not mapped", a, len));
   }
   if (auto rec = backend::find_host_memory_fd(addr, len)) {
-    struct stat st{};
-    if (vmas.size() == 1 && ::fstat(rec->fd, &st) == 0 && st.st_ino == vmas[0].inode &&
-        vmas[0].perms.size() == 4 && vmas[0].perms[3] == 's' && vmas[0].offset + (a - vmas[0].start) == rec->offset) {
+    struct stat st {};
+    if (vmas.size() == 1 && ::fstat(rec->fd, &st) == 0 && st.st_ino == vmas[0].inode && vmas[0].perms.size() == 4 &&
+        vmas[0].perms[3] == 's' && vmas[0].offset + (a - vmas[0].start) == rec->offset) {
       std::uintptr_t key = 0;
       auto& rb = rebacks();
-      if (auto it = rb.upper_bound(a); it != rb.begin() && std::prev(it)->second.fd == rec->fd) key = std::prev(it)->first;
+      if (auto it = rb.upper_bound(a); it != rb.begin() && std::prev(it)->second.fd == rec->fd)
+        key = std::prev(it)->first;
       return HostFd{rec->fd, rec->offset, key};
     }
   }
@@ -315,13 +317,14 @@ Result<HostFd> host_fd(const void* addr, std::size_t len) {
   auto ours = [&](const Vma& v) -> Reback* {
     if (v.name.find(kRebackName) == std::string::npos) return nullptr;
     for (auto& [start, r] : rb) {
-      struct stat st{};
+      struct stat st {};
       if (::fstat(r.fd, &st) == 0 && st.st_ino == v.inode) return &r;
     }
     return nullptr;
   };
   for (const auto& v : vmas) {
-    const bool anon = v.inode == 0 && v.perms.starts_with("rw") && v.perms[3] == 'p' && (v.name.empty() || v.name == "[heap]");
+    const bool anon =
+        v.inode == 0 && v.perms.starts_with("rw") && v.perms[3] == 'p' && (v.name.empty() || v.name == "[heap]");
     Reback* r = anon ? nullptr : ours(v);
     if (!anon && r == nullptr) {
       return fail(Code::kFailedPrecondition,
@@ -373,7 +376,8 @@ void reback_use(std::uintptr_t key, int delta) {
   if (key == 0) return;
   std::lock_guard lock(g_reback_mu);
   auto& rb = rebacks();
-  if (auto it = rb.find(key); it != rb.end()) it->second.uses = static_cast<unsigned>(static_cast<int>(it->second.uses) + delta);
+  if (auto it = rb.find(key); it != rb.end())
+    it->second.uses = static_cast<unsigned>(static_cast<int>(it->second.uses) + delta);
 }
 
 // ---- Device ---------------------------------------------------------------------------------
@@ -562,8 +566,9 @@ class RemoteDevice final : public backend::Device {
                   {.card = ci_.card});
     }
     if (iova < ci_.iova.first || iova > ci_.iova.last || length - 1 > ci_.iova.last - iova) {
-      return fail(Code::kOutOfRange, fmt::format("dma_map: IOVA [{:#x}, +{:#x}) outside [{:#x}, {:#x}]", iova, length,
-                                                 ci_.iova.first, ci_.iova.last),
+      return fail(Code::kOutOfRange,
+                  fmt::format("dma_map: IOVA [{:#x}, +{:#x}) outside [{:#x}, {:#x}]", iova, length, ci_.iova.first,
+                              ci_.iova.last),
                   {.card = ci_.card});
     }
     auto h = host_fd(vaddr, length);
@@ -684,7 +689,8 @@ Result<Options> parse(std::string_view rest) {
         std::uint32_t n = 0;
         const auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), n);
         if (item.empty() || ec != std::errc{} || p != item.data() + item.size()) {
-          return fail(Code::kInvalidArgument, fmt::format("emu-remote: card list '{}' is not K[,L...]; forms: {}", v, kForms));
+          return fail(Code::kInvalidArgument,
+                      fmt::format("emu-remote: card list '{}' is not K[,L...]; forms: {}", v, kForms));
         }
         o.cards->insert(n);
         if (comma == std::string_view::npos) break;
@@ -721,8 +727,9 @@ class RemoteBackend final : public backend::Backend {
     for (const auto& e : std::filesystem::directory_iterator(o_.dir, ec)) {
       const auto n = e.path().filename().string();
       if (!n.starts_with(emud::kSocketPrefix) || !n.ends_with(emud::kSocketSuffix)) continue;
-      const auto digits = std::string_view(n).substr(std::strlen(emud::kSocketPrefix),
-                                                     n.size() - std::strlen(emud::kSocketPrefix) - std::strlen(emud::kSocketSuffix));
+      const auto digits =
+          std::string_view(n).substr(std::strlen(emud::kSocketPrefix),
+                                     n.size() - std::strlen(emud::kSocketPrefix) - std::strlen(emud::kSocketSuffix));
       std::uint32_t k = 0;
       const auto [p, err] = std::from_chars(digits.data(), digits.data() + digits.size(), k);
       if (err == std::errc{} && p == digits.data() + digits.size()) cards.insert(k);
@@ -730,7 +737,8 @@ class RemoteBackend final : public backend::Backend {
     if (o_.cards) {
       for (auto k : *o_.cards) {
         if (cards.count(k) == 0) {
-          return fail(Code::kNotFound, fmt::format("emu-remote: the daemon at {} serves no card {}", o_.dir.string(), k));
+          return fail(Code::kNotFound,
+                      fmt::format("emu-remote: the daemon at {} serves no card {}", o_.dir.string(), k));
         }
       }
       cards = *o_.cards;
@@ -801,13 +809,13 @@ class RemoteBackend final : public backend::Backend {
 }  // namespace
 
 Result<void> register_backend(backend::Registry& registry) {
-  return registry.add("emu-remote", {std::string(kForms)},
-                      [](std::string_view rest, std::string_view uri) -> Result<std::unique_ptr<backend::Backend>> {
-                        auto o = parse(rest);
-                        if (!o) return std::unexpected(o.error());
-                        return std::unique_ptr<backend::Backend>(
-                            std::make_unique<RemoteBackend>(std::move(*o), std::string(uri)));
-                      });
+  return registry.add(
+      "emu-remote", {std::string(kForms)},
+      [](std::string_view rest, std::string_view uri) -> Result<std::unique_ptr<backend::Backend>> {
+        auto o = parse(rest);
+        if (!o) return std::unexpected(o.error());
+        return std::unique_ptr<backend::Backend>(std::make_unique<RemoteBackend>(std::move(*o), std::string(uri)));
+      });
 }
 
 }  // namespace npo::emu_remote

@@ -71,14 +71,14 @@ Result<void> EmulatorImpl::init() {
     }
   }
   if (!cfg.hbm_fd_per_card) {
-  memfd = ::memfd_create("npo-emu-hbm", MFD_CLOEXEC);
-  if (memfd < 0) return fail_errno(errno, "emulator: memfd_create for HBM");
-  if (::ftruncate(memfd, static_cast<off_t>(hbm_total)) != 0) {
-    return fail_errno(errno, fmt::format("emulator: ftruncate HBM memfd to {} bytes", hbm_total));
-  }
-  void* p = ::mmap(nullptr, hbm_total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, memfd, 0);
-  if (p == MAP_FAILED) return fail_errno(errno, fmt::format("emulator: mmap {} bytes of HBM", hbm_total));
-  hbm_base = static_cast<std::byte*>(p);
+    memfd = ::memfd_create("npo-emu-hbm", MFD_CLOEXEC);
+    if (memfd < 0) return fail_errno(errno, "emulator: memfd_create for HBM");
+    if (::ftruncate(memfd, static_cast<off_t>(hbm_total)) != 0) {
+      return fail_errno(errno, fmt::format("emulator: ftruncate HBM memfd to {} bytes", hbm_total));
+    }
+    void* p = ::mmap(nullptr, hbm_total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, memfd, 0);
+    if (p == MAP_FAILED) return fail_errno(errno, fmt::format("emulator: mmap {} bytes of HBM", hbm_total));
+    hbm_base = static_cast<std::byte*>(p);
   }
   cards.reserve(cfg.num_cards);
   for (std::uint32_t i = 0; i < cfg.num_cards; ++i) {

@@ -3,11 +3,13 @@
 // cycle, one owner per card, read-only attach, cross-process windows, crafted messages, a
 // dead daemon and a client killed mid-DMA. Every test starts its own daemon (EmudProcess) and
 // forks its client processes; every wait is bounded.
+#include "npo/fw/emud.hpp"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,7 +28,6 @@
 
 #include "common/dma_run.hpp"
 #include "common/emud_process.hpp"
-#include "npo/fw/emud.hpp"
 #include "npo/fw/pci.hpp"
 #include "npo/hal/backend/registry.hpp"
 #include "npo/hal/dma.hpp"
@@ -78,7 +79,8 @@ bool read_full(int fd, std::span<std::byte> out, int ms = 20000) {
   std::size_t got = 0;
   while (got < out.size()) {
     pollfd p{fd, POLLIN, 0};
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
     const ssize_t n = ::read(fd, out.data() + got, out.size() - got);
     if (n <= 0) return false;
@@ -160,7 +162,8 @@ struct Raw {
     if (n < static_cast<ssize_t>(emud::hdr::kBytes)) return {-1, {}};
     b.resize(static_cast<std::size_t>(n));
     const auto flags = emud::load<std::uint32_t>(b, emud::hdr::kFlags);
-    const int code = (flags & emud::kFlagError) != 0 ? static_cast<int>(emud::load<std::uint32_t>(b, emud::hdr::kError)) : 0;
+    const int code =
+        (flags & emud::kFlagError) != 0 ? static_cast<int>(emud::load<std::uint32_t>(b, emud::hdr::kError)) : 0;
     return {code, std::vector<std::byte>(b.begin() + emud::hdr::kBytes, b.end())};
   }
   int call(std::span<const std::byte> msg, std::span<const int> fds = {}) const {
@@ -190,7 +193,8 @@ std::vector<std::byte> access_msg(emud::Command cmd, std::uint32_t region, std::
   emud::store<std::uint64_t>(b, emud::access::kOffset, off);
   emud::store<std::uint32_t>(b, emud::access::kRegion, region);
   emud::store<std::uint32_t>(b, emud::access::kCount, count);
-  if (cmd == emud::Command::kRegionWrite) std::memcpy(b.data() + emud::access::kBytes, &value, std::min<std::size_t>(count, 8));
+  if (cmd == emud::Command::kRegionWrite)
+    std::memcpy(b.data() + emud::access::kBytes, &value, std::min<std::size_t>(count, 8));
   return message(cmd, b);
 }
 std::vector<std::byte> dma_map_msg(std::uint64_t iova, std::uint64_t size, std::uint64_t fd_off) {
@@ -215,8 +219,7 @@ TEST(Emud, ReadyLineShutdownAndStaleDirectory) {
   // A second daemon on the same directory is refused and names the first one's pid.
   EmudProcess second;
   EXPECT_FALSE(second.start_in(emud_path(), "emu:2", d.dir(), {"--no-bring-up"}, 10000));
-  EXPECT_NE(second.output().find("served by another npo-emud (pid " + std::to_string(d.pid()) + ")"),
-            std::string::npos)
+  EXPECT_NE(second.output().find("served by another npo-emud (pid " + std::to_string(d.pid()) + ")"), std::string::npos)
       << second.output();
   // Killed: the sockets stay behind; a new daemon reuses the directory.
   const std::string dir = d.dir();
@@ -312,8 +315,7 @@ TEST(Emud, TwoProcessesRemoteWriteAndReadThroughAWindow) {
   ASSERT_TRUE(sys.has_value()) << sys.error().to_string();
   ASSERT_EQ((*sys)->device_count(), 1u);
   auto h = npo::import_window(**sys, hb);
-  ASSERT_TRUE(h.has_value()) << "owner card 3 is on the fabric, opened by another process: "
-                             << h.error().to_string();
+  ASSERT_TRUE(h.has_value()) << "owner card 3 is on the fabric, opened by another process: " << h.error().to_string();
   auto& dev = (*sys)->device(0);
   auto q = dev.open_queue({.engine = 1, .depth = 64});
   ASSERT_TRUE(q.has_value()) << q.error().to_string();
@@ -428,7 +430,7 @@ TEST(Emud, CraftedMessagesStayInsideTheClientsMemoryAndCard) {
     ASSERT_TRUE(dev.has_value()) << dev.error().to_string();
     auto ap = (*dev)->aperture_fd(2);
     ASSERT_TRUE(ap.has_value()) << ap.error().to_string();
-    struct stat st{};
+    struct stat st {};
     ASSERT_EQ(::fstat(ap->fd, &st), 0);
     EXPECT_EQ(ap->offset, 0u);
     EXPECT_EQ(static_cast<std::uint64_t>(st.st_size), ap->size) << "one card's HBM per fd";

@@ -71,8 +71,8 @@ int main(int argc, char** argv) {
   auto cfg = npo::emu::parse_uri(topology_rest(topology));
   if (!cfg) return npo::tools::fail("npo-emud", cfg.error());
   if (cfg->clock != npo::emu::ClockMode::kRealtime) {
-    return npo::tools::fail("npo-emud", npo::Error(npo::Code::kInvalidArgument,
-                                                   "npo-emud runs the real-time clock: drop clock=virtual"));
+    return npo::tools::fail(
+        "npo-emud", npo::Error(npo::Code::kInvalidArgument, "npo-emud runs the real-time clock: drop clock=virtual"));
   }
   cfg->hbm_fd_per_card = true;  // a client's aperture fd reaches its own card only
   auto emu = npo::emu::Emulator::create(*cfg);

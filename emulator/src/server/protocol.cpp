@@ -18,8 +18,10 @@ std::unexpected<Error> bad(std::string msg) { return fail(Code::kInvalidArgument
 Result<ParsedCommand> parse_command(std::span<const std::byte> msg, std::size_t fd_count, bool* header_ok,
                                     std::uint16_t* msg_id, std::uint16_t* command) {
   if (header_ok != nullptr) *header_ok = false;
-  if (msg.size() < emud::hdr::kBytes) return bad(fmt::format("message of {} bytes is shorter than the header", msg.size()));
-  if (msg.size() > emud::kMaxMessage) return bad(fmt::format("message of {} bytes exceeds {}", msg.size(), emud::kMaxMessage));
+  if (msg.size() < emud::hdr::kBytes)
+    return bad(fmt::format("message of {} bytes is shorter than the header", msg.size()));
+  if (msg.size() > emud::kMaxMessage)
+    return bad(fmt::format("message of {} bytes exceeds {}", msg.size(), emud::kMaxMessage));
   ParsedCommand c;
   c.msg_id = load<std::uint16_t>(msg, emud::hdr::kMsgId);
   const auto cmd = load<std::uint16_t>(msg, emud::hdr::kCommand);
@@ -30,7 +32,8 @@ Result<ParsedCommand> parse_command(std::span<const std::byte> msg, std::size_t 
   if (header_ok != nullptr) *header_ok = true;
   if (size != msg.size()) return bad(fmt::format("header size {} but {} bytes received", size, msg.size()));
   if ((flags & emud::kFlagTypeMask) != emud::kTypeCommand) return bad("message is not a command");
-  if ((flags & ~(emud::kFlagTypeMask | emud::kFlagNoReply)) != 0) return bad(fmt::format("unknown flags 0x{:x}", flags));
+  if ((flags & ~(emud::kFlagTypeMask | emud::kFlagNoReply)) != 0)
+    return bad(fmt::format("unknown flags 0x{:x}", flags));
   if (load<std::uint32_t>(msg, emud::hdr::kError) != 0) return bad("error field of a command must be 0");
   c.no_reply = (flags & emud::kFlagNoReply) != 0;
   const auto body = msg.subspan(emud::hdr::kBytes);
@@ -43,7 +46,8 @@ Result<ParsedCommand> parse_command(std::span<const std::byte> msg, std::size_t 
   const std::size_t fds_expected = [&]() -> std::size_t {
     switch (c.command) {
       case emud::Command::kDmaMap: return 1;
-      case emud::Command::kSetIrqs: return static_cast<std::size_t>(std::popcount(load<std::uint64_t>(body, emud::irqs::kFdMask)));
+      case emud::Command::kSetIrqs:
+        return static_cast<std::size_t>(std::popcount(load<std::uint64_t>(body, emud::irqs::kFdMask)));
       default: return 0;
     }
   }();
@@ -56,7 +60,8 @@ Result<ParsedCommand> parse_command(std::span<const std::byte> msg, std::size_t 
       c.major = load<std::uint16_t>(body, emud::version::kMajor);
       c.minor = load<std::uint16_t>(body, emud::version::kMinor);
       c.attach_flags = load<std::uint32_t>(body, emud::version::kFlags);
-      if ((c.attach_flags & ~emud::version::kAttachReadOnly) != 0) return bad(fmt::format("unknown attach flags 0x{:x}", c.attach_flags));
+      if ((c.attach_flags & ~emud::version::kAttachReadOnly) != 0)
+        return bad(fmt::format("unknown attach flags 0x{:x}", c.attach_flags));
       break;
     case emud::Command::kDmaMap:
       c.iova = load<std::uint64_t>(body, emud::dma_map::kIova);
@@ -83,7 +88,8 @@ Result<ParsedCommand> parse_command(std::span<const std::byte> msg, std::size_t 
       c.irq_start = load<std::uint32_t>(body, emud::irqs::kStart);
       c.count = load<std::uint32_t>(body, emud::irqs::kCount);
       c.fd_mask = load<std::uint64_t>(body, emud::irqs::kFdMask);
-      if (c.irq_index > emud::irqs::kIrqMsi) return bad(fmt::format("IRQ index {} is not MSI-X (0) or MSI (1)", c.irq_index));
+      if (c.irq_index > emud::irqs::kIrqMsi)
+        return bad(fmt::format("IRQ index {} is not MSI-X (0) or MSI (1)", c.irq_index));
       if (c.count < 1 || c.count > 64) return bad(fmt::format("SET_IRQS count {} not in 1..64", c.count));
       if (c.count < 64 && (c.fd_mask >> c.count) != 0) return bad("SET_IRQS fd mask has bits past count");
       if (load<std::uint32_t>(body, emud::irqs::kReserved) != 0) return bad("SET_IRQS reserved field must be 0");
@@ -94,11 +100,14 @@ Result<ParsedCommand> parse_command(std::span<const std::byte> msg, std::size_t 
       c.offset = load<std::uint64_t>(body, emud::access::kOffset);
       c.region = load<std::uint32_t>(body, emud::access::kRegion);
       c.count = load<std::uint32_t>(body, emud::access::kCount);
-      if (c.count == 0 || c.count > emud::kMaxAccess) return bad(fmt::format("access of {} bytes not in 1..{}", c.count, emud::kMaxAccess));
-      if (c.region != emud::kRegionConfig && c.region > 5) return bad(fmt::format("region {} does not exist", c.region));
+      if (c.count == 0 || c.count > emud::kMaxAccess)
+        return bad(fmt::format("access of {} bytes not in 1..{}", c.count, emud::kMaxAccess));
+      if (c.region != emud::kRegionConfig && c.region > 5)
+        return bad(fmt::format("region {} does not exist", c.region));
       if (c.region != emud::kRegionConfig && c.count != 4 && c.count != 8) return bad("BAR accesses are 4 or 8 bytes");
       if (c.command == emud::Command::kRegionWrite) {
-        if (body.size() != emud::access::kBytes + c.count) return bad(fmt::format("REGION_WRITE of {} bytes carries {}", c.count, body.size() - emud::access::kBytes));
+        if (body.size() != emud::access::kBytes + c.count)
+          return bad(fmt::format("REGION_WRITE of {} bytes carries {}", c.count, body.size() - emud::access::kBytes));
         c.data = body.subspan(emud::access::kBytes);
       }
       break;

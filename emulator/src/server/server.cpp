@@ -17,9 +17,9 @@
 
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
-#include <cerrno>
 #include <cstring>
 #include <list>
 #include <map>
@@ -231,10 +231,10 @@ class Session {
                                     fmt::format("card {} is already open by this process (pid {})", card_, pid_)));
       }
       if (slot.owner != 0) {
-        return reply_error(c, Error(Code::kUnavailable,
-                                    fmt::format("card {} is open by pid {} (one client per card; tools attach "
-                                                "read-only with ?mode=ro)",
-                                                card_, slot.owner)));
+        return reply_error(
+            c, Error(Code::kUnavailable, fmt::format("card {} is open by pid {} (one client per card; tools attach "
+                                                     "read-only with ?mode=ro)",
+                                                     card_, slot.owner)));
       }
       const auto addr = card().function_info().address;
       auto d = srv_.backend->open(addr);
@@ -393,7 +393,7 @@ class Session {
 
   void dma_map(const ParsedCommand& c, std::vector<int>& fds) {
     const int fd = fds.at(0);
-    struct stat st{};
+    struct stat st {};
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
       return reply_error(c, Error(Code::kInvalidArgument, "DMA_MAP: the attached fd is not a memfd"));
     }
@@ -410,8 +410,9 @@ class Session {
                                   "MFD_ALLOW_SEALING)"));
     }
     if (c.size == 0 || c.fd_offset + c.size > static_cast<std::uint64_t>(st.st_size)) {
-      return reply_error(c, Error(Code::kOutOfRange, fmt::format("DMA_MAP: [{:#x}, +{:#x}) is outside the memfd of {} bytes",
-                                                                 c.fd_offset, c.size, st.st_size)));
+      return reply_error(
+          c, Error(Code::kOutOfRange, fmt::format("DMA_MAP: [{:#x}, +{:#x}) is outside the memfd of {} bytes",
+                                                  c.fd_offset, c.size, st.st_size)));
     }
     if (c.size % 4096 != 0 || c.iova % 4096 != 0) {
       return reply_error(c, Error(Code::kInvalidArgument, "DMA_MAP: iova and size must be 4 KiB aligned"));
@@ -437,8 +438,8 @@ class Session {
   void dma_unmap(const ParsedCommand& c) {
     auto it = maps_.find(c.iova);
     if (it == maps_.end() || it->second.size != c.size) {
-      return reply_error(c, Error(Code::kNotFound, fmt::format("DMA_UNMAP: no mapping of {} bytes at IOVA {:#x}",
-                                                               c.size, c.iova)));
+      return reply_error(
+          c, Error(Code::kNotFound, fmt::format("DMA_UNMAP: no mapping of {} bytes at IOVA {:#x}", c.size, c.iova)));
     }
     if (auto r = dev_->dma_unmap(c.iova, c.size); !r) return reply_error(c, r.error());
     ::munmap(it->second.addr, it->second.size);
@@ -641,7 +642,9 @@ Result<std::unique_ptr<Server>> Server::start(std::shared_ptr<Emulator> emu, Ser
       ++stale;
     }
   }
-  if (stale > 0) impl->log(fmt::format("reused stale socket directory {}: removed {} sockets of a dead daemon", dir.string(), stale));
+  if (stale > 0)
+    impl->log(
+        fmt::format("reused stale socket directory {}: removed {} sockets of a dead daemon", dir.string(), stale));
   impl->wake_fd = ::eventfd(0, EFD_CLOEXEC);
   if (impl->wake_fd < 0) return fail_errno(errno, "npo-emud: eventfd");
   impl->backend = impl->emu->make_backend("emud:" + dir.string());
@@ -652,8 +655,8 @@ Result<std::unique_ptr<Server>> Server::start(std::shared_ptr<Emulator> emu, Ser
     sockaddr_un sa{};
     sa.sun_family = AF_UNIX;
     if (path.string().size() >= sizeof sa.sun_path) {
-      return fail(Code::kInvalidArgument,
-                  fmt::format("npo-emud: socket path {} is longer than {} bytes", path.string(), sizeof sa.sun_path - 1));
+      return fail(Code::kInvalidArgument, fmt::format("npo-emud: socket path {} is longer than {} bytes", path.string(),
+                                                      sizeof sa.sun_path - 1));
     }
     std::memcpy(sa.sun_path, path.c_str(), path.string().size());
     const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);

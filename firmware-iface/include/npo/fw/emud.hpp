@@ -80,11 +80,11 @@ inline constexpr std::uint32_t kAttachReadOnly = 1u << 0;  ///< observe without 
 
 // ---- DMA_MAP / DMA_UNMAP (spec §5.2, §5.3) -------------------------------------------------
 namespace dma_map {
-inline constexpr std::size_t kIova = 0;      ///< u64, 4 KiB aligned
-inline constexpr std::size_t kSize = 8;      ///< u64 bytes, 4 KiB multiple, > 0
-inline constexpr std::size_t kFdOffset = 16; ///< u64 offset of the first byte in the attached fd
-inline constexpr std::size_t kAccess = 24;   ///< u32: 1 device reads, 2 device writes, 3 both
-inline constexpr std::size_t kReserved = 28; ///< u32, 0
+inline constexpr std::size_t kIova = 0;       ///< u64, 4 KiB aligned
+inline constexpr std::size_t kSize = 8;       ///< u64 bytes, 4 KiB multiple, > 0
+inline constexpr std::size_t kFdOffset = 16;  ///< u64 offset of the first byte in the attached fd
+inline constexpr std::size_t kAccess = 24;    ///< u32: 1 device reads, 2 device writes, 3 both
+inline constexpr std::size_t kReserved = 28;  ///< u32, 0
 inline constexpr std::size_t kBytes = 32;
 static_assert(kReserved + 4 == kBytes);
 }  // namespace dma_map
@@ -97,34 +97,34 @@ static_assert(kSize + 8 == kBytes);
 
 // ---- DEVICE_GET_INFO reply (spec §5.4) -----------------------------------------------------
 namespace info {
-inline constexpr std::size_t kDomain = 0;          ///< u16
-inline constexpr std::size_t kBus = 2;             ///< u8
-inline constexpr std::size_t kDevice = 3;          ///< u8
-inline constexpr std::size_t kFunction = 4;        ///< u8
-inline constexpr std::size_t kPad = 5;             ///< u8[3], 0
-inline constexpr std::size_t kVendorId = 8;        ///< u16
-inline constexpr std::size_t kDeviceId = 10;       ///< u16
-inline constexpr std::size_t kSubVendorId = 12;    ///< u16
-inline constexpr std::size_t kSubsystemId = 14;    ///< u16
-inline constexpr std::size_t kClassCode = 16;      ///< u32 (24 bits)
-inline constexpr std::size_t kNumaNode = 20;       ///< i32, -1 unknown
-inline constexpr std::size_t kNumRegions = 24;     ///< u32 (8: BAR0..5, -, config)
-inline constexpr std::size_t kMsixVectors = 28;    ///< u32
-inline constexpr std::size_t kIovaFirst = 32;      ///< u64
-inline constexpr std::size_t kIovaLast = 40;       ///< u64 (inclusive)
-inline constexpr std::size_t kCardIndex = 48;      ///< u32
-inline constexpr std::size_t kOwnerPid = 52;       ///< u32 pid of the card's owner, 0 none
+inline constexpr std::size_t kDomain = 0;        ///< u16
+inline constexpr std::size_t kBus = 2;           ///< u8
+inline constexpr std::size_t kDevice = 3;        ///< u8
+inline constexpr std::size_t kFunction = 4;      ///< u8
+inline constexpr std::size_t kPad = 5;           ///< u8[3], 0
+inline constexpr std::size_t kVendorId = 8;      ///< u16
+inline constexpr std::size_t kDeviceId = 10;     ///< u16
+inline constexpr std::size_t kSubVendorId = 12;  ///< u16
+inline constexpr std::size_t kSubsystemId = 14;  ///< u16
+inline constexpr std::size_t kClassCode = 16;    ///< u32 (24 bits)
+inline constexpr std::size_t kNumaNode = 20;     ///< i32, -1 unknown
+inline constexpr std::size_t kNumRegions = 24;   ///< u32 (8: BAR0..5, -, config)
+inline constexpr std::size_t kMsixVectors = 28;  ///< u32
+inline constexpr std::size_t kIovaFirst = 32;    ///< u64
+inline constexpr std::size_t kIovaLast = 40;     ///< u64 (inclusive)
+inline constexpr std::size_t kCardIndex = 48;    ///< u32
+inline constexpr std::size_t kOwnerPid = 52;     ///< u32 pid of the card's owner, 0 none
 inline constexpr std::size_t kBytes = 56;
 static_assert(kOwnerPid + 4 == kBytes);
 }  // namespace info
 
 // ---- DEVICE_GET_REGION_INFO (spec §5.5) ----------------------------------------------------
 namespace region_info {
-inline constexpr std::size_t kIndex = 0;       ///< u32 region (command and reply)
-inline constexpr std::size_t kFlags = 4;       ///< u32 kRegion* bits (reply)
-inline constexpr std::size_t kSize = 8;        ///< u64 bytes (reply); 0 = not implemented
-inline constexpr std::size_t kMmapOffset = 16; ///< u64 offset in the attached fd (reply, mmap only)
-inline constexpr std::size_t kMmapSize = 24;   ///< u64 bytes backed by the fd (reply, mmap only)
+inline constexpr std::size_t kIndex = 0;        ///< u32 region (command and reply)
+inline constexpr std::size_t kFlags = 4;        ///< u32 kRegion* bits (reply)
+inline constexpr std::size_t kSize = 8;         ///< u64 bytes (reply); 0 = not implemented
+inline constexpr std::size_t kMmapOffset = 16;  ///< u64 offset in the attached fd (reply, mmap only)
+inline constexpr std::size_t kMmapSize = 24;    ///< u64 bytes backed by the fd (reply, mmap only)
 inline constexpr std::size_t kBytes = 32;
 inline constexpr std::size_t kCommandBytes = 8;  ///< index + u32 reserved
 static_assert(kMmapSize + 8 == kBytes);
@@ -146,11 +146,11 @@ static_assert(kCount + 4 == kBytes);
 
 // ---- SET_IRQS (spec §5.7) ------------------------------------------------------------------
 namespace irqs {
-inline constexpr std::size_t kIndex = 0;     ///< u32: kIrqMsix or kIrqMsi
-inline constexpr std::size_t kStart = 4;     ///< u32 first vector
-inline constexpr std::size_t kCount = 8;     ///< u32 vectors, 1..64
-inline constexpr std::size_t kReserved = 12; ///< u32, 0
-inline constexpr std::size_t kFdMask = 16;   ///< u64: bit i set = vector start+i gets the next attached fd
+inline constexpr std::size_t kIndex = 0;      ///< u32: kIrqMsix or kIrqMsi
+inline constexpr std::size_t kStart = 4;      ///< u32 first vector
+inline constexpr std::size_t kCount = 8;      ///< u32 vectors, 1..64
+inline constexpr std::size_t kReserved = 12;  ///< u32, 0
+inline constexpr std::size_t kFdMask = 16;    ///< u64: bit i set = vector start+i gets the next attached fd
 inline constexpr std::size_t kBytes = 24;
 static_assert(kFdMask + 8 == kBytes);
 inline constexpr std::uint32_t kIrqMsix = 0;
