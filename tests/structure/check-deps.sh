@@ -51,6 +51,8 @@ exceptions=(
   # npo-emud is the daemon that holds an Emulator and serves it (npo/emu/server.hpp).
   "tools/npo-emud/*|npo/emu/emulator.hpp"
   "tools/npo-emud/*|npo/emu/server.hpp"
+  # ... and runs the one bring-up in-process on that Emulator through a registry of its own.
+  "tools/npo-emud/*|npo/hal/backend/registry.hpp"
 )
 # Folders under drivers/ that are backends (device logic must not know them).
 backend_dirs=(vfio emu_remote)

@@ -2,7 +2,7 @@
 // npo-emud: one emulated supernode shared by many processes (DESIGN.md "One supernode, many
 // processes"). Builds the emulator of --topology with the real-time clock, serves every card
 // on its own UNIX socket in --socket-dir (docs/spec/emud-protocol.md), trains every link and
-// programs routes once through its own sockets (like a subnet manager), prints one "ready"
+// programs routes once before serving (like a subnet manager), prints one "ready"
 // line and serves until SIGTERM/SIGINT. Runs in the foreground; tools/npo-emud/npo-emud.service
 // is the systemd unit.
 #include <sys/resource.h>
@@ -19,6 +19,7 @@
 #include "common/output.hpp"
 #include "npo/emu/emulator.hpp"
 #include "npo/emu/server.hpp"
+#include "npo/hal/backend/registry.hpp"
 #include "npo/hal/bring_up.hpp"
 #include "npo/hal/system.hpp"
 
@@ -77,23 +78,27 @@ int main(int argc, char** argv) {
   cfg->hbm_fd_per_card = true;  // a client's aperture fd reaches its own card only
   auto emu = npo::emu::Emulator::create(*cfg);
   if (!emu) return npo::tools::fail("npo-emud", emu.error());
-  auto server = npo::emu::Server::start(*emu, {.socket_dir = socket_dir, .log = say});
-  if (!server) return npo::tools::fail("npo-emud", server.error());
-
   unsigned up = 0, failed = 0;
   std::uint64_t unreachable = 0;
   if (!no_bring_up) {
-    // Like a subnet manager: train every link and program routes once, through our own sockets.
-    auto sys = npo::System::open("emu-remote:" + socket_dir);
+    // Like a subnet manager: train every link and program routes once, in-process on the
+    // emulator the daemon holds, before any socket exists (no client can race it).
+    npo::backend::Registry local;
+    (void)local.add("emud-local", {"emud-local:"},
+                    [e = *emu](std::string_view, std::string_view uri)
+                        -> npo::Result<std::unique_ptr<npo::backend::Backend>> { return e->make_backend(std::string(uri)); });
+    auto sys = npo::System::open("emud-local:", {.registry = &local});
     if (!sys) return npo::tools::fail("npo-emud", std::move(sys.error()).prefixed("bring-up: open"));
-    auto fab = npo::bring_up_fabric(**sys);
+    npo::BringUpOptions bo;
+    bo.timeout_ns = 60'000'000'000;  // large fabrics train many ports at once on the real clock
+    auto fab = npo::bring_up_fabric(**sys, bo);
     if (!fab) return npo::tools::fail("npo-emud", std::move(fab.error()).prefixed("bring-up"));
     up = fab->links.up;
     failed = fab->links.failed;
     unreachable = fab->unreachable_pairs;
-    sys->reset();
-    (void)(*server)->wait_unowned(5000);  // the bring-up's connections are released before "ready"
   }
+  auto server = npo::emu::Server::start(*emu, {.socket_dir = socket_dir, .log = say});
+  if (!server) return npo::tools::fail("npo-emud", server.error());
   say(fmt::format("ready cards={} links_up={} links_failed={} unreachable_pairs={} socket_dir={} pid={}",
                   (*server)->card_count(), up, failed, unreachable, socket_dir, ::getpid()));
 
