@@ -188,7 +188,8 @@ TEST(EmudFabric, SixteenProcessesOnATorusCrossSeveralHops) {
   char tmpl[] = "/tmp/npo-emud-torus-XXXXXX";
   ASSERT_NE(::mkdtemp(tmpl), nullptr);
   const std::string file = std::string(tmpl) + "/torus16.yaml";
-  const auto gen = npo_test::run_command(std::string(NPO_EMU) + " topo generate torus2d --cards 16 --hbm 16M -o " + file);
+  const auto gen =
+      npo_test::run_command(std::string(NPO_EMU) + " topo generate torus2d --cards 16 --hbm 16M -o " + file);
   ASSERT_EQ(gen.status, 0) << gen.out;
   npo_test::EmudProcess d;
   ASSERT_TRUE(d.start(NPO_EMUD, file)) << d.output();

@@ -84,9 +84,11 @@ int main(int argc, char** argv) {
     // Like a subnet manager: train every link and program routes once, in-process on the
     // emulator the daemon holds, before any socket exists (no client can race it).
     npo::backend::Registry local;
-    (void)local.add("emud-local", {"emud-local:"},
-                    [e = *emu](std::string_view, std::string_view uri)
-                        -> npo::Result<std::unique_ptr<npo::backend::Backend>> { return e->make_backend(std::string(uri)); });
+    (void)local.add(
+        "emud-local", {"emud-local:"},
+        [e = *emu](std::string_view, std::string_view uri) -> npo::Result<std::unique_ptr<npo::backend::Backend>> {
+          return e->make_backend(std::string(uri));
+        });
     auto sys = npo::System::open("emud-local:", {.registry = &local});
     if (!sys) return npo::tools::fail("npo-emud", std::move(sys.error()).prefixed("bring-up: open"));
     npo::BringUpOptions bo;
