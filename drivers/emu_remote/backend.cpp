@@ -139,7 +139,7 @@ class Conn {
       const ssize_t n = ::recvmsg(fd_, &rh, MSG_CMSG_CLOEXEC);
       if (n < 0 && errno == EINTR) continue;
       int rfd = -1;
-      for (cmsghdr* c = CMSG_FIRSTHDR(&rh); c != nullptr; c = CMSG_NXTHDR(&rh, c)) {
+      for (cmsghdr* c = n > 0 ? CMSG_FIRSTHDR(&rh) : nullptr; c != nullptr; c = CMSG_NXTHDR(&rh, c)) {
         if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len >= CMSG_LEN(sizeof(int))) {
           std::memcpy(&rfd, CMSG_DATA(c), sizeof(int));
         }
@@ -153,6 +153,8 @@ class Conn {
       if (r.size() < emud::hdr::kBytes || emud::load<std::uint32_t>(r, emud::hdr::kSize) != r.size() ||
           (emud::load<std::uint32_t>(r, emud::hdr::kFlags) & emud::kFlagTypeMask) != emud::kTypeReply) {
         if (rfd >= 0) ::close(rfd);
+        npo::log::get(npo::log::Subsystem::kBackend)
+            .warn("emu-remote: {}: malformed reply of {} bytes from npo-emud", what_, r.size());
         mark_dead();
         return fail(Code::kInternal, fmt::format("emu-remote: {}: malformed reply from npo-emud", what_));
       }
@@ -177,7 +179,11 @@ class Conn {
   }
 
  private:
-  void mark_dead() { dead_.store(true, std::memory_order_release); }
+  void mark_dead() {
+    if (!dead_.exchange(true, std::memory_order_acq_rel)) {
+      npo::log::get(npo::log::Subsystem::kBackend).warn("emu-remote: {}: connection to npo-emud lost", what_);
+    }
+  }
   std::unexpected<Error> gone(int err = 0) const {
     return fail(Code::kUnavailable,
                 fmt::format("emu-remote: {}: npo-emud is gone (connection closed{}); restart the daemon and reopen",

@@ -152,6 +152,7 @@ class Card {
 
   // MSI-X (BAR4) and eventfds.
   std::mutex msix_mu_;
+  std::mutex msix_fd_mu_;  ///< orders raise_msix's eventfd write against set_msix_eventfd
   std::array<std::array<std::uint32_t, 4>, fw::pci::kMsixVectors> msix_table_{};
   std::array<std::atomic<int>, fw::pci::kMsixVectors> msix_fd_{};
   std::array<std::atomic<bool>, fw::pci::kMsixVectors> msix_pending_{};

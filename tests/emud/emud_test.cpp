@@ -28,6 +28,7 @@
 
 #include "common/dma_run.hpp"
 #include "common/emud_process.hpp"
+#include "common/run_command.hpp"
 #include "npo/fw/pci.hpp"
 #include "npo/hal/backend/registry.hpp"
 #include "npo/hal/dma.hpp"
@@ -519,8 +520,10 @@ TEST(Emud, ClientKilledMidDmaLosesItsStateOthersContinue) {
     ASSERT_TRUE(q2->enqueue_copy(DmaAddress::host(a->iova()), DmaAddress::hbm(0), kLen));
     ASSERT_TRUE(q2->enqueue_copy(DmaAddress::hbm(0), DmaAddress::host(b->iova()), kLen));
     const auto c = npo_test::run(*q2, 2);
-    ASSERT_EQ(c.size(), 2u);
-    EXPECT_EQ(c[1].status, OpStatus::kOk);
+    if (c.size() != 2u || c[1].status != OpStatus::kOk) {
+      d.stop();
+      FAIL() << "round " << round << ": " << c.size() << " completions; daemon output:\n" << d.output();
+    }
     EXPECT_EQ(std::memcmp(a->bytes().data(), b->bytes().data(), kLen), 0) << "round " << round;
   }
   // The victim's card opens again at once; its window was revoked.
@@ -544,6 +547,66 @@ TEST(Emud, ClientKilledMidDmaLosesItsStateOthersContinue) {
   const auto at = d.output().find(line);
   ASSERT_NE(at, std::string::npos) << d.output();
   EXPECT_GE(std::stoi(d.output().substr(at + line.size())), 2) << "its queue rings and buffer were mapped";
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Emud, FaultInjectedIntoTheRunningDaemonShowsInTheTools) {
+  EmudProcess d;
+  ASSERT_TRUE(d.start(emud_path(), "emu:mesh8")) << d.output();
+  const std::string emu = NPO_EMU, link = NPO_LINK;
+  const std::string backend = "'" + d.uri() + "?card=2'";
+  auto before = npo_test::run_command(link + " show --backend " + backend + " 2>&1");
+  ASSERT_EQ(before.status, 0) << before.out;
+  EXPECT_EQ(before.out.find("lane 3 dropped"), std::string::npos) << before.out;
+  auto inj = npo_test::run_command(emu + " fault --socket-dir " + d.dir() +
+                                   " --kind lane_loss --card 2 --port 0 --lane 3 2>&1");
+  ASSERT_EQ(inj.status, 0) << inj.out;
+  EXPECT_NE(inj.out.find("injected lane_loss into card 2"), std::string::npos) << inj.out;
+  // The tools show it at their next look (the lane drops at once; training notices within ms).
+  std::string seen;
+  for (int i = 0; i < 50 && seen.find("lane 3 dropped") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    seen = npo_test::run_command(link + " show --backend " + backend + " 2>&1").out;
+  }
+  EXPECT_NE(seen.find("7/8"), std::string::npos) << seen;
+  EXPECT_NE(seen.find("lane 3 dropped"), std::string::npos) << seen;
+  // The daemon checks the fault as a scenario file would, and the target card must be the
+  // socket's; no daemon: unavailable.
+  auto nolane =
+      npo_test::run_command(emu + " fault --socket-dir " + d.dir() + " --kind lane_loss --card 2 --port 0 2>&1");
+  EXPECT_NE(nolane.status, 0);
+  EXPECT_NE(nolane.out.find("needs a lane"), std::string::npos) << nolane.out;
+  auto badkind = npo_test::run_command(emu + " fault --socket-dir " + d.dir() + " --kind melt --card 2 2>&1");
+  EXPECT_NE(badkind.status, 0);
+  EXPECT_EQ(d.stop(), 0);
+  EXPECT_NE(d.output().find("fault lane_loss card=2 injected by pid="), std::string::npos) << d.output();
+  auto gone = npo_test::run_command(emu + " fault --socket-dir " + d.dir() + " --kind iommu_fault --card 0 2>&1");
+  EXPECT_NE(gone.status, 0);
+  EXPECT_NE(gone.out.find("unavailable"), std::string::npos) << gone.out;
+  std::filesystem::remove_all(d.dir());
+}
+
+TEST(Emud, CraftedFaultForAnotherCardIsRefused) {
+  EmudProcess d;
+  ASSERT_TRUE(d.start(emud_path(), "emu:2", {"--no-bring-up"})) << d.output();
+  Raw r(sock(d, 0));
+  ASSERT_EQ(r.call(version_msg(true)), 0);
+  std::array<std::byte, emud::fault::kBytes> b{};
+  emud::store<std::uint32_t>(b, emud::fault::kKind, 0);  // iommu_fault
+  emud::store<std::uint32_t>(b, emud::fault::kCard, 1);
+  for (auto off : {emud::fault::kEngine, emud::fault::kQueue, emud::fault::kPort, emud::fault::kLane})
+    emud::store<std::uint32_t>(b, off, emud::fault::kNone);
+  emud::store<std::uint32_t>(b, emud::fault::kCount, 1);
+  EXPECT_EQ(r.call(message(emud::Command::kInjectFault, b)), static_cast<int>(Code::kInvalidArgument))
+      << "card 1's fault through card 0's socket";
+  emud::store<std::uint32_t>(b, emud::fault::kCard, 0);
+  EXPECT_EQ(r.call(message(emud::Command::kInjectFault, b)), 0);
+  emud::store<std::uint32_t>(b, emud::fault::kKind, 11);
+  EXPECT_EQ(r.call(message(emud::Command::kInjectFault, b)), static_cast<int>(Code::kInvalidArgument));
+  EXPECT_EQ(d.stop(), 0);
 }
 
 }  // namespace

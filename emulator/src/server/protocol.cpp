@@ -94,6 +94,27 @@ Result<ParsedCommand> parse_command(std::span<const std::byte> msg, std::size_t 
       if (c.count < 64 && (c.fd_mask >> c.count) != 0) return bad("SET_IRQS fd mask has bits past count");
       if (load<std::uint32_t>(body, emud::irqs::kReserved) != 0) return bad("SET_IRQS reserved field must be 0");
       break;
+    case emud::Command::kInjectFault: {
+      namespace f = emud::fault;
+      c.delay_ns = load<std::uint64_t>(body, f::kDelayNs);
+      c.fault_kind = load<std::uint32_t>(body, f::kKind);
+      c.fault_card = load<std::uint32_t>(body, f::kCard);
+      c.fault_engine = load<std::uint32_t>(body, f::kEngine);
+      c.fault_queue = load<std::uint32_t>(body, f::kQueue);
+      c.fault_port = load<std::uint32_t>(body, f::kPort);
+      c.fault_lane = load<std::uint32_t>(body, f::kLane);
+      c.count = load<std::uint32_t>(body, f::kCount);
+      c.fault_value = load<double>(body, f::kValue);
+      c.duration_ns = load<std::uint64_t>(body, f::kDurationNs);
+      if (c.fault_kind > f::kMaxKind) return bad(fmt::format("fault kind {} is unknown", c.fault_kind));
+      if (c.count == 0) return bad("fault count must be >= 1");
+      if (load<std::uint32_t>(body, f::kReserved) != 0) return bad("INJECT_FAULT reserved field must be 0");
+      if (!(c.fault_value == c.fault_value) || c.fault_value > 1e300 || c.fault_value < -1e300) {
+        return bad("fault value must be a finite number");
+      }
+      if (c.delay_ns > (1ULL << 62) || c.duration_ns > (1ULL << 62)) return bad("fault delay or duration too large");
+      break;
+    }
     case emud::Command::kRegionRead:
     case emud::Command::kRegionWrite: {
       if (body.size() < emud::access::kBytes) return bad("REGION access body shorter than 16 bytes");

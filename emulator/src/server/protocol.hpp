@@ -39,6 +39,16 @@ struct ParsedCommand {
   std::uint32_t irq_index = 0;
   std::uint32_t irq_start = 0;
   std::uint64_t fd_mask = 0;
+  // INJECT_FAULT (optional fields: fw::emud::fault::kNone when not given)
+  std::uint64_t delay_ns = 0;
+  std::uint32_t fault_kind = 0;
+  std::uint32_t fault_card = 0;
+  std::uint32_t fault_engine = 0;
+  std::uint32_t fault_queue = 0;
+  std::uint32_t fault_port = 0;
+  std::uint32_t fault_lane = 0;
+  double fault_value = 0;
+  std::uint64_t duration_ns = 0;
 };
 
 /// Checks one message received with `fd_count` attached descriptors. Errors: kInvalidArgument

@@ -24,6 +24,7 @@
 #include <list>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -40,6 +41,9 @@ namespace npo::emu {
 namespace emud = fw::emud;
 namespace pci = fw::pci;
 using server::ParsedCommand;
+
+static_assert(static_cast<unsigned>(FaultKind::kTrainingTimeout) == emud::fault::kMaxKind,
+              "INJECT_FAULT's kind range follows FaultKind");
 
 namespace {
 
@@ -110,11 +114,12 @@ class Session {
 
   void run() {
     std::vector<std::byte> buf(emud::kMaxMessage + 1);
-    std::array<char, CMSG_SPACE(sizeof(int) * emud::kMaxFds)> ctrl{};
+    alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int) * emud::kMaxFds)> ctrl{};
     while (!srv_.stopping.load()) {
       pollfd p[2] = {{conn_, POLLIN, 0}, {srv_.wake_fd, POLLIN, 0}};
       if (::poll(p, 2, -1) < 0) {
         if (errno == EINTR) continue;
+        srv_.log(fmt::format("card={} pid={}: poll failed: {}", card_, pid_, std::strerror(errno)));
         break;
       }
       if (p[1].revents != 0 || srv_.stopping.load()) break;
@@ -127,7 +132,9 @@ class Session {
       const ssize_t n = ::recvmsg(conn_, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
       if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
       std::vector<int> fds;
-      for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
+      // Only a message that arrived has descriptors: after a failed recvmsg the control buffer
+      // still holds the previous message's (long closed) fds, which must not be closed again.
+      for (cmsghdr* c = n > 0 ? CMSG_FIRSTHDR(&mh) : nullptr; c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
         if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
         const std::size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
         for (std::size_t i = 0; i < k; ++i) {
@@ -137,6 +144,7 @@ class Session {
         }
       }
       if (n <= 0) {
+        if (n < 0) srv_.log(fmt::format("card={} pid={}: recvmsg failed: {}", card_, pid_, std::strerror(errno)));
         close_all(fds);
         break;
       }
@@ -197,6 +205,7 @@ class Session {
     if (!attached_) {
       return reply_error(c, Error(Code::kFailedPrecondition, "send VERSION first (docs/spec/emud-protocol.md §2)"));
     }
+    if (c.command == emud::Command::kInjectFault) return inject_fault(c);
     if (read_only_) return read_only(c);
     switch (c.command) {
       case emud::Command::kVersion: return;
@@ -207,6 +216,7 @@ class Session {
       case emud::Command::kDmaMap: return dma_map(c, fds);
       case emud::Command::kDmaUnmap: return dma_unmap(c);
       case emud::Command::kSetIrqs: return set_irqs(c, fds);
+      case emud::Command::kInjectFault: return;
       case emud::Command::kDeviceReset: {
         if (auto r = dev_->reset(); !r) return reply_error(c, r.error());
         return reply_ok(c);
@@ -251,6 +261,32 @@ class Session {
     emud::store<std::uint32_t>(b, emud::version::kPid, static_cast<std::uint32_t>(::getpid()));
     emud::store<std::uint32_t>(b, emud::version::kCard, card_);
     reply_ok(c, b);
+  }
+
+  /// Faults are the emulator's test harness: any attach (owner or read-only) may inject them,
+  /// into the card its socket serves.
+  void inject_fault(const ParsedCommand& c) {
+    if (c.fault_card != card_) {
+      return reply_error(c, Error(Code::kInvalidArgument,
+                                  fmt::format("fault for card {} sent to card {}'s socket", c.fault_card, card_)));
+    }
+    auto opt = [](std::uint32_t v) -> std::optional<unsigned> {
+      return v == emud::fault::kNone ? std::nullopt : std::optional<unsigned>(v);
+    };
+    Fault f;
+    f.at_ns = srv_.emu->now_ns() + c.delay_ns;
+    f.kind = static_cast<FaultKind>(c.fault_kind);
+    f.card = card_;
+    f.engine = opt(c.fault_engine);
+    f.queue = opt(c.fault_queue);
+    f.port = opt(c.fault_port);
+    f.lane = opt(c.fault_lane);
+    f.count = c.count;
+    f.value = c.fault_value;
+    f.duration_ns = c.duration_ns;
+    if (auto r = srv_.emu->inject(f); !r) return reply_error(c, r.error());
+    srv_.log(fmt::format("fault {} card={} injected by pid={}", fault_name(f.kind), card_, pid_));
+    reply_ok(c);
   }
 
   void device_info(const ParsedCommand& c) {

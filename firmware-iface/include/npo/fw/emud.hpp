@@ -47,6 +47,7 @@ enum class Command : std::uint16_t {
   kRegionRead = 9,
   kRegionWrite = 10,
   kDeviceReset = 13,
+  kInjectFault = 64,  ///< npo-specific: schedule an emulator fault (npo-emu fault --socket-dir)
 };
 
 // ---- Header (spec §1), 16 bytes ------------------------------------------------------------
@@ -157,6 +158,25 @@ inline constexpr std::uint32_t kIrqMsix = 0;
 inline constexpr std::uint32_t kIrqMsi = 1;
 }  // namespace irqs
 
+// ---- INJECT_FAULT (spec §5.9) --------------------------------------------------------------
+namespace fault {
+inline constexpr std::size_t kDelayNs = 0;      ///< u64: fire this long after the daemon receives it
+inline constexpr std::size_t kKind = 8;         ///< u32: npo::emu::FaultKind
+inline constexpr std::size_t kCard = 12;        ///< u32: must be the card this socket serves
+inline constexpr std::size_t kEngine = 16;      ///< u32, kNone: not given
+inline constexpr std::size_t kQueue = 20;       ///< u32, kNone: not given
+inline constexpr std::size_t kPort = 24;        ///< u32, kNone: not given
+inline constexpr std::size_t kLane = 28;        ///< u32, kNone: not given
+inline constexpr std::size_t kCount = 32;       ///< u32, >= 1
+inline constexpr std::size_t kReserved = 36;    ///< u32, 0
+inline constexpr std::size_t kValue = 40;       ///< f64 kind-specific magnitude
+inline constexpr std::size_t kDurationNs = 48;  ///< u64 kind-specific duration
+inline constexpr std::size_t kBytes = 56;
+static_assert(kDurationNs + 8 == kBytes);
+inline constexpr std::uint32_t kNone = 0xffffffffu;
+inline constexpr std::uint32_t kMaxKind = 10;  ///< highest FaultKind value (training_timeout)
+}  // namespace fault
+
 // ---- Little helpers both sides use ---------------------------------------------------------
 /// Reads a T at `off` of `b`; the caller has checked off + sizeof(T) <= b.size().
 template <class T>
@@ -184,6 +204,7 @@ inline void store(std::span<std::byte> b, std::size_t off, T v) noexcept {
     case Command::kRegionRead: return static_cast<long>(access::kBytes);
     case Command::kRegionWrite: return -1;
     case Command::kDeviceReset: return 0;
+    case Command::kInjectFault: return static_cast<long>(fault::kBytes);
   }
   return -1;
 }
