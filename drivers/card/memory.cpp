@@ -8,11 +8,14 @@
 
 #include <bit>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <string_view>
 
 #include <fmt/format.h>
 
 #include "card/device_impl.hpp"
+#include "npo/hal/backend/host_memory.hpp"
 #include "npo/hal/log.hpp"
 
 namespace npo::card {
@@ -164,6 +167,7 @@ class HostRegion final : public MemoryRegion {
         owned_(owned) {}
   ~HostRegion() override {
     card::unmap_for_dma(*dev_.dev, dev_.mem, iova_, map_len_);
+    if (memfd_ >= 0) backend::unregister_host_memory_fd(map_base_);
     if (owned_) ::munmap(map_base_, map_len_);
     if (memfd_ >= 0) ::close(memfd_);
   }
@@ -187,6 +191,20 @@ class HostRegion final : public MemoryRegion {
 };
 
 std::once_flag g_huge_note;
+
+/// Whether shared memory (memfd) gets transparent huge pages on MADV_HUGEPAGE.
+bool shmem_thp_enabled() {
+  static const bool enabled = [] {
+    std::FILE* f = std::fopen("/sys/kernel/mm/transparent_hugepage/shmem_enabled", "r");
+    if (f == nullptr) return false;
+    char buf[128] = {};
+    const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+    std::fclose(f);
+    const std::string_view s(buf, n);
+    return s.find("[never]") == std::string_view::npos && s.find("[deny]") == std::string_view::npos;
+  }();
+  return enabled;
+}
 std::once_flag g_numa_note;
 
 /// Binds [p, p+len) to `node` before first touch. Returns the node bound, or -1.
@@ -216,10 +234,12 @@ Result<std::unique_ptr<MemoryRegion>> allocate_host_memory(Device& device, std::
   std::size_t len = 0;
   PageKind kind = PageKind::kSmall;
   int memfd = -1;
+  // DMA memory is a memfd (sealable), so a backend whose device lives in another process
+  // (emu-remote) can hand it over by fd (backend/host_memory.hpp).
   // 1. hugetlbfs pages through a memfd. memfd_create succeeds even with no hugepages
   //    reserved; the mmap is what fails (ENOMEM), so fall back on either.
   len = (size + (2u << 20) - 1) & ~std::size_t{(2u << 20) - 1};
-  memfd = ::memfd_create("npo-dma", MFD_CLOEXEC | MFD_HUGETLB);
+  memfd = ::memfd_create("npo-dma", MFD_CLOEXEC | MFD_HUGETLB | MFD_ALLOW_SEALING);
   if (memfd >= 0 && ::ftruncate(memfd, static_cast<off_t>(len)) == 0) {
     void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
     if (p != MAP_FAILED) {
@@ -233,31 +253,52 @@ Result<std::unique_ptr<MemoryRegion>> allocate_host_memory(Device& device, std::
     memfd = -1;
     std::call_once(g_huge_note, [err] {
       npo::log::get(npo::log::Subsystem::kMemory)
-          .info("hugetlbfs pages unavailable ({}); DMA memory uses transparent huge pages or 4 KiB pages",
-                std::strerror(err));
+          .info(
+              "hugetlbfs pages unavailable ({}); DMA memory is a regular memfd with transparent huge pages "
+              "where shmem THP is enabled (/sys/kernel/mm/transparent_hugepage/shmem_enabled), else 4 KiB pages",
+              std::strerror(err));
     });
-    // 2. anonymous memory, 2 MiB aligned, with MADV_HUGEPAGE when large enough.
+    // 2. a regular memfd, mapped 2 MiB aligned, with MADV_HUGEPAGE when large enough.
     const bool huge = size >= (2u << 20);
     len = huge ? len : (size + 4095) & ~std::size_t{4095};
-    const std::size_t over = huge ? len + (2u << 20) : len;
-    void* p = ::mmap(nullptr, over, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return fail_errno(errno, fmt::format("mmap of {} bytes of DMA memory", over), ctx);
-    auto* b = static_cast<std::byte*>(p);
-    if (huge) {  // trim to a 2 MiB aligned window
-      auto* aligned = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(b) + (2u << 20) - 1) &
-                                                   ~std::uintptr_t{(2u << 20) - 1});
-      if (aligned > b) ::munmap(b, static_cast<std::size_t>(aligned - b));
-      const std::size_t tail = static_cast<std::size_t>((b + over) - (aligned + len));
-      if (tail > 0) ::munmap(aligned + len, tail);
-      b = aligned;
-      kind = ::madvise(b, len, MADV_HUGEPAGE) == 0 ? PageKind::kTransparentHuge : PageKind::kSmall;
+    memfd = ::memfd_create("npo-dma", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (memfd < 0) return fail_errno(errno, "memfd_create for DMA memory", ctx);
+    if (::ftruncate(memfd, static_cast<off_t>(len)) != 0) {
+      const int e = errno;
+      ::close(memfd);
+      return fail_errno(e, fmt::format("ftruncate of a {}-byte DMA memfd", len), ctx);
     }
-    base = b;
+    const std::size_t over = huge ? len + (2u << 20) : len;
+    void* r = ::mmap(nullptr, over, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (r == MAP_FAILED) {
+      const int e = errno;
+      ::close(memfd);
+      return fail_errno(e, fmt::format("mmap of {} bytes of DMA memory", over), ctx);
+    }
+    auto* b = static_cast<std::byte*>(r);
+    auto* aligned = huge ? reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(b) + (2u << 20) - 1) &
+                                                        ~std::uintptr_t{(2u << 20) - 1})
+                         : b;
+    if (aligned > b) ::munmap(b, static_cast<std::size_t>(aligned - b));
+    const std::size_t tail = static_cast<std::size_t>((b + over) - (aligned + len));
+    if (tail > 0) ::munmap(aligned + len, tail);
+    void* p = ::mmap(aligned, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, memfd, 0);
+    if (p == MAP_FAILED) {
+      const int e = errno;
+      ::munmap(aligned, len);
+      ::close(memfd);
+      return fail_errno(e, fmt::format("mmap of a {}-byte DMA memfd", len), ctx);
+    }
+    base = aligned;
+    kind = PageKind::kSmall;
+    if (huge && ::madvise(base, len, MADV_HUGEPAGE) == 0 && shmem_thp_enabled()) kind = PageKind::kTransparentHuge;
   }
   const int bound = bind_numa(base, len, node);
   std::memset(base, 0, len);  // first touch after binding: pages land on the node, and are resident
+  backend::register_host_memory_fd(base, len, memfd, 0);
   auto iova = card::map_for_dma(*impl.dev, impl.mem, impl.info.index, base, len, backend::DmaAccess::kReadWrite);
   if (!iova) {
+    backend::unregister_host_memory_fd(base);
     ::munmap(base, len);
     if (memfd >= 0) ::close(memfd);
     return std::unexpected(iova.error());

@@ -76,11 +76,18 @@ Result<WindowHandle> WindowHandle::deserialize(std::span<const std::byte> b) {
 Result<WindowHandle> import_window(System& system, std::span<const std::byte> serialized) {
   auto h = WindowHandle::deserialize(serialized);
   if (!h) return h;
-  if (auto d = system.device_by_fabric_id(h->fabric_id); !d) {
-    return fail(Code::kNotFound,
-                fmt::format("window owner fabric ID {} is not in system '{}'", h->fabric_id, system.uri()));
+  if (auto d = system.device_by_fabric_id(h->fabric_id); d) return h;
+  // Not opened by this process: accept an owner the fabric reaches (a valid route to it).
+  if (h->fabric_id < regs::kRouteEntries) {
+    for (std::size_t i = 0; i < system.device_count(); ++i) {
+      auto& d = impl_of(system.device(i));
+      const std::uint32_t v = d.bar0->read32(regs::route_reg(h->fabric_id));
+      if (v != 0xffffffffu && regs::route::kValid.get(v) != 0) return h;
+    }
   }
-  return h;
+  return fail(Code::kNotFound, fmt::format("window owner fabric ID {} is not in system '{}' and no card of it has a "
+                                           "route to it",
+                                           h->fabric_id, system.uri()));
 }
 
 // ==== Export / revoke ===========================================================================

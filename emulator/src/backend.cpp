@@ -189,7 +189,8 @@ class EmuDevice final : public backend::Device {
     if (index != pci::kBarHbm) {
       return fail(Code::kUnimplemented, fmt::format("BAR{} cannot be shared", index), {.card = card_.index()});
     }
-    return ApertureFd{card_.system().memfd, card_.hbm_memfd_offset(), card_.config().hbm_bytes};
+    const auto [fd, offset] = card_.system().hbm_fd(card_.index());
+    return ApertureFd{fd, offset, card_.config().hbm_bytes};
   }
   std::vector<backend::IovaRange> iova_ranges() const override { return {{Iommu::kIovaFirst, Iommu::kIovaLast}}; }
   Result<void> dma_map(const void* vaddr, std::uint64_t iova, std::uint64_t length,

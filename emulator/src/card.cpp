@@ -349,7 +349,12 @@ void Card::bar4_write(std::uint64_t off, unsigned width, std::uint64_t value) {
   if (unmasked_pending) raise_msix(vec);
 }
 
-void Card::set_msix_eventfd(unsigned vector, int fd) { msix_fd_[vector].store(fd); }
+void Card::set_msix_eventfd(unsigned vector, int fd) {
+  // Under msix_fd_mu_: once this returns no raise_msix still writes to the old fd, so its owner
+  // may close it (npo-emud closes a dead client's eventfds right after).
+  std::lock_guard lock(msix_fd_mu_);
+  msix_fd_[vector].store(fd);
+}
 
 void Card::raise_msix(unsigned vector) {
   if (vector >= pci::kMsixVectors || removed()) return;
@@ -362,6 +367,7 @@ void Card::raise_msix(unsigned vector) {
     msix_pending_[vector].store(true);
     return;
   }
+  std::lock_guard lock(msix_fd_mu_);
   const int fd = msix_fd_[vector].load();
   if (fd >= 0) {
     const std::uint64_t one = 1;
@@ -398,6 +404,12 @@ void Card::reset(const char* why, bool rebuild_config) {
     for (auto& p : msix_pending_) p.store(false);
   }
   if (rebuild_config) config_.rebuild();
+}
+
+void Card::release_client_state() {
+  log_event("client_state_released");
+  for (auto& q : queues_) q->reset_state();
+  windows_.reset();
 }
 
 void Card::remove() {

@@ -81,6 +81,9 @@ class Card {
   /// `rebuild_config` also returns config space to power-on values (a raw FLR); VFIO-style
   /// resets keep it (the kernel saves and restores config space around the FLR).
   void reset(const char* why, bool rebuild_config);
+  /// What a client's death leaves behind (npo-emud): every queue back to its reset state and
+  /// every window invalid, while routes, ports and links stay as they are (unlike reset()).
+  void release_client_state();
   void remove();
   [[nodiscard]] bool removed() const noexcept { return removed_.load(std::memory_order_acquire); }
   [[nodiscard]] bool bus_master() const noexcept { return config_.bus_master(); }
@@ -149,6 +152,7 @@ class Card {
 
   // MSI-X (BAR4) and eventfds.
   std::mutex msix_mu_;
+  std::mutex msix_fd_mu_;  ///< orders raise_msix's eventfd write against set_msix_eventfd
   std::array<std::array<std::uint32_t, 4>, fw::pci::kMsixVectors> msix_table_{};
   std::array<std::atomic<int>, fw::pci::kMsixVectors> msix_fd_{};
   std::array<std::atomic<bool>, fw::pci::kMsixVectors> msix_pending_{};

@@ -26,6 +26,7 @@ EmulatorImpl::~EmulatorImpl() {
   cards.clear();
   if (hbm_base != nullptr) ::munmap(hbm_base, hbm_total);
   if (memfd >= 0) ::close(memfd);
+  for (int fd : card_memfds) ::close(fd);
 }
 
 Result<void> EmulatorImpl::init() {
@@ -50,14 +51,35 @@ Result<void> EmulatorImpl::init() {
   // (fd, offset). Pages are touched only when used.
   hbm_stride = (hbm_max + 0x1fffff) & ~std::uint64_t{0x1fffff};
   hbm_total = hbm_stride * cfg.num_cards;
-  memfd = ::memfd_create("npo-emu-hbm", MFD_CLOEXEC);
-  if (memfd < 0) return fail_errno(errno, "emulator: memfd_create for HBM");
-  if (::ftruncate(memfd, static_cast<off_t>(hbm_total)) != 0) {
-    return fail_errno(errno, fmt::format("emulator: ftruncate HBM memfd to {} bytes", hbm_total));
+  if (cfg.hbm_fd_per_card) {
+    // One memfd per card, mapped side by side: an fd handed to one card's client reaches that
+    // card's HBM only (npo-emud).
+    void* p = ::mmap(nullptr, hbm_total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return fail_errno(errno, fmt::format("emulator: reserve {} bytes of HBM", hbm_total));
+    hbm_base = static_cast<std::byte*>(p);
+    for (std::uint32_t i = 0; i < cfg.num_cards; ++i) {
+      const int fd = ::memfd_create("npo-emu-hbm", MFD_CLOEXEC);
+      if (fd < 0) return fail_errno(errno, "emulator: memfd_create for HBM");
+      card_memfds.push_back(fd);
+      if (::ftruncate(fd, static_cast<off_t>(hbm_stride)) != 0) {
+        return fail_errno(errno, fmt::format("emulator: ftruncate HBM memfd to {} bytes", hbm_stride));
+      }
+      if (::mmap(hbm_base + i * hbm_stride, hbm_stride, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_NORESERVE,
+                 fd, 0) == MAP_FAILED) {
+        return fail_errno(errno, fmt::format("emulator: mmap HBM of card {}", i));
+      }
+    }
   }
-  void* p = ::mmap(nullptr, hbm_total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, memfd, 0);
-  if (p == MAP_FAILED) return fail_errno(errno, fmt::format("emulator: mmap {} bytes of HBM", hbm_total));
-  hbm_base = static_cast<std::byte*>(p);
+  if (!cfg.hbm_fd_per_card) {
+    memfd = ::memfd_create("npo-emu-hbm", MFD_CLOEXEC);
+    if (memfd < 0) return fail_errno(errno, "emulator: memfd_create for HBM");
+    if (::ftruncate(memfd, static_cast<off_t>(hbm_total)) != 0) {
+      return fail_errno(errno, fmt::format("emulator: ftruncate HBM memfd to {} bytes", hbm_total));
+    }
+    void* p = ::mmap(nullptr, hbm_total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, memfd, 0);
+    if (p == MAP_FAILED) return fail_errno(errno, fmt::format("emulator: mmap {} bytes of HBM", hbm_total));
+    hbm_base = static_cast<std::byte*>(p);
+  }
   cards.reserve(cfg.num_cards);
   for (std::uint32_t i = 0; i < cfg.num_cards; ++i) {
     const std::uint64_t serial = rng();

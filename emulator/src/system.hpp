@@ -21,11 +21,16 @@ class EmulatorImpl {
   explicit EmulatorImpl(SystemConfig cfg);
   ~EmulatorImpl();
   Result<void> init();
+  /// The fd and offset another process maps to reach card `i`'s HBM.
+  [[nodiscard]] std::pair<int, std::uint64_t> hbm_fd(std::uint32_t i) const noexcept {
+    return card_memfds.empty() ? std::pair{memfd, i * hbm_stride} : std::pair{card_memfds[i], std::uint64_t{0}};
+  }
 
   SystemConfig cfg;
   Scheduler sched;
   WorkerPool workers;
-  int memfd = -1;
+  int memfd = -1;                ///< every card's HBM, unless cfg.hbm_fd_per_card
+  std::vector<int> card_memfds;  ///< cfg.hbm_fd_per_card: card i's HBM alone
   std::byte* hbm_base = nullptr;
   std::uint64_t hbm_total = 0;
   std::uint64_t hbm_stride = 0;

@@ -7,7 +7,7 @@
 # build tree and keeps each target's grown corpus for the next run.
 #
 # Usage: bash tests/fuzz/run-fuzzers.sh [TARGET...]      (default: all five targets)
-#   TARGET: cmis sff8636 sff8472 dump_text fabric_spec
+#   TARGET: cmis sff8636 sff8472 dump_text fabric_spec emud_protocol
 # Environment:
 #   FUZZ_SECONDS    seconds per target (default 60)
 #   FUZZ_BUILD_DIR  build tree (default build-fuzz, relative to the repository)
@@ -20,11 +20,11 @@ seconds="${FUZZ_SECONDS:-60}"
 build="${FUZZ_BUILD_DIR:-build-fuzz}"
 jobs="${FUZZ_JOBS:-2}"
 targets=("$@")
-((${#targets[@]})) || targets=(cmis sff8636 sff8472 dump_text fabric_spec)
+((${#targets[@]})) || targets=(cmis sff8636 sff8472 dump_text fabric_spec emud_protocol)
 for t in "${targets[@]}"; do
   case "${t}" in
-    cmis | sff8636 | sff8472 | dump_text | fabric_spec) ;;
-    *) echo "run-fuzzers: unknown target '${t}' (cmis sff8636 sff8472 dump_text fabric_spec)" >&2; exit 2 ;;
+    cmis | sff8636 | sff8472 | dump_text | fabric_spec | emud_protocol) ;;
+    *) echo "run-fuzzers: unknown target '${t}' (cmis sff8636 sff8472 dump_text fabric_spec emud_protocol)" >&2; exit 2 ;;
   esac
 done
 if ! [[ "${seconds}" =~ ^[0-9]+$ ]] || ((seconds < 1)); then
@@ -62,10 +62,12 @@ fuzz="${build}/fuzz"
 mkdir -p "${fuzz}/artifacts"
 
 # ---- Run ---------------------------------------------------------------------------------------
-declare -A max_len=([cmis]=1024 [sff8636]=1024 [sff8472]=1024 [dump_text]=8192 [fabric_spec]=8192)
+declare -A max_len=([cmis]=1024 [sff8636]=1024 [sff8472]=1024 [dump_text]=8192 [fabric_spec]=8192 [emud_protocol]=8200)
 # Seed corpora: the EEPROM dumps (generated into seeds/), the topology files as they are.
 mkdir -p "${fuzz}/seeds/fabric_spec"
 cp tests/data/topology/* "${fuzz}/seeds/fabric_spec/"
+mkdir -p "${fuzz}/seeds/emud_protocol"
+cp tests/data/emud/* "${fuzz}/seeds/emud_protocol/"
 failed=0
 summary=()
 for t in "${targets[@]}"; do

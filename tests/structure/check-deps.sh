@@ -48,11 +48,18 @@ exceptions=(
   # npo-emu is the emulator's companion tool: `topo check` validates a file's scripted faults
   # with the emulator's own validator (npo::emu::check_scenario), so it accepts what emu:file= accepts.
   "tools/npo-emu/*|npo/emu/emulator.hpp"
+  # ... and `fault --socket-dir` speaks npo-emud's protocol (docs/spec/emud-protocol.md) to it.
+  "tools/npo-emu/*|npo/fw/emud.hpp"
+  # npo-emud is the daemon that holds an Emulator and serves it (npo/emu/server.hpp).
+  "tools/npo-emud/*|npo/emu/emulator.hpp"
+  "tools/npo-emud/*|npo/emu/server.hpp"
+  # ... and runs the one bring-up in-process on that Emulator through a registry of its own.
+  "tools/npo-emud/*|npo/hal/backend/registry.hpp"
 )
 # Folders under drivers/ that are backends (device logic must not know them).
-backend_dirs=(vfio)
+backend_dirs=(vfio emu_remote)
 # Registration headers: the only backend headers hal/src/builtin_backends.cpp may include.
-registration_headers=(npo/emu/register.hpp vfio/register.hpp)
+registration_headers=(npo/emu/register.hpp vfio/register.hpp emu_remote/register.hpp)
 composition_root="hal/src/builtin_backends.cpp"
 
 # Driver subfolders: the known ones plus whatever drivers/ holds now.

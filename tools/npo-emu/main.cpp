@@ -4,10 +4,19 @@
 // prints its size and graph properties (degree, diameter, bisection, switch radix), and checks
 // its scripted faults as the emulator would schedule them (npo::emu::check_scenario).
 // Uses the public npo-hal API and the emulator's control surface (npo/emu/emulator.hpp).
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <array>
 #include <charconv>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -19,6 +28,7 @@
 
 #include "common/output.hpp"
 #include "npo/emu/emulator.hpp"
+#include "npo/fw/emud.hpp"
 #include "npo/hal/error.hpp"
 #include "npo/hal/topology_file.hpp"
 #include "npo/hal/topology_gen.hpp"
@@ -30,6 +40,51 @@ namespace {
 using nlohmann::json;
 
 int die(const npo::Error& e) { return npo::tools::fail("npo-emu", e); }
+
+/// One round trip on card `card`'s socket of an npo-emud: a read-only VERSION, then `msg`
+/// (docs/spec/emud-protocol.md). Errors: kUnavailable (no daemon), the daemon's error reply.
+npo::Result<void> send_fault(const std::string& dir, unsigned card, std::span<const std::byte> msg) {
+  namespace emud = npo::fw::emud;
+  const std::string path = fmt::format("{}/{}{}{}", dir, emud::kSocketPrefix, card, emud::kSocketSuffix);
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  if (path.size() >= sizeof sa.sun_path) return npo::fail(npo::Code::kInvalidArgument, path + ": path too long");
+  std::memcpy(sa.sun_path, path.data(), path.size());
+  const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    if (fd >= 0) ::close(fd);
+    return npo::fail(npo::Code::kUnavailable, fmt::format("{}: no npo-emud serves card {} there", path, card));
+  }
+  auto round_trip = [fd](std::span<const std::byte> out) -> npo::Result<void> {
+    if (::send(fd, out.data(), out.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(out.size())) {
+      return npo::fail(npo::Code::kUnavailable, "npo-emud closed the connection");
+    }
+    pollfd p{fd, POLLIN, 0};
+    std::array<std::byte, emud::kMaxMessage> in{};
+    const ssize_t n = ::poll(&p, 1, 5000) > 0 ? ::recv(fd, in.data(), in.size(), 0) : -1;
+    if (n < static_cast<ssize_t>(emud::hdr::kBytes))
+      return npo::fail(npo::Code::kUnavailable, "npo-emud did not answer");
+    const std::span<const std::byte> r(in.data(), static_cast<std::size_t>(n));
+    if ((emud::load<std::uint32_t>(r, emud::hdr::kFlags) & emud::kFlagError) != 0) {
+      const auto code = emud::load<std::uint32_t>(r, emud::hdr::kError);
+      return npo::fail(
+          code >= 1 && code <= 15 ? static_cast<npo::Code>(code) : npo::Code::kUnknown,
+          std::string(reinterpret_cast<const char*>(r.data()) + emud::hdr::kBytes, r.size() - emud::hdr::kBytes));
+    }
+    return {};
+  };
+  std::array<std::byte, emud::hdr::kBytes + emud::version::kBytes> v{};
+  emud::store<std::uint16_t>(v, emud::hdr::kCommand, static_cast<std::uint16_t>(emud::Command::kVersion));
+  emud::store<std::uint32_t>(v, emud::hdr::kSize, static_cast<std::uint32_t>(v.size()));
+  std::span<std::byte> vb(v.data() + emud::hdr::kBytes, emud::version::kBytes);
+  emud::store<std::uint16_t>(vb, emud::version::kMajor, emud::kVersionMajor);
+  emud::store<std::uint32_t>(vb, emud::version::kFlags, emud::version::kAttachReadOnly);
+  emud::store<std::uint32_t>(vb, emud::version::kPid, static_cast<std::uint32_t>(::getpid()));
+  auto r = round_trip(v);
+  if (r) r = round_trip(msg);
+  ::close(fd);
+  return r;
+}
 
 std::string dist(const std::map<unsigned, unsigned>& m) {
   std::string s;
@@ -66,7 +121,7 @@ void print_props(const char* title, const npo::FabricProperties& p, bool switche
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"npo-emu: topology files for the npo-hal emulator (docs/topology.md)"};
+  CLI::App app{"npo-emu: topology files for the npo-hal emulator (docs/topology.md); faults into a running npo-emud"};
   app.require_subcommand(1);
   auto* topo = app.add_subcommand("topo", "topology files: generate, check");
   topo->require_subcommand(1);
@@ -92,7 +147,54 @@ int main(int argc, char** argv) {
   chk->add_option("file", in_path, "topology file (YAML or JSON)")->required();
   chk->add_flag("--json", as_json, "print the properties as JSON");
 
+  auto* flt = app.add_subcommand("fault", "inject a fault into a running npo-emud (every kind of scenario files)");
+  std::string sock_dir, fkind;
+  unsigned fcard = 0;
+  std::optional<unsigned> fport, flane, fengine, fqueue;
+  unsigned fcount = 1;
+  double fvalue = 0, fduration_ms = 0, fdelay_ms = 0;
+  flt->add_option("--socket-dir", sock_dir, "the daemon's socket directory")->required();
+  flt->add_option("--kind", fkind,
+                  "iommu_fault, engine_hang, completion_error, mailbox_timeout, mailbox_corrupt, "
+                  "surprise_removal, ber_ramp, lane_loss, flap_storm, module_removal, training_timeout")
+      ->required();
+  flt->add_option("--card", fcard, "card index")->required();
+  flt->add_option("--port", fport, "port (link faults)");
+  flt->add_option("--lane", flane, "lane (lane_loss; ber_ramp optional)");
+  flt->add_option("--engine", fengine, "engine (DMA faults)");
+  flt->add_option("--queue", fqueue, "queue within the engine");
+  flt->add_option("--count", fcount, "accesses/ops/requests/drops affected (default 1)");
+  flt->add_option("--value", fvalue, "kind-specific magnitude (ber_ramp: final pre-FEC BER)");
+  flt->add_option("--duration-ms", fduration_ms, "kind-specific duration, ms");
+  flt->add_option("--delay-ms", fdelay_ms, "fire this long from now (default 0: at once)");
+
   CLI11_PARSE(app, argc, argv);
+
+  if (flt->parsed()) {
+    auto kind = npo::emu::parse_fault_kind(fkind);
+    if (!kind) return die(kind.error());
+    namespace emud = npo::fw::emud;
+    namespace f = emud::fault;
+    std::array<std::byte, emud::hdr::kBytes + f::kBytes> m{};
+    std::span<std::byte> b(m.data() + emud::hdr::kBytes, f::kBytes);
+    emud::store<std::uint16_t>(m, emud::hdr::kMsgId, 1);
+    emud::store<std::uint16_t>(m, emud::hdr::kCommand, static_cast<std::uint16_t>(emud::Command::kInjectFault));
+    emud::store<std::uint32_t>(m, emud::hdr::kSize, static_cast<std::uint32_t>(m.size()));
+    emud::store<std::uint64_t>(b, f::kDelayNs, static_cast<std::uint64_t>(fdelay_ms * 1e6));
+    emud::store<std::uint32_t>(b, f::kKind, static_cast<std::uint32_t>(*kind));
+    emud::store<std::uint32_t>(b, f::kCard, fcard);
+    emud::store<std::uint32_t>(b, f::kEngine, fengine.value_or(f::kNone));
+    emud::store<std::uint32_t>(b, f::kQueue, fqueue.value_or(f::kNone));
+    emud::store<std::uint32_t>(b, f::kPort, fport.value_or(f::kNone));
+    emud::store<std::uint32_t>(b, f::kLane, flane.value_or(f::kNone));
+    emud::store<std::uint32_t>(b, f::kCount, fcount);
+    emud::store<double>(b, f::kValue, fvalue);
+    emud::store<std::uint64_t>(b, f::kDurationNs, static_cast<std::uint64_t>(fduration_ms * 1e6));
+    auto r = send_fault(sock_dir, fcard, m);
+    if (!r) return die(r.error());
+    std::printf("injected %s into card %u of %s\n", fkind.c_str(), fcard, sock_dir.c_str());
+    return 0;
+  }
 
   if (gen->parsed()) {
     auto kind = npo::parse_fabric_kind(kind_s);

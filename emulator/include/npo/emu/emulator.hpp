@@ -114,6 +114,9 @@ struct SystemConfig {
   std::vector<SwitchCable> switch_cables;  ///< cables with a switch end
   std::vector<CardConfig> per_card;        ///< empty: every card is `card`; else one entry per card
   std::vector<Fault> faults;               ///< scheduled at creation (topology files' `faults`)
+  /// Each card's HBM in its own memfd (one fd per card), so the fd handed out for one card's
+  /// aperture reaches no other card. npo-emud sets it; in-process, one memfd holds them all.
+  bool hbm_fd_per_card = false;
 };
 
 /// The emulator configuration a plan describes (emu:file=PATH): cards (with per-card

@@ -71,8 +71,11 @@ class Window {
 Result<std::unique_ptr<Window>> export_window(Device& device, std::uint64_t offset, std::uint64_t size,
                                               WindowRights rights = {});
 
-/// Checks a received handle against `system`: its owner card must be present.
-/// Errors: deserialize's errors; kNotFound (no card with that fabric ID).
+/// Checks a received handle against `system`: its owner card must be in the system, or on the
+/// fabric -- one of the system's cards holds a valid route to the owner's fabric ID (the owner
+/// is then driven by another process, as with emu-remote:DIR?card=K; routes are programmed by
+/// bring_up_fabric or by npo-emud). Errors: deserialize's errors; kNotFound (no card with that
+/// fabric ID, and no route to it).
 Result<WindowHandle> import_window(System& system, std::span<const std::byte> serialized);
 
 /// CPU view of a window through the owner card's BAR2 aperture (write-combined on real

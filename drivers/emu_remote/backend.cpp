@@ -1,0 +1,827 @@
+// SPDX-License-Identifier: Apache-2.0
+// The emu-remote backend: a client of npo-emud (docs/spec/emud-protocol.md). Each opened card
+// is one SOCK_SEQPACKET connection. Config space and register reads are round trips; register
+// writes are posted (one sendmsg, no reply); the HBM aperture and host DMA memory are shared
+// by fd, so data never crosses the socket.
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "emu_remote/register.hpp"
+#include "npo/fw/emud.hpp"
+#include "npo/fw/pci.hpp"
+#include "npo/hal/backend/host_memory.hpp"
+#include "npo/hal/log.hpp"
+
+namespace npo::emu_remote {
+
+namespace {
+
+namespace emud = fw::emud;
+namespace pci = fw::pci;
+
+constexpr std::string_view kForms = "emu-remote:DIR, emu-remote:DIR?card=K[,L...][&mode=ro]";
+constexpr int kReplyTimeoutMs = 10'000;
+constexpr std::uint64_t kPage = 4096;
+
+struct Reply {
+  std::vector<std::byte> body;
+  int fd = -1;  ///< attached fd, owned by the caller
+};
+
+/// One connection to one card socket. Thread-safety: call() serialises on a mutex.
+class Conn {
+ public:
+  Conn(int fd, std::string what) : fd_(fd), what_(std::move(what)) {}
+  ~Conn() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Conn(const Conn&) = delete;
+  Conn& operator=(const Conn&) = delete;
+
+  static Result<std::unique_ptr<Conn>> connect(const std::filesystem::path& path, std::string what) {
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    const std::string p = path.string();
+    if (p.size() >= sizeof sa.sun_path) return fail(Code::kInvalidArgument, fmt::format("{}: socket path too long", p));
+    std::memcpy(sa.sun_path, p.data(), p.size());
+    const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (fd < 0) return fail_errno(errno, "emu-remote: socket");
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+      const int err = errno;
+      ::close(fd);
+      return fail(Code::kUnavailable,
+                  fmt::format("emu-remote: cannot connect to {} ({}): is npo-emud running? Start it with "
+                              "`npo-emud --topology emu:mesh8 --socket-dir {}`",
+                              p, std::strerror(err), path.parent_path().string()));
+    }
+    return std::make_unique<Conn>(fd, std::move(what));
+  }
+
+  [[nodiscard]] bool dead() const noexcept { return dead_.load(std::memory_order_acquire); }
+
+  /// Sends one command with `fds` attached and, unless `no_reply`, waits for its reply.
+  Result<Reply> call(emud::Command cmd, std::span<const std::byte> body, std::span<const int> fds = {},
+                     bool no_reply = false) {
+    if (dead()) return gone();
+    std::lock_guard lock(mu_);
+    const std::uint16_t id = ++next_id_;
+    std::array<std::byte, emud::kMaxMessage> msg{};
+    const std::size_t size = emud::hdr::kBytes + body.size();
+    if (size > msg.size()) return fail(Code::kInternal, "emu-remote: message too large");
+    std::span<std::byte> m(msg.data(), size);
+    emud::store<std::uint16_t>(m, emud::hdr::kMsgId, id);
+    emud::store<std::uint16_t>(m, emud::hdr::kCommand, static_cast<std::uint16_t>(cmd));
+    emud::store<std::uint32_t>(m, emud::hdr::kSize, static_cast<std::uint32_t>(size));
+    emud::store<std::uint32_t>(m, emud::hdr::kFlags, emud::kTypeCommand | (no_reply ? emud::kFlagNoReply : 0u));
+    if (!body.empty()) std::memcpy(m.data() + emud::hdr::kBytes, body.data(), body.size());
+    iovec iov{m.data(), m.size()};
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int) * emud::kMaxFds)> ctrl{};
+    if (!fds.empty()) {
+      mh.msg_control = ctrl.data();
+      mh.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+      cmsghdr* c = CMSG_FIRSTHDR(&mh);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+      std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+    }
+    while (::sendmsg(fd_, &mh, MSG_NOSIGNAL) < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      if (err == EBADF && !fds.empty())
+        return fail(Code::kInvalidArgument, "emu-remote: a file descriptor is not open");
+      mark_dead();
+      return gone(err);
+    }
+    if (no_reply) return Reply{};
+    for (;;) {
+      pollfd p{fd_, POLLIN, 0};
+      const int pr = ::poll(&p, 1, kReplyTimeoutMs);
+      if (pr < 0 && errno == EINTR) continue;
+      if (pr == 0) {
+        mark_dead();
+        return fail(Code::kUnavailable,
+                    fmt::format("emu-remote: {}: npo-emud did not answer in {} ms", what_, kReplyTimeoutMs));
+      }
+      std::array<std::byte, emud::kMaxMessage> in{};
+      iovec riov{in.data(), in.size()};
+      msghdr rh{};
+      rh.msg_iov = &riov;
+      rh.msg_iovlen = 1;
+      alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int))> rctrl{};
+      rh.msg_control = rctrl.data();
+      rh.msg_controllen = rctrl.size();
+      const ssize_t n = ::recvmsg(fd_, &rh, MSG_CMSG_CLOEXEC);
+      if (n < 0 && errno == EINTR) continue;
+      int rfd = -1;
+      for (cmsghdr* c = n > 0 ? CMSG_FIRSTHDR(&rh) : nullptr; c != nullptr; c = CMSG_NXTHDR(&rh, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+          std::memcpy(&rfd, CMSG_DATA(c), sizeof(int));
+        }
+      }
+      if (n <= 0) {
+        if (rfd >= 0) ::close(rfd);
+        mark_dead();
+        return gone(n < 0 ? errno : 0);
+      }
+      std::span<const std::byte> r(in.data(), static_cast<std::size_t>(n));
+      if (r.size() < emud::hdr::kBytes || emud::load<std::uint32_t>(r, emud::hdr::kSize) != r.size() ||
+          (emud::load<std::uint32_t>(r, emud::hdr::kFlags) & emud::kFlagTypeMask) != emud::kTypeReply) {
+        if (rfd >= 0) ::close(rfd);
+        npo::log::get(npo::log::Subsystem::kBackend)
+            .warn("emu-remote: {}: malformed reply of {} bytes from npo-emud", what_, r.size());
+        mark_dead();
+        return fail(Code::kInternal, fmt::format("emu-remote: {}: malformed reply from npo-emud", what_));
+      }
+      const auto rid = emud::load<std::uint16_t>(r, emud::hdr::kMsgId);
+      const auto flags = emud::load<std::uint32_t>(r, emud::hdr::kFlags);
+      const auto rbody = r.subspan(emud::hdr::kBytes);
+      if (rid != id) {  // a late error of a posted write: log it, keep waiting for ours
+        if (rfd >= 0) ::close(rfd);
+        npo::log::get(npo::log::Subsystem::kBackend)
+            .warn("emu-remote: {}: posted write failed: {}", what_,
+                  std::string_view(reinterpret_cast<const char*>(rbody.data()), rbody.size()));
+        continue;
+      }
+      if ((flags & emud::kFlagError) != 0) {
+        if (rfd >= 0) ::close(rfd);
+        const auto code = emud::load<std::uint32_t>(r, emud::hdr::kError);
+        const Code c = code >= 1 && code <= 15 ? static_cast<Code>(code) : Code::kUnknown;
+        return fail(c, std::string(reinterpret_cast<const char*>(rbody.data()), rbody.size()));
+      }
+      return Reply{std::vector<std::byte>(rbody.begin(), rbody.end()), rfd};
+    }
+  }
+
+ private:
+  void mark_dead() {
+    if (!dead_.exchange(true, std::memory_order_acq_rel)) {
+      npo::log::get(npo::log::Subsystem::kBackend).warn("emu-remote: {}: connection to npo-emud lost", what_);
+    }
+  }
+  std::unexpected<Error> gone(int err = 0) const {
+    return fail(Code::kUnavailable,
+                fmt::format("emu-remote: {}: npo-emud is gone (connection closed{}); restart the daemon and reopen",
+                            what_, err != 0 ? fmt::format(": {}", std::strerror(err)) : std::string()));
+  }
+
+  int fd_;
+  std::string what_;
+  std::mutex mu_;
+  std::uint16_t next_id_ = 0;
+  std::atomic<bool> dead_{false};
+};
+
+Result<void> hello(Conn& c, bool read_only) {
+  std::array<std::byte, emud::version::kBytes> b{};
+  emud::store<std::uint16_t>(b, emud::version::kMajor, emud::kVersionMajor);
+  emud::store<std::uint16_t>(b, emud::version::kMinor, emud::kVersionMinor);
+  emud::store<std::uint32_t>(b, emud::version::kFlags, read_only ? emud::version::kAttachReadOnly : 0u);
+  emud::store<std::uint32_t>(b, emud::version::kPid, static_cast<std::uint32_t>(::getpid()));
+  auto r = c.call(emud::Command::kVersion, b);
+  if (!r) return std::unexpected(r.error());
+  if (r->body.size() < emud::version::kBytes) return fail(Code::kInternal, "emu-remote: short VERSION reply");
+  return {};
+}
+
+struct CardInfo {
+  backend::FunctionInfo fi;
+  unsigned msix_vectors = 0;
+  backend::IovaRange iova{};
+  std::uint32_t card = 0;
+};
+
+Result<CardInfo> device_info(Conn& c) {
+  auto r = c.call(emud::Command::kDeviceGetInfo, {});
+  if (!r) return std::unexpected(r.error());
+  const auto& b = r->body;
+  if (b.size() < emud::info::kBytes) return fail(Code::kInternal, "emu-remote: short DEVICE_GET_INFO reply");
+  CardInfo ci;
+  ci.fi.address.domain = emud::load<std::uint16_t>(b, emud::info::kDomain);
+  ci.fi.address.bus = emud::load<std::uint8_t>(b, emud::info::kBus);
+  ci.fi.address.device = emud::load<std::uint8_t>(b, emud::info::kDevice);
+  ci.fi.address.function = emud::load<std::uint8_t>(b, emud::info::kFunction);
+  ci.fi.vendor_id = emud::load<std::uint16_t>(b, emud::info::kVendorId);
+  ci.fi.device_id = emud::load<std::uint16_t>(b, emud::info::kDeviceId);
+  ci.fi.subsystem_vendor_id = emud::load<std::uint16_t>(b, emud::info::kSubVendorId);
+  ci.fi.subsystem_id = emud::load<std::uint16_t>(b, emud::info::kSubsystemId);
+  ci.fi.class_code = emud::load<std::uint32_t>(b, emud::info::kClassCode);
+  ci.fi.numa_node = emud::load<std::int32_t>(b, emud::info::kNumaNode);
+  ci.fi.driver = "npo-emud";
+  ci.msix_vectors = emud::load<std::uint32_t>(b, emud::info::kMsixVectors);
+  ci.iova.first = emud::load<std::uint64_t>(b, emud::info::kIovaFirst);
+  ci.iova.last = emud::load<std::uint64_t>(b, emud::info::kIovaLast);
+  ci.card = emud::load<std::uint32_t>(b, emud::info::kCardIndex);
+  return ci;
+}
+
+// ---- Host memory by fd ----------------------------------------------------------------------
+
+/// One line of /proc/self/maps.
+struct Vma {
+  std::uintptr_t start = 0, end = 0;
+  std::string perms;
+  std::uint64_t offset = 0;
+  std::uint64_t inode = 0;
+  std::string name;
+};
+
+std::vector<Vma> vmas_covering(std::uintptr_t first, std::uintptr_t end) {
+  std::vector<Vma> out;
+  std::ifstream f("/proc/self/maps");
+  std::string line;
+  while (std::getline(f, line)) {
+    std::istringstream is(line);
+    Vma v;
+    std::string range, dev;
+    is >> range >> v.perms >> std::hex >> v.offset >> dev >> std::dec >> v.inode;
+    std::getline(is, v.name);
+    v.name.erase(0, v.name.find_first_not_of(' '));
+    const auto dash = range.find('-');
+    if (dash == std::string::npos) continue;
+    v.start = std::stoull(range.substr(0, dash), nullptr, 16);
+    v.end = std::stoull(range.substr(dash + 1), nullptr, 16);
+    if (v.end <= first || v.start >= end) continue;
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+/// Anonymous memory this backend re-backed with a memfd, by start address; `uses` counts the
+/// DMA mappings (of any device of this process) that reach it. A region in use is never
+/// re-backed again (the daemon maps that very memfd).
+struct Reback {
+  std::size_t len = 0;
+  int fd = -1;
+  unsigned uses = 0;
+};
+std::mutex g_reback_mu;
+std::map<std::uintptr_t, Reback>& rebacks() {
+  static std::map<std::uintptr_t, Reback> r;
+  return r;
+}
+constexpr std::string_view kRebackName = "npo-host-reback";
+
+struct HostFd {
+  int fd = -1;
+  std::uint64_t offset = 0;
+  std::uintptr_t reback = 0;  ///< key in rebacks(), 0 if the memory is not a re-backed region
+};
+
+/// The fd and file offset of [addr, addr+len): a registered memfd whose mapping is really the
+/// one at addr (checked against /proc/self/maps by inode), else anonymous private memory
+/// re-backed in place by a memfd (contents copied; the documented slower path), else an error.
+Result<HostFd> host_fd(const void* addr, std::size_t len) {
+  const auto a = reinterpret_cast<std::uintptr_t>(addr);
+  std::lock_guard lock(g_reback_mu);
+  auto vmas = vmas_covering(a, a + len);
+  std::uintptr_t covered = a;
+  for (const auto& v : vmas) {
+    if (v.start > covered) break;
+    covered = std::max(covered, v.end);
+  }
+  if (vmas.empty() || covered < a + len) {
+    return fail(Code::kInvalidArgument, fmt::format("emu-remote: host memory [{:#x}, +{:#x}) is not mapped", a, len));
+  }
+  if (auto rec = backend::find_host_memory_fd(addr, len)) {
+    struct stat st {};
+    if (vmas.size() == 1 && ::fstat(rec->fd, &st) == 0 && st.st_ino == vmas[0].inode && vmas[0].perms.size() == 4 &&
+        vmas[0].perms[3] == 's' && vmas[0].offset + (a - vmas[0].start) == rec->offset) {
+      std::uintptr_t key = 0;
+      auto& rb = rebacks();
+      if (auto it = rb.upper_bound(a); it != rb.begin() && std::prev(it)->second.fd == rec->fd)
+        key = std::prev(it)->first;
+      return HostFd{rec->fd, rec->offset, key};
+    }
+  }
+  auto& rb = rebacks();
+  auto ours = [&](const Vma& v) -> Reback* {
+    if (v.name.find(kRebackName) == std::string::npos) return nullptr;
+    for (auto& [start, r] : rb) {
+      struct stat st {};
+      if (::fstat(r.fd, &st) == 0 && st.st_ino == v.inode) return &r;
+    }
+    return nullptr;
+  };
+  for (const auto& v : vmas) {
+    const bool anon =
+        v.inode == 0 && v.perms.starts_with("rw") && v.perms[3] == 'p' && (v.name.empty() || v.name == "[heap]");
+    Reback* r = anon ? nullptr : ours(v);
+    if (!anon && r == nullptr) {
+      return fail(Code::kFailedPrecondition,
+                  fmt::format("emu-remote: host memory at {:#x} ({}) has no file descriptor npo-emud can map: "
+                              "allocate DMA memory with npo::allocate_host_memory (memfd-backed), or map a memfd "
+                              "(MFD_ALLOW_SEALING) yourself and record it with npo::backend::register_host_memory_fd",
+                              a, v.name.empty() ? std::string("anonymous ") + v.perms : v.name));
+    }
+    if (r != nullptr && r->uses > 0) {
+      return fail(Code::kFailedPrecondition,
+                  fmt::format("emu-remote: host memory [{:#x}, +{:#x}) overlaps memory DMA-mapped through another "
+                              "range; map each buffer once, whole (or allocate it with npo::allocate_host_memory)",
+                              a, len));
+    }
+  }
+  // The slower path: copy the pages into a memfd and map it over them, same address.
+  const int fd = ::memfd_create(std::string(kRebackName).c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return fail_errno(errno, "emu-remote: memfd_create");
+  if (::ftruncate(fd, static_cast<off_t>(len)) != 0 || ::pwrite(fd, addr, len, 0) != static_cast<ssize_t>(len)) {
+    const int err = errno;
+    ::close(fd);
+    return fail_errno(err, "emu-remote: copying host memory into a memfd");
+  }
+  void* p = ::mmap(const_cast<void*>(addr), len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+  if (p == MAP_FAILED) {
+    const int err = errno;
+    ::close(fd);
+    return fail_errno(err, "emu-remote: mapping the memfd over host memory");
+  }
+  // Earlier re-backed regions wholly inside this one are gone from the address space.
+  for (auto it = rb.begin(); it != rb.end();) {
+    if (it->first >= a && it->first + it->second.len <= a + len) {
+      backend::unregister_host_memory_fd(reinterpret_cast<const void*>(it->first));
+      ::close(it->second.fd);
+      it = rb.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  rb[a] = Reback{len, fd, 0};
+  backend::register_host_memory_fd(addr, len, fd, 0);
+  npo::log::get(npo::log::Subsystem::kBackend)
+      .debug("emu-remote: re-backed {} bytes of anonymous memory at {:#x} with a memfd", len, a);
+  return HostFd{fd, 0, a};
+}
+
+/// Counts a DMA mapping in (+1) or out (-1) of re-backed region `key`.
+void reback_use(std::uintptr_t key, int delta) {
+  if (key == 0) return;
+  std::lock_guard lock(g_reback_mu);
+  auto& rb = rebacks();
+  if (auto it = rb.find(key); it != rb.end())
+    it->second.uses = static_cast<unsigned>(static_cast<int>(it->second.uses) + delta);
+}
+
+// ---- Device ---------------------------------------------------------------------------------
+
+class RemoteMmio final : public backend::Mmio {
+ public:
+  RemoteMmio(Conn& c, unsigned bar, std::uint64_t size) : c_(c), bar_(bar), size_(size) {}
+  std::uint32_t read32(std::uint64_t off) noexcept override { return static_cast<std::uint32_t>(read(off, 4)); }
+  std::uint64_t read64(std::uint64_t off) noexcept override { return read(off, 8); }
+  void write32(std::uint64_t off, std::uint32_t v) noexcept override { write(off, 4, v); }
+  void write64(std::uint64_t off, std::uint64_t v) noexcept override { write(off, 8, v); }
+  std::uint64_t size() const noexcept override { return size_; }
+
+ private:
+  std::uint64_t read(std::uint64_t off, std::uint32_t n) noexcept {
+    const std::uint64_t ones = n == 8 ? ~0ULL : 0xffffffffULL;
+    std::array<std::byte, emud::access::kBytes> b{};
+    emud::store<std::uint64_t>(b, emud::access::kOffset, off);
+    emud::store<std::uint32_t>(b, emud::access::kRegion, bar_);
+    emud::store<std::uint32_t>(b, emud::access::kCount, n);
+    auto r = c_.call(emud::Command::kRegionRead, b);
+    if (!r || r->body.size() != emud::access::kBytes + n) return ones;
+    std::uint64_t v = 0;
+    std::memcpy(&v, r->body.data() + emud::access::kBytes, n);
+    return v;
+  }
+  void write(std::uint64_t off, std::uint32_t n, std::uint64_t v) noexcept {
+    std::array<std::byte, emud::access::kBytes + 8> b{};
+    emud::store<std::uint64_t>(b, emud::access::kOffset, off);
+    emud::store<std::uint32_t>(b, emud::access::kRegion, bar_);
+    emud::store<std::uint32_t>(b, emud::access::kCount, n);
+    std::memcpy(b.data() + emud::access::kBytes, &v, n);
+    // Posted, like a PCIe memory write: one sendmsg, no reply (ordered before later reads).
+    (void)c_.call(emud::Command::kRegionWrite, std::span(b).first(emud::access::kBytes + n), {}, true);
+  }
+  Conn& c_;
+  unsigned bar_;
+  std::uint64_t size_;
+};
+
+/// Which cards a backend has open; shared with its devices so a device closing after its
+/// backend is safe.
+struct OpenSet {
+  std::mutex mu;
+  std::set<backend::PciAddress> open;
+};
+
+class RemoteDevice final : public backend::Device {
+ public:
+  RemoteDevice(std::unique_ptr<Conn> c, CardInfo ci, std::shared_ptr<OpenSet> open)
+      : c_(std::move(c)), ci_(std::move(ci)), open_(std::move(open)) {}
+  ~RemoteDevice() override {
+    {
+      std::lock_guard lock(open_->mu);
+      open_->open.erase(ci_.fi.address);
+    }
+    for (const auto& [iova, key] : reback_of_) reback_use(key, -1);  // the daemon drops our maps on close
+    if (aperture_.data() != nullptr) ::munmap(aperture_.data(), aperture_.size());
+    if (aperture_fd_ >= 0) ::close(aperture_fd_);
+  }
+  const backend::FunctionInfo& info() const noexcept override { return ci_.fi; }
+
+  Result<void> config_read(std::uint32_t offset, std::span<std::byte> out) override {
+    if (offset > pci::cfg::kConfigSize || out.size() > pci::cfg::kConfigSize - offset) {
+      std::fill(out.begin(), out.end(), std::byte{0xff});
+      return fail(Code::kOutOfRange, fmt::format("config read of {} bytes at 0x{:x} past 4 KiB", out.size(), offset));
+    }
+    if (out.empty()) return {};
+    std::array<std::byte, emud::access::kBytes> b{};
+    emud::store<std::uint64_t>(b, emud::access::kOffset, offset);
+    emud::store<std::uint32_t>(b, emud::access::kRegion, emud::kRegionConfig);
+    emud::store<std::uint32_t>(b, emud::access::kCount, static_cast<std::uint32_t>(out.size()));
+    auto r = c_->call(emud::Command::kRegionRead, b);
+    if (!r || r->body.size() != emud::access::kBytes + out.size()) {
+      std::fill(out.begin(), out.end(), std::byte{0xff});
+      if (!r) return std::unexpected(r.error().with({.card = ci_.card}));
+      return fail(Code::kInternal, "emu-remote: short config read reply");
+    }
+    std::memcpy(out.data(), r->body.data() + emud::access::kBytes, out.size());
+    return {};
+  }
+  Result<void> config_write(std::uint32_t offset, std::span<const std::byte> data) override {
+    if (offset > pci::cfg::kConfigSize || data.size() > pci::cfg::kConfigSize - offset) {
+      return fail(Code::kOutOfRange, fmt::format("config write of {} bytes at 0x{:x} past 4 KiB", data.size(), offset));
+    }
+    if (data.empty()) return {};
+    std::vector<std::byte> b(emud::access::kBytes + data.size());
+    emud::store<std::uint64_t>(b, emud::access::kOffset, offset);
+    emud::store<std::uint32_t>(b, emud::access::kRegion, emud::kRegionConfig);
+    emud::store<std::uint32_t>(b, emud::access::kCount, static_cast<std::uint32_t>(data.size()));
+    std::memcpy(b.data() + emud::access::kBytes, data.data(), data.size());
+    auto r = c_->call(emud::Command::kRegionWrite, b);
+    if (!r) return std::unexpected(r.error().with({.card = ci_.card}));
+    return {};
+  }
+
+  struct RegionCache {
+    backend::RegionInfo info;
+    std::uint64_t mmap_offset = 0;
+    std::uint64_t mmap_size = 0;
+  };
+  Result<RegionCache> region(unsigned index) {
+    std::array<std::byte, emud::region_info::kCommandBytes> b{};
+    emud::store<std::uint32_t>(b, emud::region_info::kIndex, index);
+    auto r = c_->call(emud::Command::kRegionInfo, b);
+    if (!r) return std::unexpected(r.error().with({.card = ci_.card}));
+    if (r->body.size() < emud::region_info::kBytes) {
+      if (r->fd >= 0) ::close(r->fd);
+      return fail(Code::kInternal, "emu-remote: short REGION_INFO reply");
+    }
+    RegionCache rc;
+    const auto flags = emud::load<std::uint32_t>(r->body, emud::region_info::kFlags);
+    rc.info.index = index;
+    rc.info.size = emud::load<std::uint64_t>(r->body, emud::region_info::kSize);
+    rc.info.mappable = (flags & emud::region_info::kMmap) != 0;
+    rc.info.prefetchable = (flags & emud::region_info::kPrefetchable) != 0;
+    rc.info.is_64bit = (flags & emud::region_info::k64Bit) != 0;
+    rc.mmap_offset = emud::load<std::uint64_t>(r->body, emud::region_info::kMmapOffset);
+    rc.mmap_size = emud::load<std::uint64_t>(r->body, emud::region_info::kMmapSize);
+    if (r->fd >= 0) {
+      std::lock_guard lock(mu_);
+      if (aperture_fd_ < 0) {
+        aperture_fd_ = r->fd;
+      } else {
+        ::close(r->fd);
+      }
+    }
+    return rc;
+  }
+
+  Result<backend::RegionInfo> region_info(unsigned index) override {
+    if (index > 5) return fail(Code::kInvalidArgument, fmt::format("BAR index {} > 5", index));
+    auto r = region(index);
+    if (!r) return std::unexpected(r.error());
+    return r->info;
+  }
+  Result<backend::Mmio*> mmio(unsigned index) override {
+    if (index > 5) return fail(Code::kNotFound, fmt::format("BAR{} does not exist", index), {.card = ci_.card});
+    {
+      std::lock_guard lock(mu_);
+      if (mmio_[index]) return mmio_[index].get();
+    }
+    auto r = region(index);
+    if (!r) return std::unexpected(r.error());
+    if (r->info.size == 0) {
+      return fail(Code::kNotFound, fmt::format("BAR{} is not implemented by the card", index), {.card = ci_.card});
+    }
+    if (r->info.mappable) {
+      return fail(Code::kUnimplemented, fmt::format("BAR{} is the HBM aperture: use map_aperture()", index),
+                  {.card = ci_.card});
+    }
+    std::lock_guard lock(mu_);
+    if (!mmio_[index]) mmio_[index] = std::make_unique<RemoteMmio>(*c_, index, r->info.size);
+    return mmio_[index].get();
+  }
+  Result<std::span<std::byte>> map_aperture(unsigned index) override {
+    auto a = aperture_fd(index);
+    if (!a) return std::unexpected(a.error());
+    std::lock_guard lock(mu_);
+    if (aperture_.data() == nullptr) {
+      void* p = ::mmap(nullptr, a->size, PROT_READ | PROT_WRITE, MAP_SHARED, a->fd, static_cast<off_t>(a->offset));
+      if (p == MAP_FAILED) return fail_errno(errno, "emu-remote: mmap of the HBM aperture", {.card = ci_.card});
+      aperture_ = {static_cast<std::byte*>(p), a->size};
+    }
+    return aperture_;
+  }
+  Result<ApertureFd> aperture_fd(unsigned index) override {
+    if (index > 5) return fail(Code::kUnimplemented, fmt::format("BAR{} cannot be mapped directly", index));
+    auto r = region(index);
+    if (!r) return std::unexpected(r.error());
+    std::lock_guard lock(mu_);
+    if (!r->info.mappable || aperture_fd_ < 0) {
+      return fail(Code::kUnimplemented, fmt::format("BAR{} cannot be mapped directly", index), {.card = ci_.card});
+    }
+    return ApertureFd{aperture_fd_, r->mmap_offset, r->mmap_size};
+  }
+  std::vector<backend::IovaRange> iova_ranges() const override { return {ci_.iova}; }
+
+  Result<void> dma_map(const void* vaddr, std::uint64_t iova, std::uint64_t length,
+                       backend::DmaAccess access) override {
+    const auto va = reinterpret_cast<std::uintptr_t>(vaddr);
+    if (length == 0 || va % kPage != 0 || iova % kPage != 0 || length % kPage != 0) {
+      return fail(Code::kInvalidArgument,
+                  fmt::format("dma_map: vaddr {:#x}, iova {:#x} and length {:#x} must be 4 KiB aligned, length > 0", va,
+                              iova, length),
+                  {.card = ci_.card});
+    }
+    if (iova < ci_.iova.first || iova > ci_.iova.last || length - 1 > ci_.iova.last - iova) {
+      return fail(Code::kOutOfRange,
+                  fmt::format("dma_map: IOVA [{:#x}, +{:#x}) outside [{:#x}, {:#x}]", iova, length, ci_.iova.first,
+                              ci_.iova.last),
+                  {.card = ci_.card});
+    }
+    auto h = host_fd(vaddr, length);
+    if (!h) return std::unexpected(h.error().with({.card = ci_.card}));
+    std::array<std::byte, emud::dma_map::kBytes> b{};
+    emud::store<std::uint64_t>(b, emud::dma_map::kIova, iova);
+    emud::store<std::uint64_t>(b, emud::dma_map::kSize, length);
+    emud::store<std::uint64_t>(b, emud::dma_map::kFdOffset, h->offset);
+    emud::store<std::uint32_t>(b, emud::dma_map::kAccess, static_cast<std::uint32_t>(access));
+    const int fd = h->fd;
+    auto r = c_->call(emud::Command::kDmaMap, b, std::span(&fd, 1));
+    if (!r) return std::unexpected(r.error().with({.card = ci_.card}));
+    if (h->reback != 0) {
+      reback_use(h->reback, +1);
+      std::lock_guard lock(mu_);
+      reback_of_[iova] = h->reback;
+    }
+    return {};
+  }
+  Result<void> dma_unmap(std::uint64_t iova, std::uint64_t length) override {
+    std::array<std::byte, emud::dma_unmap::kBytes> b{};
+    emud::store<std::uint64_t>(b, emud::dma_unmap::kIova, iova);
+    emud::store<std::uint64_t>(b, emud::dma_unmap::kSize, length);
+    auto r = c_->call(emud::Command::kDmaUnmap, b);
+    if (!r) return std::unexpected(r.error().with({.card = ci_.card}));
+    std::lock_guard lock(mu_);
+    if (auto it = reback_of_.find(iova); it != reback_of_.end()) {
+      reback_use(it->second, -1);
+      reback_of_.erase(it);
+    }
+    return {};
+  }
+
+  unsigned msix_vectors() const noexcept override { return ci_.msix_vectors; }
+  Result<void> set_msix_eventfds(unsigned first, std::span<const int> fds) override {
+    if (first > ci_.msix_vectors || fds.size() > ci_.msix_vectors - first) {
+      return fail(Code::kOutOfRange,
+                  fmt::format("MSI-X vectors {}..{} past {} vectors", first, first + fds.size(), ci_.msix_vectors));
+    }
+    for (int fd : fds) {
+      if (fd < -1 || (fd >= 0 && ::fcntl(fd, F_GETFD) < 0)) {
+        return fail(Code::kInvalidArgument, fmt::format("MSI-X: fd {} is not an open file descriptor", fd));
+      }
+    }
+    if (fds.empty()) return {};
+    return set_irqs(emud::irqs::kIrqMsix, first, fds);
+  }
+  Result<void> set_msi_eventfd(int fd) override {
+    if (fd < -1 || (fd >= 0 && ::fcntl(fd, F_GETFD) < 0)) {
+      return fail(Code::kInvalidArgument, fmt::format("MSI: fd {} is not an open file descriptor", fd));
+    }
+    return set_irqs(emud::irqs::kIrqMsi, 0, std::span(&fd, 1));
+  }
+  Result<void> reset() override {
+    auto r = c_->call(emud::Command::kDeviceReset, {});
+    if (!r) return std::unexpected(r.error().with({.card = ci_.card}));
+    return {};
+  }
+
+ private:
+  Result<void> set_irqs(std::uint32_t index, unsigned first, std::span<const int> fds) {
+    std::array<std::byte, emud::irqs::kBytes> b{};
+    std::vector<int> attached;
+    std::uint64_t mask = 0;
+    for (std::size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i] >= 0) {
+        mask |= 1ULL << i;
+        attached.push_back(fds[i]);
+      }
+    }
+    emud::store<std::uint32_t>(b, emud::irqs::kIndex, index);
+    emud::store<std::uint32_t>(b, emud::irqs::kStart, first);
+    emud::store<std::uint32_t>(b, emud::irqs::kCount, static_cast<std::uint32_t>(fds.size()));
+    emud::store<std::uint64_t>(b, emud::irqs::kFdMask, mask);
+    auto r = c_->call(emud::Command::kSetIrqs, b, attached);
+    if (!r) return std::unexpected(r.error().with({.card = ci_.card}));
+    return {};
+  }
+
+  std::unique_ptr<Conn> c_;
+  CardInfo ci_;
+  std::mutex mu_;
+  std::array<std::unique_ptr<RemoteMmio>, 6> mmio_;
+  int aperture_fd_ = -1;
+  std::span<std::byte> aperture_;
+  std::map<std::uint64_t, std::uintptr_t> reback_of_;  ///< IOVA -> re-backed region it maps
+  std::shared_ptr<OpenSet> open_;
+};
+
+// ---- Backend --------------------------------------------------------------------------------
+
+struct Options {
+  std::filesystem::path dir;
+  std::optional<std::set<std::uint32_t>> cards;
+  bool read_only = false;
+};
+
+Result<Options> parse(std::string_view rest) {
+  Options o;
+  const auto q = rest.find('?');
+  o.dir = std::string(rest.substr(0, q));
+  if (o.dir.empty()) return fail(Code::kInvalidArgument, fmt::format("emu-remote: no directory; forms: {}", kForms));
+  if (q == std::string_view::npos) return o;
+  std::string_view opts = rest.substr(q + 1);
+  while (!opts.empty()) {
+    const auto amp = opts.find('&');
+    const std::string_view kv = opts.substr(0, amp);
+    opts = amp == std::string_view::npos ? std::string_view{} : opts.substr(amp + 1);
+    const auto eq = kv.find('=');
+    const std::string_view k = kv.substr(0, eq);
+    const std::string_view v = eq == std::string_view::npos ? std::string_view{} : kv.substr(eq + 1);
+    if (k == "card") {
+      o.cards.emplace();
+      std::string_view list = v;
+      while (true) {
+        const auto comma = list.find(',');
+        const std::string_view item = list.substr(0, comma);
+        std::uint32_t n = 0;
+        const auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), n);
+        if (item.empty() || ec != std::errc{} || p != item.data() + item.size()) {
+          return fail(Code::kInvalidArgument,
+                      fmt::format("emu-remote: card list '{}' is not K[,L...]; forms: {}", v, kForms));
+        }
+        o.cards->insert(n);
+        if (comma == std::string_view::npos) break;
+        list = list.substr(comma + 1);
+      }
+    } else if (k == "mode" && (v == "ro" || v == "rw")) {
+      o.read_only = v == "ro";
+    } else {
+      return fail(Code::kInvalidArgument, fmt::format("emu-remote: unknown option '{}'; forms: {}", kv, kForms));
+    }
+  }
+  return o;
+}
+
+std::filesystem::path socket_of(const std::filesystem::path& dir, std::uint32_t card) {
+  return dir / fmt::format("{}{}{}", emud::kSocketPrefix, card, emud::kSocketSuffix);
+}
+
+class RemoteBackend final : public backend::Backend {
+ public:
+  RemoteBackend(Options o, std::string uri) : o_(std::move(o)), uri_(std::move(uri)) {}
+  std::string_view name() const noexcept override { return "emu-remote"; }
+  const std::string& uri() const noexcept override { return uri_; }
+
+  Result<std::vector<backend::FunctionInfo>> enumerate() override {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(o_.dir, ec)) {
+      return fail(Code::kUnavailable,
+                  fmt::format("emu-remote: {} is not a directory: start the daemon with `npo-emud --topology "
+                              "emu:mesh8 --socket-dir {}`",
+                              o_.dir.string(), o_.dir.string()));
+    }
+    std::set<std::uint32_t> cards;
+    for (const auto& e : std::filesystem::directory_iterator(o_.dir, ec)) {
+      const auto n = e.path().filename().string();
+      if (!n.starts_with(emud::kSocketPrefix) || !n.ends_with(emud::kSocketSuffix)) continue;
+      const auto digits =
+          std::string_view(n).substr(std::strlen(emud::kSocketPrefix),
+                                     n.size() - std::strlen(emud::kSocketPrefix) - std::strlen(emud::kSocketSuffix));
+      std::uint32_t k = 0;
+      const auto [p, err] = std::from_chars(digits.data(), digits.data() + digits.size(), k);
+      if (err == std::errc{} && p == digits.data() + digits.size()) cards.insert(k);
+    }
+    if (o_.cards) {
+      for (auto k : *o_.cards) {
+        if (cards.count(k) == 0) {
+          return fail(Code::kNotFound,
+                      fmt::format("emu-remote: the daemon at {} serves no card {}", o_.dir.string(), k));
+        }
+      }
+      cards = *o_.cards;
+    }
+    std::vector<backend::FunctionInfo> out;
+    std::lock_guard lock(mu_);
+    by_address_.clear();
+    for (auto k : cards) {
+      auto c = Conn::connect(socket_of(o_.dir, k), fmt::format("card {}", k));
+      if (!c) return std::unexpected(c.error());
+      if (auto h = hello(**c, true); !h) return std::unexpected(h.error());
+      auto ci = device_info(**c);
+      if (!ci) return std::unexpected(ci.error());
+      by_address_[ci->fi.address] = k;
+      out.push_back(ci->fi);
+    }
+    std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.address < b.address; });
+    return out;
+  }
+
+  Result<std::unique_ptr<backend::Device>> open(const backend::PciAddress& address) override {
+    std::optional<std::uint32_t> card;
+    {
+      std::lock_guard lock(mu_);
+      if (auto it = by_address_.find(address); it != by_address_.end()) card = it->second;
+    }
+    if (!card) {
+      if (auto e = enumerate(); !e) return std::unexpected(e.error());
+      std::lock_guard lock(mu_);
+      if (auto it = by_address_.find(address); it != by_address_.end()) card = it->second;
+    }
+    if (!card) return fail(Code::kNotFound, fmt::format("{}: no card at {}", uri_, address.to_string()));
+    {
+      std::lock_guard lock(open_->mu);
+      if (!open_->open.insert(address).second) {
+        return fail(Code::kAlreadyExists, fmt::format("{} is already open", address.to_string()), {.card = *card});
+      }
+    }
+    auto undo = [&] {
+      std::lock_guard lock(open_->mu);
+      open_->open.erase(address);
+    };
+    auto c = Conn::connect(socket_of(o_.dir, *card), fmt::format("card {}", *card));
+    if (!c) {
+      undo();
+      return std::unexpected(c.error());
+    }
+    if (auto h = hello(**c, o_.read_only); !h) {
+      undo();
+      return std::unexpected(Error(h.error()).with({.card = *card}));
+    }
+    auto ci = device_info(**c);
+    if (!ci) {
+      undo();
+      return std::unexpected(ci.error());
+    }
+    return std::unique_ptr<backend::Device>(std::make_unique<RemoteDevice>(std::move(*c), std::move(*ci), open_));
+  }
+
+ private:
+  Options o_;
+  std::string uri_;
+  std::mutex mu_;
+  std::map<backend::PciAddress, std::uint32_t> by_address_;
+  std::shared_ptr<OpenSet> open_ = std::make_shared<OpenSet>();
+};
+
+}  // namespace
+
+Result<void> register_backend(backend::Registry& registry) {
+  return registry.add(
+      "emu-remote", {std::string(kForms)},
+      [](std::string_view rest, std::string_view uri) -> Result<std::unique_ptr<backend::Backend>> {
+        auto o = parse(rest);
+        if (!o) return std::unexpected(o.error());
+        return std::unique_ptr<backend::Backend>(std::make_unique<RemoteBackend>(std::move(*o), std::string(uri)));
+      });
+}
+
+}  // namespace npo::emu_remote

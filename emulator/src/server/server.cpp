@@ -1,0 +1,711 @@
+// SPDX-License-Identifier: Apache-2.0
+// npo-emud's server (docs/spec/emud-protocol.md): one listening socket per card, one thread
+// per connection, each message parsed by parse_command and executed on the card's
+// backend::Device (the emulator's own backend) or, for read-only attaches, on the card model.
+#include "npo/emu/server.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <list>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "card.hpp"
+#include "npo/fw/emud.hpp"
+#include "npo/fw/pci.hpp"
+#include "server/protocol.hpp"
+#include "system.hpp"
+
+namespace npo::emu {
+
+namespace emud = fw::emud;
+namespace pci = fw::pci;
+using server::ParsedCommand;
+
+static_assert(static_cast<unsigned>(FaultKind::kTrainingTimeout) == emud::fault::kMaxKind,
+              "INJECT_FAULT's kind range follows FaultKind");
+
+namespace {
+
+struct CardSlot {
+  std::mutex mu;
+  std::condition_variable released;
+  pid_t owner = 0;
+};
+
+/// How long a new owner waits for the previous one's disconnect to be processed (a client
+/// that closes and reopens at once must not see its own old connection as the holder).
+constexpr auto kReleaseGrace = std::chrono::milliseconds(250);
+
+struct Mapping {
+  void* addr = nullptr;
+  std::uint64_t size = 0;
+};
+
+void close_all(std::vector<int>& fds) {
+  for (int fd : fds)
+    if (fd >= 0) ::close(fd);
+  fds.clear();
+}
+
+}  // namespace
+
+struct Server::Impl {
+  std::shared_ptr<Emulator> emu;
+  std::unique_ptr<backend::Backend> backend;
+  ServerOptions opts;
+  int lock_fd = -1;
+  int wake_fd = -1;
+  std::vector<int> listen_fds;
+  std::vector<std::filesystem::path> socket_paths;
+  std::vector<std::unique_ptr<CardSlot>> slots;
+  std::thread acceptor;
+  std::mutex sessions_mu;
+  struct SessionThread {
+    std::thread thread;
+    std::atomic<bool> done{false};
+  };
+  std::list<SessionThread> session_threads;
+  std::atomic<bool> stopping{false};
+  std::mutex log_mu;
+  bool stopped = false;
+
+  void log(const std::string& line) {
+    if (!opts.log) return;
+    std::lock_guard lock(log_mu);
+    opts.log(line);
+  }
+  void accept_loop();
+  void serve(int conn, std::uint32_t card);
+};
+
+namespace {
+
+/// One connection to one card.
+class Session {
+ public:
+  Session(Server::Impl& srv, int conn, std::uint32_t card) : srv_(srv), conn_(conn), card_(card) {
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    if (::getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) pid_ = cred.pid;
+    msix_fds_.fill(-1);
+  }
+  ~Session() { release(); }
+
+  void run() {
+    std::vector<std::byte> buf(emud::kMaxMessage + 1);
+    alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int) * emud::kMaxFds)> ctrl{};
+    while (!srv_.stopping.load()) {
+      pollfd p[2] = {{conn_, POLLIN, 0}, {srv_.wake_fd, POLLIN, 0}};
+      if (::poll(p, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        srv_.log(fmt::format("card={} pid={}: poll failed: {}", card_, pid_, std::strerror(errno)));
+        break;
+      }
+      if (p[1].revents != 0 || srv_.stopping.load()) break;
+      iovec iov{buf.data(), buf.size()};
+      msghdr mh{};
+      mh.msg_iov = &iov;
+      mh.msg_iovlen = 1;
+      mh.msg_control = ctrl.data();
+      mh.msg_controllen = ctrl.size();
+      const ssize_t n = ::recvmsg(conn_, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+      if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+      std::vector<int> fds;
+      // Only a message that arrived has descriptors: after a failed recvmsg the control buffer
+      // still holds the previous message's (long closed) fds, which must not be closed again.
+      for (cmsghdr* c = n > 0 ? CMSG_FIRSTHDR(&mh) : nullptr; c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        const std::size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (std::size_t i = 0; i < k; ++i) {
+          int fd = -1;
+          std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+          fds.push_back(fd);
+        }
+      }
+      if (n <= 0) {
+        if (n < 0) srv_.log(fmt::format("card={} pid={}: recvmsg failed: {}", card_, pid_, std::strerror(errno)));
+        close_all(fds);
+        break;
+      }
+      if ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0) {
+        close_all(fds);
+        reply_error(0, 0, Code::kInvalidArgument, "message or its file descriptors exceed the protocol's limits");
+        continue;
+      }
+      handle(std::span<const std::byte>(buf.data(), static_cast<std::size_t>(n)), fds);
+      close_all(fds);  // whatever handle() did not take
+    }
+  }
+
+ private:
+  Card& card() { return srv_.emu->card(card_); }
+
+  void send(std::span<const std::byte> msg, int fd = -1) {
+    iovec iov{const_cast<std::byte*>(msg.data()), msg.size()};
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int))> ctrl{};
+    if (fd >= 0) {
+      mh.msg_control = ctrl.data();
+      mh.msg_controllen = ctrl.size();
+      cmsghdr* c = CMSG_FIRSTHDR(&mh);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    }
+    (void)::sendmsg(conn_, &mh, MSG_NOSIGNAL);
+  }
+  void reply_ok(const ParsedCommand& c, std::span<const std::byte> body = {}, int fd = -1) {
+    if (c.no_reply) return;
+    server::build_reply(out_, c.msg_id, static_cast<std::uint16_t>(c.command), Code::kOk, body);
+    send(out_, fd);
+  }
+  void reply_error(std::uint16_t id, std::uint16_t cmd, Code code, std::string_view text) {
+    server::build_reply(out_, id, cmd, code, {}, text);
+    send(out_);
+  }
+  void reply_error(const ParsedCommand& c, const Error& e) {
+    // A posted write that fails is reported anyway: the client reads it before its next reply.
+    reply_error(c.msg_id, static_cast<std::uint16_t>(c.command), e.code(), e.message());
+  }
+
+  void handle(std::span<const std::byte> msg, std::vector<int>& fds) {
+    bool header_ok = false;
+    std::uint16_t id = 0, cmd = 0;
+    auto pc = server::parse_command(msg, fds.size(), &header_ok, &id, &cmd);
+    if (!pc) {
+      reply_error(id, cmd, pc.error().code(), pc.error().message());
+      return;
+    }
+    const ParsedCommand& c = *pc;
+    if (c.command == emud::Command::kVersion) return version(c);
+    if (!attached_) {
+      return reply_error(c, Error(Code::kFailedPrecondition, "send VERSION first (docs/spec/emud-protocol.md §2)"));
+    }
+    if (c.command == emud::Command::kInjectFault) return inject_fault(c);
+    if (read_only_) return read_only(c);
+    switch (c.command) {
+      case emud::Command::kVersion: return;
+      case emud::Command::kDeviceGetInfo: return device_info(c);
+      case emud::Command::kRegionInfo: return region_info(c);
+      case emud::Command::kRegionRead: return region_read(c);
+      case emud::Command::kRegionWrite: return region_write(c);
+      case emud::Command::kDmaMap: return dma_map(c, fds);
+      case emud::Command::kDmaUnmap: return dma_unmap(c);
+      case emud::Command::kSetIrqs: return set_irqs(c, fds);
+      case emud::Command::kInjectFault: return;
+      case emud::Command::kDeviceReset: {
+        if (auto r = dev_->reset(); !r) return reply_error(c, r.error());
+        return reply_ok(c);
+      }
+    }
+  }
+
+  void version(const ParsedCommand& c) {
+    if (attached_) return reply_error(c, Error(Code::kFailedPrecondition, "VERSION sent twice"));
+    if (c.major != emud::kVersionMajor) {
+      return reply_error(c, Error(Code::kFailedPrecondition,
+                                  fmt::format("protocol version {}.{} not supported: the daemon speaks {}.{}", c.major,
+                                              c.minor, emud::kVersionMajor, emud::kVersionMinor)));
+    }
+    read_only_ = (c.attach_flags & emud::version::kAttachReadOnly) != 0;
+    if (!read_only_) {
+      CardSlot& slot = *srv_.slots[card_];
+      std::unique_lock lock(slot.mu);
+      slot.released.wait_for(lock, kReleaseGrace, [&] { return slot.owner == 0; });
+      if (slot.owner != 0 && slot.owner == pid_) {
+        return reply_error(c, Error(Code::kAlreadyExists,
+                                    fmt::format("card {} is already open by this process (pid {})", card_, pid_)));
+      }
+      if (slot.owner != 0) {
+        return reply_error(
+            c, Error(Code::kUnavailable, fmt::format("card {} is open by pid {} (one client per card; tools attach "
+                                                     "read-only with ?mode=ro)",
+                                                     card_, slot.owner)));
+      }
+      const auto addr = card().function_info().address;
+      auto d = srv_.backend->open(addr);
+      if (!d) return reply_error(c, d.error());
+      dev_ = std::move(*d);
+      slot.owner = pid_ > 0 ? pid_ : 1;
+      owner_ = true;
+    }
+    attached_ = true;
+    srv_.log(fmt::format("connect card={} pid={} mode={}", card_, pid_, read_only_ ? "read-only" : "owner"));
+    std::array<std::byte, emud::version::kBytes> b{};
+    emud::store<std::uint16_t>(b, emud::version::kMajor, emud::kVersionMajor);
+    emud::store<std::uint16_t>(b, emud::version::kMinor, emud::kVersionMinor);
+    emud::store<std::uint32_t>(b, emud::version::kPid, static_cast<std::uint32_t>(::getpid()));
+    emud::store<std::uint32_t>(b, emud::version::kCard, card_);
+    reply_ok(c, b);
+  }
+
+  /// Faults are the emulator's test harness: any attach (owner or read-only) may inject them,
+  /// into the card its socket serves.
+  void inject_fault(const ParsedCommand& c) {
+    if (c.fault_card != card_) {
+      return reply_error(c, Error(Code::kInvalidArgument,
+                                  fmt::format("fault for card {} sent to card {}'s socket", c.fault_card, card_)));
+    }
+    auto opt = [](std::uint32_t v) -> std::optional<unsigned> {
+      return v == emud::fault::kNone ? std::nullopt : std::optional<unsigned>(v);
+    };
+    Fault f;
+    f.at_ns = srv_.emu->now_ns() + c.delay_ns;
+    f.kind = static_cast<FaultKind>(c.fault_kind);
+    f.card = card_;
+    f.engine = opt(c.fault_engine);
+    f.queue = opt(c.fault_queue);
+    f.port = opt(c.fault_port);
+    f.lane = opt(c.fault_lane);
+    f.count = c.count;
+    f.value = c.fault_value;
+    f.duration_ns = c.duration_ns;
+    if (auto r = srv_.emu->inject(f); !r) return reply_error(c, r.error());
+    srv_.log(fmt::format("fault {} card={} injected by pid={}", fault_name(f.kind), card_, pid_));
+    reply_ok(c);
+  }
+
+  void device_info(const ParsedCommand& c) {
+    const auto fi = card().function_info();
+    std::array<std::byte, emud::info::kBytes> b{};
+    emud::store<std::uint16_t>(b, emud::info::kDomain, fi.address.domain);
+    emud::store<std::uint8_t>(b, emud::info::kBus, fi.address.bus);
+    emud::store<std::uint8_t>(b, emud::info::kDevice, fi.address.device);
+    emud::store<std::uint8_t>(b, emud::info::kFunction, fi.address.function);
+    emud::store<std::uint16_t>(b, emud::info::kVendorId, fi.vendor_id);
+    emud::store<std::uint16_t>(b, emud::info::kDeviceId, fi.device_id);
+    emud::store<std::uint16_t>(b, emud::info::kSubVendorId, fi.subsystem_vendor_id);
+    emud::store<std::uint16_t>(b, emud::info::kSubsystemId, fi.subsystem_id);
+    emud::store<std::uint32_t>(b, emud::info::kClassCode, fi.class_code);
+    emud::store<std::int32_t>(b, emud::info::kNumaNode, fi.numa_node);
+    emud::store<std::uint32_t>(b, emud::info::kNumRegions, 8);
+    emud::store<std::uint32_t>(b, emud::info::kMsixVectors, pci::kMsixVectors);
+    emud::store<std::uint64_t>(b, emud::info::kIovaFirst, Iommu::kIovaFirst);
+    emud::store<std::uint64_t>(b, emud::info::kIovaLast, Iommu::kIovaLast);
+    emud::store<std::uint32_t>(b, emud::info::kCardIndex, card_);
+    {
+      CardSlot& slot = *srv_.slots[card_];
+      std::lock_guard lock(slot.mu);
+      emud::store<std::uint32_t>(b, emud::info::kOwnerPid, static_cast<std::uint32_t>(slot.owner));
+    }
+    reply_ok(c, b);
+  }
+
+  void region_info(const ParsedCommand& c) {
+    if (c.region > 5) return reply_error(c, Error(Code::kInvalidArgument, fmt::format("BAR index {} > 5", c.region)));
+    backend::RegionInfo ri;
+    if (dev_) {
+      auto r = dev_->region_info(c.region);
+      if (!r) return reply_error(c, r.error());
+      ri = *r;
+    } else {
+      ri.size = card().bar_size(c.region);
+    }
+    std::array<std::byte, emud::region_info::kBytes> b{};
+    std::uint32_t flags = ri.size != 0 ? (emud::region_info::kRead | emud::region_info::kWrite) : 0u;
+    if (ri.prefetchable) flags |= emud::region_info::kPrefetchable;
+    if (ri.is_64bit) flags |= emud::region_info::k64Bit;
+    int fd = -1;
+    std::uint64_t off = 0, msize = 0;
+    if (ri.mappable && dev_) {
+      if (auto a = dev_->aperture_fd(c.region); a) {
+        flags |= emud::region_info::kMmap;
+        fd = a->fd;
+        off = a->offset;
+        msize = a->size;
+      }
+    }
+    emud::store<std::uint32_t>(b, emud::region_info::kIndex, c.region);
+    emud::store<std::uint32_t>(b, emud::region_info::kFlags, flags);
+    emud::store<std::uint64_t>(b, emud::region_info::kSize, ri.size);
+    emud::store<std::uint64_t>(b, emud::region_info::kMmapOffset, off);
+    emud::store<std::uint64_t>(b, emud::region_info::kMmapSize, msize);
+    reply_ok(c, b, fd);
+  }
+
+  void reply_read(const ParsedCommand& c, std::span<const std::byte> data) {
+    std::vector<std::byte> body(emud::access::kBytes + data.size());
+    emud::store<std::uint64_t>(body, emud::access::kOffset, c.offset);
+    emud::store<std::uint32_t>(body, emud::access::kRegion, c.region);
+    emud::store<std::uint32_t>(body, emud::access::kCount, static_cast<std::uint32_t>(data.size()));
+    std::memcpy(body.data() + emud::access::kBytes, data.data(), data.size());
+    reply_ok(c, body);
+  }
+
+  void region_read(const ParsedCommand& c) {
+    std::array<std::byte, emud::kMaxAccess> data{};
+    auto out = std::span(data).first(c.count);
+    if (c.region == emud::kRegionConfig) {
+      if (c.offset > pci::cfg::kConfigSize) {
+        return reply_error(c, Error(Code::kOutOfRange, fmt::format("config read at 0x{:x} past 4 KiB", c.offset)));
+      }
+      auto r = dev_->config_read(static_cast<std::uint32_t>(c.offset), out);
+      if (!r) return reply_error(c, r.error());
+      return reply_read(c, out);
+    }
+    auto m = dev_->mmio(c.region);
+    if (!m) return reply_error(c, m.error());
+    const std::uint64_t v = c.count == 8 ? (*m)->read64(c.offset) : (*m)->read32(c.offset);
+    std::memcpy(out.data(), &v, c.count);
+    reply_read(c, out);
+  }
+
+  void region_write(const ParsedCommand& c) {
+    if (c.region == emud::kRegionConfig) {
+      if (c.offset > pci::cfg::kConfigSize) {
+        return reply_error(c, Error(Code::kOutOfRange, fmt::format("config write at 0x{:x} past 4 KiB", c.offset)));
+      }
+      auto r = dev_->config_write(static_cast<std::uint32_t>(c.offset), c.data);
+      if (!r) return reply_error(c, r.error());
+      return reply_ok(c);
+    }
+    auto m = dev_->mmio(c.region);
+    if (!m) return reply_error(c, m.error());
+    if (c.count == 8) {
+      (*m)->write64(c.offset, emud::load<std::uint64_t>(c.data, 0));
+    } else {
+      (*m)->write32(c.offset, emud::load<std::uint32_t>(c.data, 0));
+    }
+    reply_ok(c);
+  }
+
+  void read_only(const ParsedCommand& c) {
+    switch (c.command) {
+      case emud::Command::kDeviceGetInfo: return device_info(c);
+      case emud::Command::kRegionInfo: return region_info(c);
+      case emud::Command::kRegionRead: {
+        std::array<std::byte, emud::kMaxAccess> data{};
+        auto out = std::span(data).first(c.count);
+        if (c.region == emud::kRegionConfig) {
+          if (c.offset > pci::cfg::kConfigSize || c.count > pci::cfg::kConfigSize - c.offset) {
+            return reply_error(c, Error(Code::kOutOfRange, "config read past 4 KiB"));
+          }
+          for (std::uint32_t i = 0; i < c.count; ++i) {
+            out[i] = static_cast<std::byte>(card().cfg_read(static_cast<std::uint32_t>(c.offset) + i, 1));
+          }
+          return reply_read(c, out);
+        }
+        if (c.region != pci::kBarRegs) {
+          return reply_error(c, Error(Code::kPermissionDenied, "a read-only attach reads config space and BAR0 only"));
+        }
+        const unsigned width = c.count * 8;
+        std::uint64_t v = c.count == 8 ? ~0ULL : 0xffffffffULL;
+        if (c.offset % c.count == 0 && c.offset + c.count <= card().bar_size(pci::kBarRegs)) {
+          v = card().bar0_read(c.offset, width);
+        }
+        std::memcpy(out.data(), &v, c.count);
+        return reply_read(c, out);
+      }
+      default:
+        return reply_error(c, Error(Code::kPermissionDenied,
+                                    fmt::format("card {} is attached read-only: command {} needs the owner's attach",
+                                                card_, static_cast<unsigned>(c.command))));
+    }
+  }
+
+  void dma_map(const ParsedCommand& c, std::vector<int>& fds) {
+    const int fd = fds.at(0);
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      return reply_error(c, Error(Code::kInvalidArgument, "DMA_MAP: the attached fd is not a memfd"));
+    }
+    const int seals = ::fcntl(fd, F_GET_SEALS);
+    if (seals < 0) {
+      return reply_error(c, Error(Code::kInvalidArgument,
+                                  "DMA_MAP: the attached fd is not a memfd (F_GET_SEALS failed): host memory crosses "
+                                  "to the daemon as a memfd"));
+    }
+    // Sealed against shrinking, the memory cannot vanish under the daemon's mapping (no SIGBUS).
+    if ((seals & F_SEAL_SHRINK) == 0 && ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0) {
+      return reply_error(c, Error(Code::kInvalidArgument,
+                                  "DMA_MAP: the memfd cannot be sealed against shrinking (create it with "
+                                  "MFD_ALLOW_SEALING)"));
+    }
+    if (c.size == 0 || c.fd_offset + c.size > static_cast<std::uint64_t>(st.st_size)) {
+      return reply_error(
+          c, Error(Code::kOutOfRange, fmt::format("DMA_MAP: [{:#x}, +{:#x}) is outside the memfd of {} bytes",
+                                                  c.fd_offset, c.size, st.st_size)));
+    }
+    if (c.size % 4096 != 0 || c.iova % 4096 != 0) {
+      return reply_error(c, Error(Code::kInvalidArgument, "DMA_MAP: iova and size must be 4 KiB aligned"));
+    }
+    if (maps_.count(c.iova) != 0) {
+      return reply_error(c, Error(Code::kAlreadyExists, fmt::format("DMA_MAP: IOVA {:#x} is mapped", c.iova)));
+    }
+    const int prot = PROT_READ | ((c.dma_access & 2) != 0 ? PROT_WRITE : 0);
+    void* p = ::mmap(nullptr, c.size, prot, MAP_SHARED, fd, static_cast<off_t>(c.fd_offset));
+    if (p == MAP_FAILED) {
+      const int err = errno;
+      return reply_error(c, Error(errno_code(err), fmt::format("DMA_MAP: mmap of the memfd: {}", std::strerror(err))));
+    }
+    auto r = dev_->dma_map(p, c.iova, c.size, static_cast<backend::DmaAccess>(c.dma_access));
+    if (!r) {
+      ::munmap(p, c.size);
+      return reply_error(c, r.error());
+    }
+    maps_[c.iova] = Mapping{p, c.size};
+    reply_ok(c);
+  }
+
+  void dma_unmap(const ParsedCommand& c) {
+    auto it = maps_.find(c.iova);
+    if (it == maps_.end() || it->second.size != c.size) {
+      return reply_error(
+          c, Error(Code::kNotFound, fmt::format("DMA_UNMAP: no mapping of {} bytes at IOVA {:#x}", c.size, c.iova)));
+    }
+    if (auto r = dev_->dma_unmap(c.iova, c.size); !r) return reply_error(c, r.error());
+    ::munmap(it->second.addr, it->second.size);
+    maps_.erase(it);
+    reply_ok(c);
+  }
+
+  void set_irqs(const ParsedCommand& c, std::vector<int>& fds) {
+    if (c.irq_index == emud::irqs::kIrqMsi) {
+      auto r = dev_->set_msi_eventfd(c.fd_mask != 0 ? fds[0] : -1);
+      if (!r) return reply_error(c, r.error());
+      return reply_ok(c);
+    }
+    std::vector<int> vec(c.count, -1);
+    std::size_t k = 0;
+    for (std::uint32_t i = 0; i < c.count; ++i) {
+      if ((c.fd_mask >> i) & 1u) vec[i] = fds[k++];
+    }
+    auto r = dev_->set_msix_eventfds(c.irq_start, vec);
+    if (!r) return reply_error(c, r.error());
+    for (std::uint32_t i = 0; i < c.count; ++i) {
+      int& slot = msix_fds_[c.irq_start + i];
+      if (slot >= 0) ::close(slot);
+      slot = vec[i];
+    }
+    for (int& fd : fds) fd = -1;  // now owned by msix_fds_
+    reply_ok(c);
+  }
+
+  void release() {
+    if (owner_) {
+      // Order: stop the card's queues and windows, then the device (IOMMU cleared, waiting for
+      // in-flight accesses; interrupts disconnected), then the daemon's view of client memory.
+      card().release_client_state();
+      dev_.reset();
+      for (auto& [iova, m] : maps_) ::munmap(m.addr, m.size);
+      CardSlot& slot = *srv_.slots[card_];
+      {
+        std::lock_guard lock(slot.mu);
+        slot.owner = 0;
+      }
+      slot.released.notify_all();
+    }
+    const std::size_t nmaps = maps_.size();
+    maps_.clear();
+    for (int& fd : msix_fds_) {
+      if (fd >= 0) ::close(fd);
+      fd = -1;
+    }
+    if (attached_) {
+      srv_.log(fmt::format("disconnect card={} pid={} mode={} dma_maps_dropped={}", card_, pid_,
+                           read_only_ ? "read-only" : "owner", nmaps));
+    }
+    attached_ = owner_ = false;
+    if (conn_ >= 0) ::close(conn_);
+    conn_ = -1;
+  }
+
+  Server::Impl& srv_;
+  int conn_;
+  std::uint32_t card_;
+  pid_t pid_ = 0;
+  bool attached_ = false;
+  bool read_only_ = false;
+  bool owner_ = false;
+  std::unique_ptr<backend::Device> dev_;
+  std::map<std::uint64_t, Mapping> maps_;
+  std::array<int, pci::kMsixVectors> msix_fds_{};
+  std::vector<std::byte> out_;
+};
+
+}  // namespace
+
+void Server::Impl::serve(int conn, std::uint32_t card) {
+  Session s(*this, conn, card);
+  s.run();
+}
+
+void Server::Impl::accept_loop() {
+  std::vector<pollfd> p;
+  p.reserve(listen_fds.size() + 1);
+  for (int fd : listen_fds) p.push_back({fd, POLLIN, 0});
+  p.push_back({wake_fd, POLLIN, 0});
+  while (!stopping.load()) {
+    if (::poll(p.data(), p.size(), -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (p.back().revents != 0) break;
+    for (std::size_t i = 0; i + 1 < p.size(); ++i) {
+      if ((p[i].revents & POLLIN) == 0) continue;
+      const int conn = ::accept4(p[i].fd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (conn < 0) continue;
+      std::lock_guard lock(sessions_mu);
+      for (auto it = session_threads.begin(); it != session_threads.end();) {  // reap finished ones
+        if (it->done.load()) {
+          it->thread.join();
+          it = session_threads.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      auto& st = session_threads.emplace_back();
+      st.thread = std::thread([this, conn, i, &st] {
+        serve(conn, static_cast<std::uint32_t>(i));
+        st.done.store(true);
+      });
+    }
+  }
+}
+
+Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Server::~Server() { stop(); }
+
+bool Server::wait_unowned(int timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    bool any = false;
+    for (auto& s : impl_->slots) {
+      std::lock_guard lock(s->mu);
+      any = any || s->owner != 0;
+    }
+    if (!any) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+std::size_t Server::card_count() const noexcept { return impl_->listen_fds.size(); }
+
+void Server::stop() {
+  Impl& s = *impl_;
+  if (s.stopped) return;
+  s.stopped = true;
+  s.stopping.store(true);
+  if (s.wake_fd >= 0) {
+    const std::uint64_t one = 1;
+    (void)::write(s.wake_fd, &one, sizeof one);
+  }
+  if (s.acceptor.joinable()) s.acceptor.join();
+  for (int fd : s.listen_fds) ::close(fd);
+  for (const auto& p : s.socket_paths) {
+    std::error_code ec;
+    std::filesystem::remove(p, ec);
+  }
+  {
+    std::lock_guard lock(s.sessions_mu);
+    for (auto& t : s.session_threads)
+      if (t.thread.joinable()) t.thread.join();
+    s.session_threads.clear();
+  }
+  if (s.wake_fd >= 0) ::close(s.wake_fd);
+  s.wake_fd = -1;
+  if (s.lock_fd >= 0) {
+    std::error_code ec;
+    std::filesystem::remove(s.opts.socket_dir / emud::kLockFile, ec);
+    ::close(s.lock_fd);
+    s.lock_fd = -1;
+  }
+}
+
+Result<std::unique_ptr<Server>> Server::start(std::shared_ptr<Emulator> emu, ServerOptions options) {
+  std::unique_ptr<Server> srv(new Server(std::make_unique<Impl>()));  // stop() cleans up a failed start
+  Impl* impl = srv->impl_.get();
+  impl->emu = std::move(emu);
+  impl->opts = std::move(options);
+  const auto& dir = impl->opts.socket_dir;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return fail_errno(ec.value(), fmt::format("npo-emud: cannot create socket directory {}", dir.string()));
+  // One file descriptor per card socket and per connection: lift the soft limit.
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    (void)::setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  const auto lock_path = dir / emud::kLockFile;
+  impl->lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (impl->lock_fd < 0) return fail_errno(errno, fmt::format("npo-emud: open {}", lock_path.string()));
+  if (::flock(impl->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    std::array<char, 32> pid{};
+    const ssize_t n = ::pread(impl->lock_fd, pid.data(), pid.size() - 1, 0);
+    ::close(impl->lock_fd);
+    impl->lock_fd = -1;
+    return fail(Code::kAlreadyExists, fmt::format("npo-emud: {} is served by another npo-emud (pid {}); stop it or "
+                                                  "pick another --socket-dir",
+                                                  dir.string(), n > 0 ? std::string(pid.data()) : "?"));
+  }
+  const std::string pid_text = std::to_string(::getpid());
+  if (::ftruncate(impl->lock_fd, 0) != 0 ||
+      ::pwrite(impl->lock_fd, pid_text.data(), pid_text.size(), 0) != static_cast<ssize_t>(pid_text.size())) {
+    return fail_errno(errno, "npo-emud: writing the lock file");
+  }
+  // The lock is ours: any socket left in the directory belongs to a dead daemon.
+  std::size_t stale = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const auto name = e.path().filename().string();
+    if (name.starts_with(emud::kSocketPrefix) && name.ends_with(emud::kSocketSuffix)) {
+      std::filesystem::remove(e.path(), ec);
+      ++stale;
+    }
+  }
+  if (stale > 0)
+    impl->log(
+        fmt::format("reused stale socket directory {}: removed {} sockets of a dead daemon", dir.string(), stale));
+  impl->wake_fd = ::eventfd(0, EFD_CLOEXEC);
+  if (impl->wake_fd < 0) return fail_errno(errno, "npo-emud: eventfd");
+  impl->backend = impl->emu->make_backend("emud:" + dir.string());
+  const std::size_t n = impl->emu->card_count();
+  for (std::size_t i = 0; i < n; ++i) {
+    impl->slots.push_back(std::make_unique<CardSlot>());
+    const auto path = dir / fmt::format("{}{}{}", emud::kSocketPrefix, i, emud::kSocketSuffix);
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    if (path.string().size() >= sizeof sa.sun_path) {
+      return fail(Code::kInvalidArgument, fmt::format("npo-emud: socket path {} is longer than {} bytes", path.string(),
+                                                      sizeof sa.sun_path - 1));
+    }
+    std::memcpy(sa.sun_path, path.c_str(), path.string().size());
+    const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return fail_errno(errno, "npo-emud: socket");
+    impl->listen_fds.push_back(fd);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+      return fail_errno(errno, fmt::format("npo-emud: bind {}", path.string()));
+    }
+    impl->socket_paths.push_back(path);
+    if (::listen(fd, 64) != 0) return fail_errno(errno, fmt::format("npo-emud: listen {}", path.string()));
+  }
+  impl->acceptor = std::thread([impl] { impl->accept_loop(); });
+  return srv;
+}
+
+}  // namespace npo::emu

@@ -1,0 +1,212 @@
+// SPDX-License-Identifier: Apache-2.0
+// npo-emud wire protocol: the contract between the shared emulator daemon (npo-emud) and its
+// clients (the emu-remote backend). Spec: docs/spec/emud-protocol.md. Shaped like vfio-user:
+// one 16-byte header per message, then a command-specific body; file descriptors (DMA memory,
+// the HBM aperture, interrupt eventfds) travel as SCM_RIGHTS ancillary data.
+// Standard library only; every layout is given as byte offsets with static_asserts, and read
+// and written with load/store below (host byte order: both ends run on the same host).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+
+namespace npo::fw::emud {
+
+/// Protocol version (spec §2). A major mismatch is refused; minors are compatible.
+inline constexpr std::uint16_t kVersionMajor = 1;
+inline constexpr std::uint16_t kVersionMinor = 0;
+
+/// Largest message either side sends or accepts, header included (spec §1).
+inline constexpr std::uint32_t kMaxMessage = 8192;
+/// Largest data payload of one REGION_READ / REGION_WRITE (spec §5.6).
+inline constexpr std::uint32_t kMaxAccess = 4096;
+/// Most file descriptors attached to one message (SET_IRQS of 64 vectors).
+inline constexpr unsigned kMaxFds = 64;
+/// Largest error text in an error reply (spec §3).
+inline constexpr std::uint32_t kMaxErrorText = 1024;
+
+/// Region index of PCI configuration space (as VFIO_PCI_CONFIG_REGION_INDEX); 0..5 are BARs.
+inline constexpr std::uint32_t kRegionConfig = 7;
+
+/// Socket file of card `index` in the socket directory: "card-<index>.sock" (spec §1).
+inline constexpr const char* kSocketPrefix = "card-";
+inline constexpr const char* kSocketSuffix = ".sock";
+/// Lock file the daemon holds (flock) while it serves a directory; contains its pid.
+inline constexpr const char* kLockFile = "npo-emud.lock";
+
+/// Commands (spec §5). Numbers follow vfio-user where the role is the same.
+enum class Command : std::uint16_t {
+  kVersion = 1,
+  kDmaMap = 2,
+  kDmaUnmap = 3,
+  kDeviceGetInfo = 4,
+  kRegionInfo = 5,
+  kSetIrqs = 8,
+  kRegionRead = 9,
+  kRegionWrite = 10,
+  kDeviceReset = 13,
+  kInjectFault = 64,  ///< npo-specific: schedule an emulator fault (npo-emu fault --socket-dir)
+};
+
+// ---- Header (spec §1), 16 bytes ------------------------------------------------------------
+namespace hdr {
+inline constexpr std::size_t kMsgId = 0;    ///< u16, echoed in the reply
+inline constexpr std::size_t kCommand = 2;  ///< u16 Command
+inline constexpr std::size_t kSize = 4;     ///< u32 bytes of the whole message, header included
+inline constexpr std::size_t kFlags = 8;    ///< u32 kFlag* bits
+inline constexpr std::size_t kError = 12;   ///< u32 npo::Code of an error reply, else 0
+inline constexpr std::size_t kBytes = 16;
+static_assert(kError + 4 == kBytes);
+}  // namespace hdr
+
+inline constexpr std::uint32_t kFlagTypeMask = 0xf;  ///< 0 command, 1 reply
+inline constexpr std::uint32_t kTypeCommand = 0;
+inline constexpr std::uint32_t kTypeReply = 1;
+inline constexpr std::uint32_t kFlagNoReply = 1u << 4;  ///< command: send no reply on success
+inline constexpr std::uint32_t kFlagError = 1u << 5;    ///< reply: error field and text are set
+
+// ---- VERSION (spec §5.1) -------------------------------------------------------------------
+namespace version {
+inline constexpr std::size_t kMajor = 0;  ///< u16
+inline constexpr std::size_t kMinor = 2;  ///< u16
+inline constexpr std::size_t kFlags = 4;  ///< u32 kAttach* bits (command); 0 (reply)
+inline constexpr std::size_t kPid = 8;    ///< u32 sender's pid (informational; the daemon uses SO_PEERCRED)
+inline constexpr std::size_t kCard = 12;  ///< u32 reply: the card index this socket serves
+inline constexpr std::size_t kBytes = 16;
+static_assert(kCard + 4 == kBytes);
+inline constexpr std::uint32_t kAttachReadOnly = 1u << 0;  ///< observe without owning the card
+}  // namespace version
+
+// ---- DMA_MAP / DMA_UNMAP (spec §5.2, §5.3) -------------------------------------------------
+namespace dma_map {
+inline constexpr std::size_t kIova = 0;       ///< u64, 4 KiB aligned
+inline constexpr std::size_t kSize = 8;       ///< u64 bytes, 4 KiB multiple, > 0
+inline constexpr std::size_t kFdOffset = 16;  ///< u64 offset of the first byte in the attached fd
+inline constexpr std::size_t kAccess = 24;    ///< u32: 1 device reads, 2 device writes, 3 both
+inline constexpr std::size_t kReserved = 28;  ///< u32, 0
+inline constexpr std::size_t kBytes = 32;
+static_assert(kReserved + 4 == kBytes);
+}  // namespace dma_map
+namespace dma_unmap {
+inline constexpr std::size_t kIova = 0;  ///< u64
+inline constexpr std::size_t kSize = 8;  ///< u64
+inline constexpr std::size_t kBytes = 16;
+static_assert(kSize + 8 == kBytes);
+}  // namespace dma_unmap
+
+// ---- DEVICE_GET_INFO reply (spec §5.4) -----------------------------------------------------
+namespace info {
+inline constexpr std::size_t kDomain = 0;        ///< u16
+inline constexpr std::size_t kBus = 2;           ///< u8
+inline constexpr std::size_t kDevice = 3;        ///< u8
+inline constexpr std::size_t kFunction = 4;      ///< u8
+inline constexpr std::size_t kPad = 5;           ///< u8[3], 0
+inline constexpr std::size_t kVendorId = 8;      ///< u16
+inline constexpr std::size_t kDeviceId = 10;     ///< u16
+inline constexpr std::size_t kSubVendorId = 12;  ///< u16
+inline constexpr std::size_t kSubsystemId = 14;  ///< u16
+inline constexpr std::size_t kClassCode = 16;    ///< u32 (24 bits)
+inline constexpr std::size_t kNumaNode = 20;     ///< i32, -1 unknown
+inline constexpr std::size_t kNumRegions = 24;   ///< u32 (8: BAR0..5, -, config)
+inline constexpr std::size_t kMsixVectors = 28;  ///< u32
+inline constexpr std::size_t kIovaFirst = 32;    ///< u64
+inline constexpr std::size_t kIovaLast = 40;     ///< u64 (inclusive)
+inline constexpr std::size_t kCardIndex = 48;    ///< u32
+inline constexpr std::size_t kOwnerPid = 52;     ///< u32 pid of the card's owner, 0 none
+inline constexpr std::size_t kBytes = 56;
+static_assert(kOwnerPid + 4 == kBytes);
+}  // namespace info
+
+// ---- DEVICE_GET_REGION_INFO (spec §5.5) ----------------------------------------------------
+namespace region_info {
+inline constexpr std::size_t kIndex = 0;        ///< u32 region (command and reply)
+inline constexpr std::size_t kFlags = 4;        ///< u32 kRegion* bits (reply)
+inline constexpr std::size_t kSize = 8;         ///< u64 bytes (reply); 0 = not implemented
+inline constexpr std::size_t kMmapOffset = 16;  ///< u64 offset in the attached fd (reply, mmap only)
+inline constexpr std::size_t kMmapSize = 24;    ///< u64 bytes backed by the fd (reply, mmap only)
+inline constexpr std::size_t kBytes = 32;
+inline constexpr std::size_t kCommandBytes = 8;  ///< index + u32 reserved
+static_assert(kMmapSize + 8 == kBytes);
+inline constexpr std::uint32_t kRead = 1u << 0;
+inline constexpr std::uint32_t kWrite = 1u << 1;
+inline constexpr std::uint32_t kMmap = 1u << 2;  ///< an fd is attached to the reply
+inline constexpr std::uint32_t kPrefetchable = 1u << 3;
+inline constexpr std::uint32_t k64Bit = 1u << 4;
+}  // namespace region_info
+
+// ---- REGION_READ / REGION_WRITE (spec §5.6) ------------------------------------------------
+namespace access {
+inline constexpr std::size_t kOffset = 0;  ///< u64 bytes into the region
+inline constexpr std::size_t kRegion = 8;  ///< u32 region index
+inline constexpr std::size_t kCount = 12;  ///< u32 bytes; BARs: 4 or 8, config: 1..4096
+inline constexpr std::size_t kBytes = 16;  ///< then `count` data bytes (write command, read reply)
+static_assert(kCount + 4 == kBytes);
+}  // namespace access
+
+// ---- SET_IRQS (spec §5.7) ------------------------------------------------------------------
+namespace irqs {
+inline constexpr std::size_t kIndex = 0;      ///< u32: kIrqMsix or kIrqMsi
+inline constexpr std::size_t kStart = 4;      ///< u32 first vector
+inline constexpr std::size_t kCount = 8;      ///< u32 vectors, 1..64
+inline constexpr std::size_t kReserved = 12;  ///< u32, 0
+inline constexpr std::size_t kFdMask = 16;    ///< u64: bit i set = vector start+i gets the next attached fd
+inline constexpr std::size_t kBytes = 24;
+static_assert(kFdMask + 8 == kBytes);
+inline constexpr std::uint32_t kIrqMsix = 0;
+inline constexpr std::uint32_t kIrqMsi = 1;
+}  // namespace irqs
+
+// ---- INJECT_FAULT (spec §5.9) --------------------------------------------------------------
+namespace fault {
+inline constexpr std::size_t kDelayNs = 0;      ///< u64: fire this long after the daemon receives it
+inline constexpr std::size_t kKind = 8;         ///< u32: npo::emu::FaultKind
+inline constexpr std::size_t kCard = 12;        ///< u32: must be the card this socket serves
+inline constexpr std::size_t kEngine = 16;      ///< u32, kNone: not given
+inline constexpr std::size_t kQueue = 20;       ///< u32, kNone: not given
+inline constexpr std::size_t kPort = 24;        ///< u32, kNone: not given
+inline constexpr std::size_t kLane = 28;        ///< u32, kNone: not given
+inline constexpr std::size_t kCount = 32;       ///< u32, >= 1
+inline constexpr std::size_t kReserved = 36;    ///< u32, 0
+inline constexpr std::size_t kValue = 40;       ///< f64 kind-specific magnitude
+inline constexpr std::size_t kDurationNs = 48;  ///< u64 kind-specific duration
+inline constexpr std::size_t kBytes = 56;
+static_assert(kDurationNs + 8 == kBytes);
+inline constexpr std::uint32_t kNone = 0xffffffffu;
+inline constexpr std::uint32_t kMaxKind = 10;  ///< highest FaultKind value (training_timeout)
+}  // namespace fault
+
+// ---- Little helpers both sides use ---------------------------------------------------------
+/// Reads a T at `off` of `b`; the caller has checked off + sizeof(T) <= b.size().
+template <class T>
+[[nodiscard]] inline T load(std::span<const std::byte> b, std::size_t off) noexcept {
+  T v{};
+  std::memcpy(&v, b.data() + off, sizeof(T));
+  return v;
+}
+/// Writes a T at `off` of `b`; the caller has checked the bounds.
+template <class T>
+inline void store(std::span<std::byte> b, std::size_t off, T v) noexcept {
+  std::memcpy(b.data() + off, &v, sizeof(T));
+}
+
+/// The fixed-size body a command carries (bytes after the header), or -1 if it has a variable
+/// size (REGION_WRITE: kBytes + count) or the command is unknown.
+[[nodiscard]] constexpr long command_body_bytes(std::uint16_t command) noexcept {
+  switch (static_cast<Command>(command)) {
+    case Command::kVersion: return static_cast<long>(version::kBytes);
+    case Command::kDmaMap: return static_cast<long>(dma_map::kBytes);
+    case Command::kDmaUnmap: return static_cast<long>(dma_unmap::kBytes);
+    case Command::kDeviceGetInfo: return 0;
+    case Command::kRegionInfo: return static_cast<long>(region_info::kCommandBytes);
+    case Command::kSetIrqs: return static_cast<long>(irqs::kBytes);
+    case Command::kRegionRead: return static_cast<long>(access::kBytes);
+    case Command::kRegionWrite: return -1;
+    case Command::kDeviceReset: return 0;
+    case Command::kInjectFault: return static_cast<long>(fault::kBytes);
+  }
+  return -1;
+}
+
+}  // namespace npo::fw::emud

@@ -1,0 +1,612 @@
+// SPDX-License-Identifier: Apache-2.0
+// npo-emud and emu-remote (DESIGN.md "One supernode, many processes"): the daemon's life
+// cycle, one owner per card, read-only attach, cross-process windows, crafted messages, a
+// dead daemon and a client killed mid-DMA. Every test starts its own daemon (EmudProcess) and
+// forks its client processes; every wait is bounded.
+#include "npo/fw/emud.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "common/dma_run.hpp"
+#include "common/emud_process.hpp"
+#include "common/run_command.hpp"
+#include "npo/fw/pci.hpp"
+#include "npo/hal/backend/registry.hpp"
+#include "npo/hal/dma.hpp"
+#include "npo/hal/memory.hpp"
+#include "npo/hal/system.hpp"
+#include "npo/hal/window.hpp"
+
+namespace {
+
+namespace emud = npo::fw::emud;
+using npo::Code;
+using npo::DmaAddress;
+using npo::OpStatus;
+using npo_test::EmudProcess;
+
+// ---- Child processes ------------------------------------------------------------------------
+
+/// A forked child running `body`; its exit status is body's return value.
+struct Child {
+  pid_t pid = -1;
+  int to_child = -1;    ///< parent writes
+  int from_child = -1;  ///< parent reads
+  ~Child() {
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+    if (to_child >= 0) ::close(to_child);
+    if (from_child >= 0) ::close(from_child);
+  }
+  /// Waits up to `ms` for the child to exit; its exit code, or -1.
+  int wait(int ms) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (std::chrono::steady_clock::now() < deadline) {
+      int st = 0;
+      if (::waitpid(pid, &st, WNOHANG) == pid) {
+        pid = -1;
+        return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return -1;
+  }
+};
+
+/// Reads exactly `out.size()` bytes within `ms`. False on EOF or timeout.
+bool read_full(int fd, std::span<std::byte> out, int ms = 20000) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  std::size_t got = 0;
+  while (got < out.size()) {
+    pollfd p{fd, POLLIN, 0};
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
+    const ssize_t n = ::read(fd, out.data() + got, out.size() - got);
+    if (n <= 0) return false;
+    got += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+bool write_full(int fd, std::span<const std::byte> in) {
+  return ::write(fd, in.data(), in.size()) == static_cast<ssize_t>(in.size());
+}
+bool send_byte(int fd, char c) { return ::write(fd, &c, 1) == 1; }
+char recv_byte(int fd, int ms = 20000) {
+  std::array<std::byte, 1> b{};
+  return read_full(fd, b, ms) ? static_cast<char>(b[0]) : '\0';
+}
+
+std::unique_ptr<Child> fork_child(const std::function<int(int in, int out)>& body) {
+  int down[2], up[2];
+  if (::pipe2(down, O_CLOEXEC) != 0 || ::pipe2(up, O_CLOEXEC) != 0) return nullptr;
+  auto c = std::make_unique<Child>();
+  c->pid = ::fork();
+  if (c->pid == 0) {
+    ::close(down[1]);
+    ::close(up[0]);
+    const int rc = body(down[0], up[1]);
+    std::fflush(nullptr);
+    ::_exit(rc);
+  }
+  ::close(down[0]);
+  ::close(up[1]);
+  c->to_child = down[1];
+  c->from_child = up[0];
+  return c;
+}
+
+std::string emud_path() { return NPO_EMUD; }
+
+// ---- Raw protocol client ----------------------------------------------------------------------
+
+/// A raw connection to one card socket, for crafted messages.
+struct Raw {
+  int fd = -1;
+  explicit Raw(const std::string& path) {
+    fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::strncpy(sa.sun_path, path.c_str(), sizeof sa.sun_path - 1);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ~Raw() {
+    if (fd >= 0) ::close(fd);
+  }
+  bool send(std::span<const std::byte> msg, std::span<const int> fds = {}) const {
+    iovec iov{const_cast<std::byte*>(msg.data()), msg.size()};
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int) * 8)> ctrl{};
+    if (!fds.empty()) {
+      mh.msg_control = ctrl.data();
+      mh.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+      cmsghdr* c = CMSG_FIRSTHDR(&mh);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+      std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+    }
+    return ::sendmsg(fd, &mh, MSG_NOSIGNAL) == static_cast<ssize_t>(msg.size());
+  }
+  /// The reply's error code (0 = ok) and body; code -1 if none came within 5 s.
+  std::pair<int, std::vector<std::byte>> recv() const {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 5000) <= 0) return {-1, {}};
+    std::vector<std::byte> b(emud::kMaxMessage);
+    const ssize_t n = ::recv(fd, b.data(), b.size(), 0);
+    if (n < static_cast<ssize_t>(emud::hdr::kBytes)) return {-1, {}};
+    b.resize(static_cast<std::size_t>(n));
+    const auto flags = emud::load<std::uint32_t>(b, emud::hdr::kFlags);
+    const int code =
+        (flags & emud::kFlagError) != 0 ? static_cast<int>(emud::load<std::uint32_t>(b, emud::hdr::kError)) : 0;
+    return {code, std::vector<std::byte>(b.begin() + emud::hdr::kBytes, b.end())};
+  }
+  int call(std::span<const std::byte> msg, std::span<const int> fds = {}) const {
+    if (!send(msg, fds)) return -2;
+    return recv().first;
+  }
+};
+
+std::vector<std::byte> message(emud::Command cmd, std::span<const std::byte> body, std::uint32_t flags = 0) {
+  std::vector<std::byte> m(emud::hdr::kBytes + body.size());
+  emud::store<std::uint16_t>(m, emud::hdr::kMsgId, 7);
+  emud::store<std::uint16_t>(m, emud::hdr::kCommand, static_cast<std::uint16_t>(cmd));
+  emud::store<std::uint32_t>(m, emud::hdr::kSize, static_cast<std::uint32_t>(m.size()));
+  emud::store<std::uint32_t>(m, emud::hdr::kFlags, flags);
+  if (!body.empty()) std::memcpy(m.data() + emud::hdr::kBytes, body.data(), body.size());
+  return m;
+}
+std::vector<std::byte> version_msg(bool read_only) {
+  std::array<std::byte, emud::version::kBytes> b{};
+  emud::store<std::uint16_t>(b, emud::version::kMajor, emud::kVersionMajor);
+  emud::store<std::uint32_t>(b, emud::version::kFlags, read_only ? emud::version::kAttachReadOnly : 0u);
+  return message(emud::Command::kVersion, b);
+}
+std::vector<std::byte> access_msg(emud::Command cmd, std::uint32_t region, std::uint64_t off, std::uint32_t count,
+                                  std::uint64_t value = 0) {
+  std::vector<std::byte> b(emud::access::kBytes + (cmd == emud::Command::kRegionWrite ? count : 0));
+  emud::store<std::uint64_t>(b, emud::access::kOffset, off);
+  emud::store<std::uint32_t>(b, emud::access::kRegion, region);
+  emud::store<std::uint32_t>(b, emud::access::kCount, count);
+  if (cmd == emud::Command::kRegionWrite)
+    std::memcpy(b.data() + emud::access::kBytes, &value, std::min<std::size_t>(count, 8));
+  return message(cmd, b);
+}
+std::vector<std::byte> dma_map_msg(std::uint64_t iova, std::uint64_t size, std::uint64_t fd_off) {
+  std::array<std::byte, emud::dma_map::kBytes> b{};
+  emud::store<std::uint64_t>(b, emud::dma_map::kIova, iova);
+  emud::store<std::uint64_t>(b, emud::dma_map::kSize, size);
+  emud::store<std::uint64_t>(b, emud::dma_map::kFdOffset, fd_off);
+  emud::store<std::uint32_t>(b, emud::dma_map::kAccess, 3);
+  return message(emud::Command::kDmaMap, b);
+}
+
+std::string sock(const EmudProcess& d, unsigned card) { return d.dir() + "/card-" + std::to_string(card) + ".sock"; }
+
+// ---- Tests ------------------------------------------------------------------------------------
+
+TEST(Emud, ReadyLineShutdownAndStaleDirectory) {
+  EmudProcess d;
+  ASSERT_TRUE(d.start(emud_path(), "emu:mesh8")) << d.output();
+  EXPECT_NE(d.output().find("ready cards=8 links_up=56 links_failed=0 unreachable_pairs=0"), std::string::npos)
+      << d.output();
+  for (unsigned k = 0; k < 8; ++k) EXPECT_TRUE(std::filesystem::exists(sock(d, k))) << k;
+  // A second daemon on the same directory is refused and names the first one's pid.
+  EmudProcess second;
+  EXPECT_FALSE(second.start_in(emud_path(), "emu:2", d.dir(), {"--no-bring-up"}, 10000));
+  EXPECT_NE(second.output().find("served by another npo-emud (pid " + std::to_string(d.pid()) + ")"), std::string::npos)
+      << second.output();
+  // Killed: the sockets stay behind; a new daemon reuses the directory.
+  const std::string dir = d.dir();
+  d.kill();
+  EXPECT_TRUE(std::filesystem::exists(dir + "/card-0.sock"));
+  EmudProcess again;
+  ASSERT_TRUE(again.start_in(emud_path(), "emu:2", dir, {"--no-bring-up"})) << again.output();
+  EXPECT_NE(again.output().find("reused stale socket directory"), std::string::npos) << again.output();
+  EXPECT_NE(again.output().find("ready cards=2"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/card-7.sock")) << "stale sockets of the old daemon are removed";
+  // SIGTERM: clean exit, sockets and lock removed.
+  EXPECT_EQ(again.stop(), 0) << again.output();
+  EXPECT_NE(again.output().find("SIGTERM received"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/card-0.sock"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/npo-emud.lock"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Emud, OneOwnerPerCardNamesTheHolderAndReadOnlyAttachWatches) {
+  EmudProcess d;
+  ASSERT_TRUE(d.start(emud_path(), "emu:2", {"--no-bring-up"})) << d.output();
+  const std::string uri = d.uri();
+  auto holder = fork_child([&](int in, int out) {
+    auto sys = npo::System::open(uri + "?card=0");
+    if (!sys) return 2;
+    send_byte(out, 'o');
+    (void)recv_byte(in, 30000);
+    return 0;
+  });
+  ASSERT_EQ(recv_byte(holder->from_child), 'o');
+  auto again = npo::System::open(uri + "?card=0");
+  ASSERT_FALSE(again.has_value());
+  EXPECT_EQ(again.error().code(), Code::kUnavailable);
+  EXPECT_NE(again.error().message().find("open by pid " + std::to_string(holder->pid)), std::string::npos)
+      << again.error().to_string();
+  // Card 1 is free.
+  auto other = npo::System::open(uri + "?card=1");
+  ASSERT_TRUE(other.has_value()) << other.error().to_string();
+  EXPECT_EQ((*other)->device_count(), 1u);
+
+  // Read-only attach to the held card: config space and BAR0 read, nothing else.
+  auto be = npo::backend::builtin_registry().open(uri + "?card=0&mode=ro");
+  ASSERT_TRUE(be.has_value()) << be.error().to_string();
+  auto fns = (*be)->enumerate();
+  ASSERT_TRUE(fns.has_value() && fns->size() == 1);
+  auto dev = (*be)->open(fns->front().address);
+  ASSERT_TRUE(dev.has_value()) << dev.error().to_string();
+  std::array<std::byte, 4> id{};
+  ASSERT_TRUE((*dev)->config_read(0, id).has_value());
+  EXPECT_EQ(emud::load<std::uint16_t>(id, 0), npo::fw::pci::kVendorId);
+  auto bar0 = (*dev)->mmio(0);
+  ASSERT_TRUE(bar0.has_value());
+  EXPECT_NE((*bar0)->read32(0), 0xffffffffu) << "BAR0 magic reads through a read-only attach";
+  EXPECT_EQ((*dev)->config_write(4, id).error().code(), Code::kPermissionDenied);
+  EXPECT_EQ((*dev)->reset().error().code(), Code::kPermissionDenied);
+  dev->reset();
+
+  send_byte(holder->to_child, 'q');
+  EXPECT_EQ(holder->wait(10000), 0);
+  // The holder is gone: the card opens at once.
+  auto now = npo::System::open(uri + "?card=0");
+  EXPECT_TRUE(now.has_value()) << now.error().to_string();
+  EXPECT_EQ(d.stop(), 0);
+  EXPECT_NE(d.output().find("mode=read-only"), std::string::npos);
+  EXPECT_NE(d.output().find("connect card=0 pid=" + std::to_string(::getpid()) + " mode=owner"), std::string::npos)
+      << d.output();
+}
+
+TEST(Emud, TwoProcessesRemoteWriteAndReadThroughAWindow) {
+  EmudProcess d;
+  ASSERT_TRUE(d.start(emud_path(), "emu:mesh8")) << d.output();
+  const std::string uri = d.uri();
+  constexpr std::size_t kLen = 256u << 10;
+  // The owner: card 3 exports a window, sends its handle, then checks its HBM holds the bytes.
+  auto owner = fork_child([&](int in, int out) {
+    auto sys = npo::System::open(uri + "?card=3");
+    if (!sys) return 2;
+    auto w = npo::export_window((*sys)->device(0), 0, kLen);
+    if (!w) return 3;
+    const auto h = (*w)->handle().serialize();
+    if (!write_full(out, h)) return 4;
+    std::vector<std::byte> expect(kLen);
+    if (!read_full(in, expect, 60000)) return 5;
+    auto map = npo::map_window((*sys)->device(0), **w);
+    if (!map) return 6;
+    std::vector<std::byte> seen(kLen);
+    if (!(*map)->read(0, seen)) return 7;
+    return std::memcmp(seen.data(), expect.data(), kLen) == 0 ? 0 : 8;
+  });
+  std::array<std::byte, npo::WindowHandle::kSerializedSize> hb{};
+  ASSERT_TRUE(read_full(owner->from_child, hb));
+  auto sys = npo::System::open(uri + "?card=0");
+  ASSERT_TRUE(sys.has_value()) << sys.error().to_string();
+  ASSERT_EQ((*sys)->device_count(), 1u);
+  auto h = npo::import_window(**sys, hb);
+  ASSERT_TRUE(h.has_value()) << "owner card 3 is on the fabric, opened by another process: " << h.error().to_string();
+  auto& dev = (*sys)->device(0);
+  auto q = dev.open_queue({.engine = 1, .depth = 64});
+  ASSERT_TRUE(q.has_value()) << q.error().to_string();
+  auto src = npo::allocate_host_memory(dev, kLen).value();
+  auto back = npo::allocate_host_memory(dev, kLen).value();
+  std::mt19937 rng(13);
+  for (auto& b : src->bytes()) b = static_cast<std::byte>(rng());
+  ASSERT_TRUE((*q)->enqueue_remote_write(DmaAddress::host(src->iova()), *h, 0, kLen));
+  ASSERT_TRUE((*q)->enqueue_remote_read(*h, 0, DmaAddress::host(back->iova()), kLen));
+  const auto c = npo_test::run(**q, 2);
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(c[0].status, OpStatus::kOk);
+  EXPECT_EQ(c[1].status, OpStatus::kOk);
+  EXPECT_EQ(std::memcmp(src->bytes().data(), back->bytes().data(), kLen), 0);
+  ASSERT_TRUE(write_full(owner->to_child, src->bytes()));
+  EXPECT_EQ(owner->wait(30000), 0) << "the owner's HBM holds what the other process wrote";
+}
+
+TEST(Emud, CraftedMessagesStayInsideTheClientsMemoryAndCard) {
+  EmudProcess d;
+  ASSERT_TRUE(d.start(emud_path(), "emu:2", {"--no-bring-up"})) << d.output();
+  Raw r(sock(d, 0));
+  ASSERT_GE(r.fd, 0);
+  const int inval = static_cast<int>(Code::kInvalidArgument);
+  // Nothing before VERSION.
+  EXPECT_EQ(r.call(access_msg(emud::Command::kRegionRead, emud::kRegionConfig, 0, 4)),
+            static_cast<int>(Code::kFailedPrecondition));
+  // Malformed: short, size field lying, unknown command, reply flag, bad body size, stray fd.
+  std::array<std::byte, 8> shortm{};
+  EXPECT_EQ(r.call(shortm), inval);
+  auto lying = version_msg(false);
+  emud::store<std::uint32_t>(lying, emud::hdr::kSize, 999);
+  EXPECT_EQ(r.call(lying), inval);
+  EXPECT_EQ(r.call(message(static_cast<emud::Command>(77), {})), inval);
+  EXPECT_EQ(r.call(message(emud::Command::kDeviceReset, {}, emud::kTypeReply)), inval);
+  EXPECT_EQ(r.call(message(emud::Command::kDeviceGetInfo, std::array<std::byte, 3>{})), inval);
+  const int efd = ::memfd_create("x", MFD_CLOEXEC);
+  EXPECT_EQ(r.call(message(emud::Command::kDeviceGetInfo, {}), std::span(&efd, 1)), inval);
+  ::close(efd);
+  // Attach as owner; the connection survived every bad message.
+  ASSERT_EQ(r.call(version_msg(false)), 0);
+  EXPECT_EQ(r.call(version_msg(false)), static_cast<int>(Code::kFailedPrecondition)) << "VERSION twice";
+  // Accesses outside the regions: config past 4 KiB fails, BAR0 past its end reads all-ones.
+  EXPECT_EQ(r.call(access_msg(emud::Command::kRegionRead, emud::kRegionConfig, 4000, 200)),
+            static_cast<int>(Code::kOutOfRange));
+  EXPECT_EQ(r.call(access_msg(emud::Command::kRegionRead, emud::kRegionConfig, ~0ULL - 2, 4)),
+            static_cast<int>(Code::kOutOfRange));
+  ASSERT_TRUE(r.send(access_msg(emud::Command::kRegionRead, 0, 1ULL << 40, 8)));
+  auto [code, body] = r.recv();
+  ASSERT_EQ(code, 0);
+  ASSERT_EQ(body.size(), emud::access::kBytes + 8);
+  EXPECT_EQ(emud::load<std::uint64_t>(body, emud::access::kBytes), ~0ULL);
+  EXPECT_EQ(r.call(access_msg(emud::Command::kRegionRead, 0, 0, 3)), inval) << "BAR accesses are 4 or 8 bytes";
+  EXPECT_EQ(r.call(access_msg(emud::Command::kRegionRead, 6, 0, 4)), inval);
+  // DMA_MAP: the daemon maps only what the fd holds, and seals it so it cannot shrink later.
+  const int mfd = ::memfd_create("crafted", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  ASSERT_EQ(::ftruncate(mfd, 8192), 0);
+  EXPECT_EQ(r.call(dma_map_msg(0x100000, 16384, 0), std::span(&mfd, 1)), static_cast<int>(Code::kOutOfRange));
+  EXPECT_EQ(r.call(dma_map_msg(0x100000, 4096, 8192), std::span(&mfd, 1)), static_cast<int>(Code::kOutOfRange));
+  EXPECT_EQ(r.call(dma_map_msg(0x100000, 4096, 1ULL << 46), std::span(&mfd, 1)), static_cast<int>(Code::kOutOfRange));
+  EXPECT_EQ(r.call(dma_map_msg(0x100000, 4096, 0)), inval) << "no fd attached";
+  int pipefd[2];
+  ASSERT_EQ(::pipe(pipefd), 0);
+  EXPECT_EQ(r.call(dma_map_msg(0x100000, 4096, 0), std::span(&pipefd[0], 1)), inval) << "not a memfd";
+  ::close(pipefd[0]);
+  ::close(pipefd[1]);
+  const int unsealable = ::memfd_create("nosealing", MFD_CLOEXEC);
+  ASSERT_EQ(::ftruncate(unsealable, 4096), 0);
+  EXPECT_EQ(r.call(dma_map_msg(0x100000, 4096, 0), std::span(&unsealable, 1)), inval);
+  ::close(unsealable);
+  ASSERT_EQ(r.call(dma_map_msg(0x100000, 8192, 0), std::span(&mfd, 1)), 0);
+  EXPECT_NE(::ftruncate(mfd, 4096), 0) << "a mapped memfd is sealed against shrinking (no SIGBUS in the daemon)";
+  EXPECT_EQ(r.call(dma_map_msg(0x101000, 4096, 0), std::span(&mfd, 1)), static_cast<int>(Code::kAlreadyExists));
+  std::array<std::byte, emud::dma_unmap::kBytes> um{};
+  emud::store<std::uint64_t>(um, emud::dma_unmap::kIova, 0x100000);
+  emud::store<std::uint64_t>(um, emud::dma_unmap::kSize, 4096);
+  EXPECT_EQ(r.call(message(emud::Command::kDmaUnmap, um)), static_cast<int>(Code::kNotFound)) << "exact size only";
+  emud::store<std::uint64_t>(um, emud::dma_unmap::kSize, 8192);
+  EXPECT_EQ(r.call(message(emud::Command::kDmaUnmap, um)), 0);
+  ::close(mfd);
+  // SET_IRQS whose mask promises more fds than attached.
+  std::array<std::byte, emud::irqs::kBytes> irq{};
+  emud::store<std::uint32_t>(irq, emud::irqs::kCount, 2);
+  emud::store<std::uint64_t>(irq, emud::irqs::kFdMask, 3);
+  EXPECT_EQ(r.call(message(emud::Command::kSetIrqs, irq)), inval);
+
+  // Another card: held by nobody, reached only through its own socket; read-only attach may
+  // not write, map or reset.
+  Raw ro(sock(d, 1));
+  ASSERT_EQ(ro.call(version_msg(true)), 0);
+  const int denied = static_cast<int>(Code::kPermissionDenied);
+  EXPECT_EQ(ro.call(access_msg(emud::Command::kRegionWrite, emud::kRegionConfig, 4, 2, 0)), denied);
+  EXPECT_EQ(ro.call(access_msg(emud::Command::kRegionWrite, 0, 0x10, 4, 1)), denied);
+  EXPECT_EQ(ro.call(message(emud::Command::kDeviceReset, {})), denied);
+  const int mfd2 = ::memfd_create("ro", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  ASSERT_EQ(::ftruncate(mfd2, 4096), 0);
+  EXPECT_EQ(ro.call(dma_map_msg(0x100000, 4096, 0), std::span(&mfd2, 1)), denied);
+  ::close(mfd2);
+  // Card 0 is owned by `r`: a second owner is refused and stays unattached.
+  Raw thief(sock(d, 0));
+  const auto theirs = thief.call(version_msg(false));
+  EXPECT_EQ(theirs, static_cast<int>(Code::kAlreadyExists)) << "same pid: already open by this process";
+  EXPECT_EQ(thief.call(access_msg(emud::Command::kRegionWrite, 0, 0x10, 4, 1)),
+            static_cast<int>(Code::kFailedPrecondition));
+  // The HBM aperture fd handed to card 1's owner holds card 1's HBM and nothing else.
+  {
+    auto be = npo::backend::builtin_registry().open(d.uri() + "?card=1");
+    ASSERT_TRUE(be.has_value());
+    auto fns = (*be)->enumerate();
+    ASSERT_TRUE(fns.has_value() && fns->size() == 1);
+    auto dev = (*be)->open(fns->front().address);
+    ASSERT_TRUE(dev.has_value()) << dev.error().to_string();
+    auto ap = (*dev)->aperture_fd(2);
+    ASSERT_TRUE(ap.has_value()) << ap.error().to_string();
+    struct stat st {};
+    ASSERT_EQ(::fstat(ap->fd, &st), 0);
+    EXPECT_EQ(ap->offset, 0u);
+    EXPECT_EQ(static_cast<std::uint64_t>(st.st_size), ap->size) << "one card's HBM per fd";
+    EXPECT_EQ(ap->size, 64u << 20);
+  }
+  EXPECT_EQ(d.stop(), 0);
+}
+
+TEST(Emud, DeadDaemonMakesEveryCallFailWithUnavailableWithinOneSecond) {
+  EmudProcess d;
+  ASSERT_TRUE(d.start(emud_path(), "emu:2", {"--no-bring-up"})) << d.output();
+  auto be = npo::backend::builtin_registry().open(d.uri());
+  ASSERT_TRUE(be.has_value());
+  auto fns = (*be)->enumerate();
+  ASSERT_TRUE(fns.has_value() && !fns->empty());
+  auto dev = (*be)->open(fns->front().address);
+  ASSERT_TRUE(dev.has_value()) << dev.error().to_string();
+  auto bar0 = (*dev)->mmio(0);
+  ASSERT_TRUE(bar0.has_value());
+  auto sys = npo::System::open(d.uri() + "?card=1");
+  ASSERT_TRUE(sys.has_value()) << sys.error().to_string();
+  d.kill();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::array<std::byte, 4> b{};
+  auto r = (*dev)->config_read(0, b);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code(), Code::kUnavailable) << r.error().to_string();
+  EXPECT_EQ((*dev)->reset().error().code(), Code::kUnavailable);
+  EXPECT_EQ((*dev)->region_info(0).error().code(), Code::kUnavailable);
+  EXPECT_EQ((*dev)->config_write(4, b).error().code(), Code::kUnavailable);
+  EXPECT_EQ((*bar0)->read32(0), 0xffffffffu) << "registers read all-ones";
+  EXPECT_EQ((*dev)->mmio(4).error().code(), Code::kUnavailable);
+  // Through the public API: a card-level call fails, nothing hangs.
+  auto& card = (*sys)->device(0);
+  auto q = card.open_queue({.engine = 0, .depth = 16});
+  EXPECT_FALSE(q.has_value());
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_LT(took, std::chrono::seconds(1)) << std::chrono::duration<double>(took).count() << " s";
+  auto reopen = npo::System::open(d.uri());
+  ASSERT_FALSE(reopen.has_value());
+  EXPECT_EQ(reopen.error().code(), Code::kUnavailable);
+  std::filesystem::remove_all(d.dir());
+}
+
+TEST(Emud, ClientKilledMidDmaLosesItsStateOthersContinue) {
+  EmudProcess d;
+  ASSERT_TRUE(d.start(emud_path(), "emu:mesh8")) << d.output();
+  const std::string uri = d.uri();
+  constexpr std::size_t kLen = 1u << 20;
+  // The victim: card 1, a window exported, host->HBM copies in a loop until it is killed.
+  auto victim = fork_child([&](int, int out) {
+    auto sys = npo::System::open(uri + "?card=1");
+    if (!sys) return 2;
+    auto& dev = (*sys)->device(0);
+    auto w = npo::export_window(dev, 0, kLen);
+    if (!w) return 3;
+    auto q = dev.open_queue({.engine = 0, .depth = 64});
+    auto mem = npo::allocate_host_memory(dev, kLen);
+    if (!q || !mem) return 4;
+    const auto h = (*w)->handle().serialize();
+    if (!write_full(out, h)) return 5;
+    for (;;) {
+      (void)(*q)->enqueue_copy(DmaAddress::host((*mem)->iova()), DmaAddress::hbm(kLen), kLen);
+      (void)(*q)->submit();
+      std::array<npo::OpCompletion, 64> c;
+      (void)(*q)->poll(c);
+    }
+  });
+  std::array<std::byte, npo::WindowHandle::kSerializedSize> hb{};
+  ASSERT_TRUE(read_full(victim->from_child, hb));
+  // Another client works on card 2 meanwhile.
+  auto sys2 = npo::System::open(uri + "?card=2");
+  ASSERT_TRUE(sys2.has_value()) << sys2.error().to_string();
+  auto& dev2 = (*sys2)->device(0);
+  auto q2 = dev2.open_queue({.engine = 0, .depth = 64}).value();
+  auto a = npo::allocate_host_memory(dev2, kLen).value();
+  auto b = npo::allocate_host_memory(dev2, kLen).value();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const pid_t vpid = victim->pid;
+  ::kill(vpid, SIGKILL);
+  EXPECT_EQ(victim->wait(5000), -1);  // killed by a signal
+  for (int round = 0; round < 4; ++round) {
+    std::mt19937 rng(static_cast<unsigned>(round));
+    for (auto& x : a->bytes()) x = static_cast<std::byte>(rng());
+    std::memset(b->bytes().data(), 0, kLen);
+    ASSERT_TRUE(q2->enqueue_copy(DmaAddress::host(a->iova()), DmaAddress::hbm(0), kLen));
+    ASSERT_TRUE(q2->enqueue_copy(DmaAddress::hbm(0), DmaAddress::host(b->iova()), kLen));
+    const auto c = npo_test::run(*q2, 2);
+    if (c.size() != 2u || c[1].status != OpStatus::kOk) {
+      d.stop();
+      FAIL() << "round " << round << ": " << c.size() << " completions; daemon output:\n" << d.output();
+    }
+    EXPECT_EQ(std::memcmp(a->bytes().data(), b->bytes().data(), kLen), 0) << "round " << round;
+  }
+  // The victim's card opens again at once; its window was revoked.
+  auto sys1 = npo::System::open(uri + "?card=1");
+  ASSERT_TRUE(sys1.has_value()) << sys1.error().to_string();
+  auto h = npo::import_window(**sys2, hb);
+  ASSERT_TRUE(h.has_value());
+  auto back = npo::allocate_host_memory(dev2, 4096).value();
+  ASSERT_TRUE(q2->enqueue_remote_read(*h, 0, DmaAddress::host(back->iova()), 4096));
+  const auto c = npo_test::run(*q2, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_NE(c[0].status, OpStatus::kOk) << "the dead client's window is gone";
+  q2.reset();
+  a.reset();
+  b.reset();
+  back.reset();
+  sys1->reset();
+  sys2->reset();
+  EXPECT_EQ(d.stop(), 0);
+  const std::string line = "disconnect card=1 pid=" + std::to_string(vpid) + " mode=owner dma_maps_dropped=";
+  const auto at = d.output().find(line);
+  ASSERT_NE(at, std::string::npos) << d.output();
+  EXPECT_GE(std::stoi(d.output().substr(at + line.size())), 2) << "its queue rings and buffer were mapped";
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Emud, FaultInjectedIntoTheRunningDaemonShowsInTheTools) {
+  EmudProcess d;
+  ASSERT_TRUE(d.start(emud_path(), "emu:mesh8")) << d.output();
+  const std::string emu = NPO_EMU, link = NPO_LINK;
+  const std::string backend = "'" + d.uri() + "?card=2'";
+  auto before = npo_test::run_command(link + " show --backend " + backend + " 2>&1");
+  ASSERT_EQ(before.status, 0) << before.out;
+  EXPECT_EQ(before.out.find("lane 3 dropped"), std::string::npos) << before.out;
+  auto inj = npo_test::run_command(emu + " fault --socket-dir " + d.dir() +
+                                   " --kind lane_loss --card 2 --port 0 --lane 3 2>&1");
+  ASSERT_EQ(inj.status, 0) << inj.out;
+  EXPECT_NE(inj.out.find("injected lane_loss into card 2"), std::string::npos) << inj.out;
+  // The tools show it at their next look (the lane drops at once; training notices within ms).
+  std::string seen;
+  for (int i = 0; i < 50 && seen.find("lane 3 dropped") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    seen = npo_test::run_command(link + " show --backend " + backend + " 2>&1").out;
+  }
+  EXPECT_NE(seen.find("7/8"), std::string::npos) << seen;
+  EXPECT_NE(seen.find("lane 3 dropped"), std::string::npos) << seen;
+  // The daemon checks the fault as a scenario file would, and the target card must be the
+  // socket's; no daemon: unavailable.
+  auto nolane =
+      npo_test::run_command(emu + " fault --socket-dir " + d.dir() + " --kind lane_loss --card 2 --port 0 2>&1");
+  EXPECT_NE(nolane.status, 0);
+  EXPECT_NE(nolane.out.find("needs a lane"), std::string::npos) << nolane.out;
+  auto badkind = npo_test::run_command(emu + " fault --socket-dir " + d.dir() + " --kind melt --card 2 2>&1");
+  EXPECT_NE(badkind.status, 0);
+  EXPECT_EQ(d.stop(), 0);
+  EXPECT_NE(d.output().find("fault lane_loss card=2 injected by pid="), std::string::npos) << d.output();
+  auto gone = npo_test::run_command(emu + " fault --socket-dir " + d.dir() + " --kind iommu_fault --card 0 2>&1");
+  EXPECT_NE(gone.status, 0);
+  EXPECT_NE(gone.out.find("unavailable"), std::string::npos) << gone.out;
+  std::filesystem::remove_all(d.dir());
+}
+
+TEST(Emud, CraftedFaultForAnotherCardIsRefused) {
+  EmudProcess d;
+  ASSERT_TRUE(d.start(emud_path(), "emu:2", {"--no-bring-up"})) << d.output();
+  Raw r(sock(d, 0));
+  ASSERT_EQ(r.call(version_msg(true)), 0);
+  std::array<std::byte, emud::fault::kBytes> b{};
+  emud::store<std::uint32_t>(b, emud::fault::kKind, 0);  // iommu_fault
+  emud::store<std::uint32_t>(b, emud::fault::kCard, 1);
+  for (auto off : {emud::fault::kEngine, emud::fault::kQueue, emud::fault::kPort, emud::fault::kLane})
+    emud::store<std::uint32_t>(b, off, emud::fault::kNone);
+  emud::store<std::uint32_t>(b, emud::fault::kCount, 1);
+  EXPECT_EQ(r.call(message(emud::Command::kInjectFault, b)), static_cast<int>(Code::kInvalidArgument))
+      << "card 1's fault through card 0's socket";
+  emud::store<std::uint32_t>(b, emud::fault::kCard, 0);
+  EXPECT_EQ(r.call(message(emud::Command::kInjectFault, b)), 0);
+  emud::store<std::uint32_t>(b, emud::fault::kKind, 11);
+  EXPECT_EQ(r.call(message(emud::Command::kInjectFault, b)), static_cast<int>(Code::kInvalidArgument));
+  EXPECT_EQ(d.stop(), 0);
+}
+
+}  // namespace
