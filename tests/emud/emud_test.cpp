@@ -570,7 +570,7 @@ TEST(Emud, FaultInjectedIntoTheRunningDaemonShowsInTheTools) {
   // retrains, issue 18). A host retrain of both ends (`npo-link train` on every card of the
   // daemon) then brings the link up on the 7 lanes that carry light.
   std::string seen;
-  for (int i = 0; i < 100 && seen.find("TIMEOUT_CDR_LOCK") == std::string::npos; ++i) {
+  for (int i = 0; i < 250 && seen.find("TIMEOUT_CDR_LOCK") == std::string::npos; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     seen = npo_test::run_command(link + " show --backend " + backend + " --port 0 2>&1").out;
   }
