@@ -1,0 +1,874 @@
+// SPDX-License-Identifier: Apache-2.0
+// dma_npo: a DPDK dmadev driver over npo cards' DMA queues (docs/dpdk.md).
+//
+// One vdev = one card of one backend (devargs backend=URI, card=N); each vchan opens one
+// DmaQueue of the card (engines round-robin). Only npo-hal's public API is used, so the
+// driver runs on whatever backend the URI names.
+//
+// Addresses: DPDK runs in IOVA-as-VA mode and hands us virtual addresses. The card reaches
+// host memory only through MemoryRegions registered with it, at IOVAs the HAL chose. At the
+// first probe on a card every memseg-contiguous range of DPDK memory is registered with
+// register_host_memory (pinned and IOMMU-mapped, zero-copy); memory DPDK allocates later is
+// registered from a memory-event callback. Every op translates its addresses through that
+// table. An address outside DPDK's memory is not sent to host memory at all: the op becomes
+// a descriptor the card must reject (an HBM range past the end of HBM), so it completes in
+// order, through the card, with RTE_DMA_STATUS_INVALID_SRC_ADDR / _DST_ADDR. There is no
+// bounce buffer.
+//
+// Ring indexes: DPDK's 16-bit ring_idx counts dmadev ops. One dmadev op may be several HAL
+// ops (a hidden fence for RTE_DMA_OP_FLAG_FENCE; one gather or copy per destination entry
+// of copy_sg). A per-vchan slot ring records how many HAL completions each dmadev op still
+// waits for and the first error among them; completions arrive in submission order.
+
+#include <rte_bus_vdev.h>
+#include <rte_common.h>
+#include <rte_eal.h>
+#include <rte_kvargs.h>
+#include <rte_log.h>
+#include <rte_memory.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+// DPDK's driver-SDK headers (from Debian's dpdk source package, tools/dpdk-sdk-headers.sh).
+#include <bus_vdev_driver.h>
+#include <rte_dmadev_pmd.h>
+
+#include "internal.hpp"
+#include "npo/dpdk/dmadev.h"
+#include "npo/hal/bring_up.hpp"
+#include "npo/hal/dma.hpp"
+
+namespace npo::dpdk {
+
+int g_logtype = RTE_LOGTYPE_PMD;
+std::mutex g_mu;
+std::vector<std::unique_ptr<Backend>> g_backends;
+
+void log(unsigned level, const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  rte_log(level, static_cast<std::uint32_t>(g_logtype), "dma_npo: %s\n", buf);
+}
+
+bool MemTable::translate(std::uintptr_t va, std::size_t len, std::uint64_t& iova) const noexcept {
+  auto it = std::upper_bound(entries.begin(), entries.end(), va,
+                             [](std::uintptr_t v, const MemEntry& e) { return v < e.va; });
+  if (it == entries.begin()) return false;
+  --it;
+  if (va - it->va > it->len || len > it->len - (va - it->va)) return false;
+  iova = it->iova + (va - it->va);
+  return true;
+}
+
+namespace {
+
+void publish(CardMemory& m) {  // m.mu held
+  auto t = std::make_unique<MemTable>();
+  for (const auto& r : m.regions) {
+    t->entries.push_back({reinterpret_cast<std::uintptr_t>(r->bytes().data()), r->size(), r->iova()});
+  }
+  std::sort(t->entries.begin(), t->entries.end(), [](const MemEntry& a, const MemEntry& b) { return a.va < b.va; });
+  m.current.store(t.get(), std::memory_order_release);
+  // Older tables stay alive until the card's memory is released: a fast-path reader may
+  // still hold one (they are small and change only when DPDK's memory map changes).
+  m.tables.push_back(std::move(t));
+}
+
+}  // namespace
+
+Result<void> CardMemory::add(std::uintptr_t va, std::size_t len) {
+  std::lock_guard lock(mu);
+  auto r = register_host_memory(*device, std::span(reinterpret_cast<std::byte*>(va), len), true);
+  if (!r) return std::unexpected(r.error());
+  registered_bytes += len;
+  regions.push_back(std::move(*r));
+  publish(*this);
+  return {};
+}
+
+void CardMemory::remove(std::uintptr_t va, std::size_t len) {
+  std::lock_guard lock(mu);
+  const auto n = regions.size();
+  std::erase_if(regions, [&](const std::unique_ptr<MemoryRegion>& r) {
+    const auto a = reinterpret_cast<std::uintptr_t>(r->bytes().data());
+    const bool inside = a >= va && a + r->size() <= va + len;
+    if (inside) registered_bytes -= r->size();
+    return inside;
+  });
+  if (regions.size() != n) publish(*this);
+}
+
+namespace {
+
+constexpr const char* kDriverName = "dma_npo";
+constexpr std::uint16_t kMaxSges = 64;  // SG entries per dmadev op side (per-slot SG table size)
+
+int errno_of(const Error& e) {
+  switch (e.code()) {
+    case Code::kInvalidArgument:
+    case Code::kOutOfRange: return -EINVAL;
+    case Code::kResourceExhausted: return -ENOMEM;
+    case Code::kNotFound: return -ENODEV;
+    case Code::kPermissionDenied: return -EPERM;
+    case Code::kUnimplemented: return -ENOTSUP;
+    case Code::kFailedPrecondition: return -EBUSY;
+    default: return -EIO;
+  }
+}
+
+/// HAL op status -> dmadev status code (docs/dpdk.md has the table).
+rte_dma_status_code map_status(OpStatus s) {
+  switch (s) {
+    case OpStatus::kOk: return RTE_DMA_STATUS_SUCCESSFUL;
+    case OpStatus::kBadOpcode: return RTE_DMA_STATUS_INVALID_OPCODE;
+    case OpStatus::kBadDescriptor: return RTE_DMA_STATUS_INVALID_LENGTH;
+    case OpStatus::kIommuFault: return RTE_DMA_STATUS_PAGE_FAULT;
+    case OpStatus::kIommuPermission: return RTE_DMA_STATUS_INVALID_ADDR;
+    case OpStatus::kHbmRange: return RTE_DMA_STATUS_INVALID_ADDR;
+    case OpStatus::kSgError: return RTE_DMA_STATUS_DESCRIPTOR_READ_ERROR;
+    case OpStatus::kFenceSkipped: return RTE_DMA_STATUS_NOT_ATTEMPTED;
+    case OpStatus::kRemoteUnreachable: return RTE_DMA_STATUS_DEV_LINK_ERROR;
+    case OpStatus::kWindowInvalid:
+    case OpStatus::kWindowKey:
+    case OpStatus::kWindowRange:
+    case OpStatus::kWindowRights:
+    case OpStatus::kWindowRevoked: return RTE_DMA_STATUS_INVALID_ADDR;
+    case OpStatus::kEngineError: return RTE_DMA_STATUS_BUS_ERROR;
+    case OpStatus::kTimeout: return RTE_DMA_STATUS_ERROR_UNKNOWN;
+    case OpStatus::kAborted: return RTE_DMA_STATUS_USER_ABORT;
+  }
+  return RTE_DMA_STATUS_ERROR_UNKNOWN;
+}
+
+/// Per dmadev op: HAL completions still due, whether the first is a hidden fence, status.
+struct Slot {
+  std::uint16_t hal_left = 0;
+  bool fence = false;
+  std::uint16_t status = RTE_DMA_STATUS_SUCCESSFUL;  // first error of the op
+  std::uint16_t forced = 0;  // driver-known reason (bad address) replacing the card's status
+};
+
+struct Vchan {
+  std::unique_ptr<DmaQueue> queue;
+  std::unique_ptr<MemoryRegion> sg_table;  // depth x kMaxSges SgEntry, slot = HAL op seq
+  unsigned depth = 0;
+  std::vector<Slot> slots;  // depth entries, indexed by dmadev op seq & (depth-1)
+  std::uint64_t enq = 0;       // dmadev ops enqueued
+  std::uint64_t hal_done = 0;  // dmadev ops whose HAL completions have all arrived
+  std::uint64_t ret = 0;       // dmadev ops returned by completed/completed_status
+  std::uint64_t hal_enq = 0;   // HAL ops enqueued (SG table slot)
+  std::uint64_t unsubmitted = 0;
+  rte_dma_stats stats{};
+  std::array<OpCompletion, 64> cbuf{};
+};
+
+struct NpoDev {
+  Backend* backend = nullptr;
+  Device* device = nullptr;
+  unsigned card = 0;
+  std::shared_ptr<CardMemory> memory;
+  DmaCapabilities caps{};
+  std::uint64_t poison_hbm = 0;  // first HBM byte past the end: the card rejects it
+  std::string name;
+  bool started = false;
+  std::vector<Vchan> vchans;
+};
+
+NpoDev* dev_of(const void* priv) { return *static_cast<NpoDev* const*>(priv); }
+NpoDev* dev_of(const rte_dma_dev* dev) { return dev_of(dev->data->dev_private); }
+
+// ---- fast path ------------------------------------------------------------------------------
+
+void poll_hw(Vchan& v) {
+  const std::uint64_t mask = v.depth - 1;
+  for (int rounds = 0; rounds < 1024; ++rounds) {
+    const std::size_t n = v.queue->poll(v.cbuf);
+    for (std::size_t i = 0; i < n; ++i) {
+      Slot& s = v.slots[v.hal_done & mask];
+      const OpStatus st = v.cbuf[i].status;
+      if (s.fence) {
+        s.fence = false;  // a hidden fence: FENCE_SKIPPED only reports an earlier failure
+        if (st != OpStatus::kOk && st != OpStatus::kFenceSkipped && s.status == RTE_DMA_STATUS_SUCCESSFUL) {
+          s.status = static_cast<std::uint16_t>(map_status(st));
+        }
+      } else if (st != OpStatus::kOk && s.status == RTE_DMA_STATUS_SUCCESSFUL) {
+        s.status = s.forced != 0 ? s.forced : static_cast<std::uint16_t>(map_status(st));
+      }
+      if (--s.hal_left == 0) ++v.hal_done;
+    }
+    if (n < v.cbuf.size()) return;
+  }
+}
+
+/// Free dmadev op slots and HAL ring entries.
+inline unsigned space(const Vchan& v) {
+  const auto ops = v.depth - static_cast<unsigned>(v.enq - v.ret);
+  const auto hal = v.depth - static_cast<unsigned>(v.queue->outstanding());
+  return std::min(ops, hal);
+}
+
+/// Common checks of an enqueue; returns 0 or a negative errno.
+inline int check_enqueue(NpoDev& d, std::uint16_t vchan, unsigned hal_ops) {
+  if (!d.started) [[unlikely]] {
+    log(RTE_LOG_ERR, "%s: enqueue on a stopped device", d.name.c_str());
+    return -EINVAL;
+  }
+  if (vchan >= d.vchans.size() || !d.vchans[vchan].queue) [[unlikely]] {
+    log(RTE_LOG_ERR, "%s: vchan %u is not set up", d.name.c_str(), vchan);
+    return -EINVAL;
+  }
+  if (space(d.vchans[vchan]) < hal_ops) [[unlikely]] return -ENOSPC;
+  return 0;
+}
+
+inline int finish_enqueue(NpoDev& d, Vchan& v, const Slot& s, std::uint64_t flags) {
+  v.slots[v.enq & (v.depth - 1)] = s;
+  const auto idx = static_cast<std::uint16_t>(v.enq);
+  ++v.enq;
+  ++v.unsubmitted;
+  if (flags & RTE_DMA_OP_FLAG_SUBMIT) {
+    if (auto r = v.queue->submit(); !r) [[unlikely]] {
+      log(RTE_LOG_ERR, "%s: submit failed: %s", d.name.c_str(), r.error().to_string().c_str());
+      return -EIO;
+    }
+    v.stats.submitted += v.unsubmitted;
+    v.unsubmitted = 0;
+  }
+  return idx;
+}
+
+/// An op the card must reject: an HBM range that starts at the end of HBM (kHbmRange).
+inline Result<OpHandle> enqueue_poison(NpoDev& d, Vchan& v) {
+  ++v.hal_enq;
+  return v.queue->enqueue_copy(DmaAddress::hbm(d.poison_hbm), DmaAddress::hbm(d.poison_hbm), 1);
+}
+
+int npo_copy(void* priv, std::uint16_t vchan, rte_iova_t src, rte_iova_t dst, std::uint32_t length,
+             std::uint64_t flags) {
+  NpoDev& d = *dev_of(priv);
+  const bool fence = (flags & RTE_DMA_OP_FLAG_FENCE) != 0;
+  if (int e = check_enqueue(d, vchan, fence ? 2 : 1); e != 0) return e;
+  if (length == 0 || length > d.caps.max_transfer_bytes) [[unlikely]] {
+    log(RTE_LOG_ERR, "%s: copy length %u outside 1..%u", d.name.c_str(), length, d.caps.max_transfer_bytes);
+    return -EINVAL;
+  }
+  Vchan& v = d.vchans[vchan];
+  Slot s{.hal_left = static_cast<std::uint16_t>(fence ? 2 : 1), .fence = fence};
+  if (fence) {
+    ++v.hal_enq;
+    if (auto r = v.queue->enqueue_fence(); !r) return errno_of(r.error());
+  }
+  const MemTable* t = d.memory->current.load(std::memory_order_acquire);
+  std::uint64_t si = 0, di = 0;
+  const bool src_ok = t != nullptr && t->translate(src, length, si);
+  const bool dst_ok = t != nullptr && t->translate(dst, length, di);
+  Result<OpHandle> r;
+  if (src_ok && dst_ok) [[likely]] {
+    ++v.hal_enq;
+    r = v.queue->enqueue_copy(DmaAddress::host(si), DmaAddress::host(di), length);
+  } else {
+    s.forced = static_cast<std::uint16_t>(src_ok ? RTE_DMA_STATUS_INVALID_DST_ADDR : RTE_DMA_STATUS_INVALID_SRC_ADDR);
+    r = enqueue_poison(d, v);
+  }
+  if (!r) [[unlikely]] return errno_of(r.error());  // cannot happen after the space check
+  return finish_enqueue(d, v, s, flags);
+}
+
+int npo_fill(void* priv, std::uint16_t vchan, std::uint64_t pattern, rte_iova_t dst, std::uint32_t length,
+             std::uint64_t flags) {
+  NpoDev& d = *dev_of(priv);
+  const bool fence = (flags & RTE_DMA_OP_FLAG_FENCE) != 0;
+  if (int e = check_enqueue(d, vchan, fence ? 2 : 1); e != 0) return e;
+  if (length == 0 || length > d.caps.max_transfer_bytes) [[unlikely]] {
+    log(RTE_LOG_ERR, "%s: fill length %u outside 1..%u", d.name.c_str(), length, d.caps.max_transfer_bytes);
+    return -EINVAL;
+  }
+  Vchan& v = d.vchans[vchan];
+  Slot s{.hal_left = static_cast<std::uint16_t>(fence ? 2 : 1), .fence = fence};
+  if (fence) {
+    ++v.hal_enq;
+    if (auto r = v.queue->enqueue_fence(); !r) return errno_of(r.error());
+  }
+  const MemTable* t = d.memory->current.load(std::memory_order_acquire);
+  std::uint64_t di = 0;
+  Result<OpHandle> r;
+  if (t != nullptr && t->translate(dst, length, di)) [[likely]] {
+    ++v.hal_enq;
+    r = v.queue->enqueue_fill(DmaAddress::host(di), pattern, length);
+  } else {
+    s.forced = RTE_DMA_STATUS_INVALID_DST_ADDR;
+    r = enqueue_poison(d, v);
+  }
+  if (!r) [[unlikely]] return errno_of(r.error());
+  return finish_enqueue(d, v, s, flags);
+}
+
+int npo_copy_sg(void* priv, std::uint16_t vchan, const rte_dma_sge* src, const rte_dma_sge* dst, std::uint16_t nb_src,
+                std::uint16_t nb_dst, std::uint64_t flags) {
+  NpoDev& d = *dev_of(priv);
+  const bool fence = (flags & RTE_DMA_OP_FLAG_FENCE) != 0;
+  if (nb_src == 0 || nb_dst == 0 || nb_src > kMaxSges || nb_dst > kMaxSges || src == nullptr || dst == nullptr)
+      [[unlikely]] {
+    log(RTE_LOG_ERR, "%s: copy_sg with %u source and %u destination entries (1..%u each)", d.name.c_str(), nb_src,
+        nb_dst, kMaxSges);
+    return -EINVAL;
+  }
+  if (int e = check_enqueue(d, vchan, nb_dst + (fence ? 1u : 0u)); e != 0) return e;
+  std::uint64_t total_src = 0, total_dst = 0;
+  for (unsigned i = 0; i < nb_src; ++i) total_src += src[i].length;
+  for (unsigned i = 0; i < nb_dst; ++i) {
+    total_dst += dst[i].length;
+    if (dst[i].length == 0 || dst[i].length > d.caps.max_transfer_bytes) {
+      log(RTE_LOG_ERR, "%s: copy_sg destination entry %u has length %u (1..%u)", d.name.c_str(), i, dst[i].length,
+          d.caps.max_transfer_bytes);
+      return -EINVAL;
+    }
+  }
+  if (total_src != total_dst) [[unlikely]] {
+    log(RTE_LOG_ERR, "%s: copy_sg sources hold %" PRIu64 " bytes, destinations %" PRIu64, d.name.c_str(), total_src,
+        total_dst);
+    return -EINVAL;
+  }
+  Vchan& v = d.vchans[vchan];
+  const MemTable* t = d.memory->current.load(std::memory_order_acquire);
+  Slot s{.hal_left = static_cast<std::uint16_t>(nb_dst + (fence ? 1 : 0)), .fence = fence};
+  // Any address outside DPDK's memory: the whole op is rejected by the card (one HAL op).
+  bool bad_src = t == nullptr, bad_dst = t == nullptr;
+  std::uint64_t tmp = 0;
+  for (unsigned i = 0; i < nb_src && !bad_src; ++i) bad_src = !t->translate(src[i].addr, src[i].length, tmp);
+  for (unsigned i = 0; i < nb_dst && !bad_dst; ++i) bad_dst = !t->translate(dst[i].addr, dst[i].length, tmp);
+  if (fence) {
+    ++v.hal_enq;
+    if (auto r = v.queue->enqueue_fence(); !r) return errno_of(r.error());
+  }
+  if (bad_src || bad_dst) {
+    s.forced = static_cast<std::uint16_t>(bad_src ? RTE_DMA_STATUS_INVALID_SRC_ADDR : RTE_DMA_STATUS_INVALID_DST_ADDR);
+    s.hal_left = static_cast<std::uint16_t>(1 + (fence ? 1 : 0));
+    if (auto r = enqueue_poison(d, v); !r) return errno_of(r.error());
+    return finish_enqueue(d, v, s, flags);
+  }
+  // One HAL op per destination entry: a copy when one source piece covers it, else a gather
+  // whose list lives in this HAL op's SG-table slot (DMA-mapped, read by the card).
+  unsigned si = 0;
+  std::uint32_t s_off = 0;
+  const std::uint64_t table_iova = v.sg_table->iova();
+  auto* table = reinterpret_cast<SgEntry*>(v.sg_table->bytes().data());
+  for (unsigned j = 0; j < nb_dst; ++j) {
+    std::uint64_t dio = 0;
+    t->translate(dst[j].addr, dst[j].length, dio);
+    const std::uint64_t hal_slot = v.hal_enq & (v.depth - 1);
+    SgEntry* list = table + hal_slot * kMaxSges;
+    std::uint16_t count = 0;
+    std::uint32_t need = dst[j].length;
+    while (need > 0) {
+      while (src[si].length == s_off) {
+        ++si;
+        s_off = 0;
+      }
+      const std::uint32_t take = std::min(need, src[si].length - s_off);
+      std::uint64_t sio = 0;
+      t->translate(src[si].addr + s_off, take, sio);
+      list[count++] = SgEntry{.iova = sio, .length = take, .reserved = 0};
+      s_off += take;
+      need -= take;
+    }
+    ++v.hal_enq;
+    Result<OpHandle> r =
+        count == 1 ? v.queue->enqueue_copy(DmaAddress::host(list[0].iova), DmaAddress::host(dio), dst[j].length)
+                   : v.queue->enqueue_gather(table_iova + hal_slot * kMaxSges * sizeof(SgEntry), count,
+                                             DmaAddress::host(dio), dst[j].length);
+    if (!r) [[unlikely]] return errno_of(r.error());
+  }
+  return finish_enqueue(d, v, s, flags);
+}
+
+int npo_submit(void* priv, std::uint16_t vchan) {
+  NpoDev& d = *dev_of(priv);
+  if (!d.started || vchan >= d.vchans.size() || !d.vchans[vchan].queue) [[unlikely]] {
+    log(RTE_LOG_ERR, "%s: submit on a stopped device or vchan %u not set up", d.name.c_str(), vchan);
+    return -EINVAL;
+  }
+  Vchan& v = d.vchans[vchan];
+  if (auto r = v.queue->submit(); !r) [[unlikely]] {
+    log(RTE_LOG_ERR, "%s: submit failed: %s", d.name.c_str(), r.error().to_string().c_str());
+    return -EIO;
+  }
+  v.stats.submitted += v.unsubmitted;
+  v.unsubmitted = 0;
+  return 0;
+}
+
+std::uint16_t npo_completed(void* priv, std::uint16_t vchan, const std::uint16_t nb_cpls, std::uint16_t* last_idx,
+                            bool* has_error) {
+  NpoDev& d = *dev_of(priv);
+  if (vchan >= d.vchans.size() || !d.vchans[vchan].queue) [[unlikely]] return 0;
+  Vchan& v = d.vchans[vchan];
+  if (v.hal_done - v.ret < nb_cpls) poll_hw(v);
+  const std::uint64_t mask = v.depth - 1;
+  std::uint16_t n = 0;
+  while (n < nb_cpls && v.ret < v.hal_done) {
+    if (v.slots[v.ret & mask].status != RTE_DMA_STATUS_SUCCESSFUL) {
+      *has_error = true;
+      break;
+    }
+    ++v.ret;
+    ++n;
+  }
+  v.stats.completed += n;
+  *last_idx = static_cast<std::uint16_t>(v.ret - 1);
+  return n;
+}
+
+std::uint16_t npo_completed_status(void* priv, std::uint16_t vchan, const std::uint16_t nb_cpls,
+                                   std::uint16_t* last_idx, rte_dma_status_code* status) {
+  NpoDev& d = *dev_of(priv);
+  if (vchan >= d.vchans.size() || !d.vchans[vchan].queue) [[unlikely]] return 0;
+  Vchan& v = d.vchans[vchan];
+  if (v.hal_done - v.ret < nb_cpls) poll_hw(v);
+  const std::uint64_t mask = v.depth - 1;
+  std::uint16_t n = 0;
+  while (n < nb_cpls && v.ret < v.hal_done) {
+    const auto st = static_cast<rte_dma_status_code>(v.slots[v.ret & mask].status);
+    status[n] = st;
+    if (st != RTE_DMA_STATUS_SUCCESSFUL) ++v.stats.errors;
+    ++v.ret;
+    ++n;
+  }
+  v.stats.completed += n;
+  *last_idx = static_cast<std::uint16_t>(v.ret - 1);
+  return n;
+}
+
+std::uint16_t npo_burst_capacity(const void* priv, std::uint16_t vchan) {
+  const NpoDev& d = *dev_of(priv);
+  if (!d.started || vchan >= d.vchans.size() || !d.vchans[vchan].queue) [[unlikely]] return 0;
+  return static_cast<std::uint16_t>(std::min(space(d.vchans[vchan]), 65535u));
+}
+
+// ---- control path ---------------------------------------------------------------------------
+
+int npo_info_get(const rte_dma_dev* dev, rte_dma_info* info, std::uint32_t info_sz) {
+  if (info_sz < sizeof(rte_dma_info)) return -EINVAL;
+  const NpoDev& d = *dev_of(dev);
+  info->dev_capa = RTE_DMA_CAPA_MEM_TO_MEM | RTE_DMA_CAPA_HANDLES_ERRORS;
+  if (d.caps.copy) info->dev_capa |= RTE_DMA_CAPA_OPS_COPY;
+  if (d.caps.gather) info->dev_capa |= RTE_DMA_CAPA_OPS_COPY_SG;
+  if (d.caps.fill) info->dev_capa |= RTE_DMA_CAPA_OPS_FILL;
+  info->max_vchans = static_cast<std::uint16_t>(std::min(d.caps.engines * d.caps.queues_per_engine, 65535u));
+  info->max_desc = static_cast<std::uint16_t>(std::min(d.caps.max_depth, 32768u));
+  info->min_desc = static_cast<std::uint16_t>(std::max(d.caps.min_depth, 32u));
+  info->max_sges = static_cast<std::uint16_t>(std::min<unsigned>(kMaxSges, d.caps.max_sg_entries));
+  return 0;
+}
+
+void close_vchans(NpoDev& d) {
+  for (auto& v : d.vchans) {
+    if (v.queue && v.queue->outstanding() != 0) {
+      // Let in-flight ops finish before the rings go away (bounded by the HAL's hang watchdog).
+      (void)v.queue->wait(std::chrono::milliseconds(100));
+      poll_hw(v);
+    }
+  }
+  d.vchans.clear();
+}
+
+int npo_configure(rte_dma_dev* dev, const rte_dma_conf* conf, std::uint32_t conf_sz) {
+  if (conf_sz < sizeof(rte_dma_conf)) return -EINVAL;
+  NpoDev& d = *dev_of(dev);
+  const unsigned max = d.caps.engines * d.caps.queues_per_engine;
+  if (conf->nb_vchans == 0 || conf->nb_vchans > max) {
+    log(RTE_LOG_ERR, "%s: %u vchans asked, the card has %u DMA queues", d.name.c_str(), conf->nb_vchans, max);
+    return -EINVAL;
+  }
+  if (conf->enable_silent) {
+    log(RTE_LOG_ERR, "%s: silent mode is not supported (every op reports a status)", d.name.c_str());
+    return -EINVAL;
+  }
+  close_vchans(d);
+  d.vchans.resize(conf->nb_vchans);
+  return 0;
+}
+
+int npo_vchan_setup(rte_dma_dev* dev, std::uint16_t vchan, const rte_dma_vchan_conf* conf, std::uint32_t conf_sz) {
+  if (conf_sz < sizeof(rte_dma_vchan_conf)) return -EINVAL;
+  NpoDev& d = *dev_of(dev);
+  if (vchan >= d.vchans.size()) {
+    log(RTE_LOG_ERR, "%s: vchan %u not configured (%zu vchans)", d.name.c_str(), vchan, d.vchans.size());
+    return -EINVAL;
+  }
+  if (conf->direction != RTE_DMA_DIR_MEM_TO_MEM) {
+    log(RTE_LOG_ERR, "%s: only memory-to-memory transfers are supported", d.name.c_str());
+    return -EINVAL;
+  }
+  const unsigned depth = std::bit_ceil(std::max<unsigned>(conf->nb_desc, std::max(d.caps.min_depth, 32u)));
+  if (depth > d.caps.max_depth) {
+    log(RTE_LOG_ERR, "%s: %u descriptors asked, at most %u", d.name.c_str(), conf->nb_desc, d.caps.max_depth);
+    return -EINVAL;
+  }
+  Vchan& v = d.vchans[vchan];
+  v = Vchan{};
+  QueueOptions qo;
+  qo.engine = d.caps.engines == 0 ? 0 : vchan % d.caps.engines;
+  qo.depth = depth;
+  auto q = d.device->open_queue(qo);
+  if (!q) {
+    log(RTE_LOG_ERR, "%s: opening DMA queue of engine %u: %s", d.name.c_str(), qo.engine,
+        q.error().to_string().c_str());
+    return errno_of(q.error());
+  }
+  if (d.caps.gather) {
+    auto m = allocate_host_memory(*d.device, std::size_t{depth} * kMaxSges * sizeof(SgEntry));
+    if (!m) {
+      log(RTE_LOG_ERR, "%s: SG table: %s", d.name.c_str(), m.error().to_string().c_str());
+      return errno_of(m.error());
+    }
+    v.sg_table = std::move(*m);
+  }
+  v.queue = std::move(*q);
+  v.depth = depth;
+  v.slots.assign(depth, Slot{});
+  return 0;
+}
+
+int npo_start(rte_dma_dev* dev) {
+  NpoDev& d = *dev_of(dev);
+  for (std::size_t i = 0; i < d.vchans.size(); ++i) {
+    if (!d.vchans[i].queue) {
+      log(RTE_LOG_ERR, "%s: vchan %zu was not set up", d.name.c_str(), i);
+      return -EINVAL;
+    }
+  }
+  for (auto& v : d.vchans) {  // ring indexes restart at 0 on start, as with other dmadevs
+    poll_hw(v);
+    if (v.enq == v.ret) {
+      v.enq = v.ret = v.hal_done = 0;
+    }
+  }
+  d.started = true;
+  return 0;
+}
+
+int npo_stop(rte_dma_dev* dev) {
+  dev_of(dev)->started = false;
+  return 0;
+}
+
+int npo_stats_get(const rte_dma_dev* dev, std::uint16_t vchan, rte_dma_stats* stats, std::uint32_t stats_sz) {
+  if (stats_sz < sizeof(rte_dma_stats)) return -EINVAL;
+  const NpoDev& d = *dev_of(dev);
+  *stats = rte_dma_stats{};
+  for (std::size_t i = 0; i < d.vchans.size(); ++i) {
+    if (vchan != RTE_DMA_ALL_VCHAN && i != vchan) continue;
+    stats->submitted += d.vchans[i].stats.submitted;
+    stats->completed += d.vchans[i].stats.completed;
+    stats->errors += d.vchans[i].stats.errors;
+  }
+  return 0;
+}
+
+int npo_stats_reset(rte_dma_dev* dev, std::uint16_t vchan) {
+  NpoDev& d = *dev_of(dev);
+  for (std::size_t i = 0; i < d.vchans.size(); ++i) {
+    if (vchan == RTE_DMA_ALL_VCHAN || i == vchan) d.vchans[i].stats = rte_dma_stats{};
+  }
+  return 0;
+}
+
+int npo_vchan_status(const rte_dma_dev* dev, std::uint16_t vchan, enum rte_dma_vchan_status* status) {
+  NpoDev& d = *dev_of(dev);  // polls: call from the thread that owns the vchan's fast path
+  if (vchan >= d.vchans.size() || !d.vchans[vchan].queue) return -EINVAL;
+  Vchan& v = d.vchans[vchan];
+  poll_hw(v);
+  const std::uint64_t submitted = v.enq - v.unsubmitted;
+  *status = v.hal_done < submitted ? RTE_DMA_VCHAN_ACTIVE : RTE_DMA_VCHAN_IDLE;
+  return 0;
+}
+
+int npo_dump(const rte_dma_dev* dev, FILE* f) {
+  const NpoDev& d = *dev_of(dev);
+  std::fprintf(f, "  npo card %u of backend %s (%s), fabric id %u, model %s\n", d.card, d.backend->uri.c_str(),
+               d.device->info().driver.c_str(), d.device->info().fabric_id, d.device->info().model.c_str());
+  std::fprintf(f, "  DMA: %u engines x %u queues, max transfer %u B, max SG %u, ring depth %u..%u\n", d.caps.engines,
+               d.caps.queues_per_engine, d.caps.max_transfer_bytes, d.caps.max_sg_entries, d.caps.min_depth,
+               d.caps.max_depth);
+  std::fprintf(f, "  DPDK memory registered with the card: %" PRIu64 " bytes in %zu ranges (zero-copy)\n",
+               d.memory->registered_bytes, d.memory->regions.size());
+  for (std::size_t i = 0; i < d.vchans.size(); ++i) {
+    const Vchan& v = d.vchans[i];
+    if (!v.queue) {
+      std::fprintf(f, "  vchan %zu: not set up\n", i);
+      continue;
+    }
+    std::fprintf(f,
+                 "  vchan %zu: depth %u, enqueued %" PRIu64 ", returned %" PRIu64 ", HAL ops %" PRIu64
+                 ", outstanding %" PRIu64 ", resets %" PRIu64 ", submitted %" PRIu64 ", completed %" PRIu64
+                 ", errors %" PRIu64 "\n",
+                 i, v.depth, v.enq, v.ret, v.hal_enq, v.queue->outstanding(), v.queue->resets(), v.stats.submitted,
+                 v.stats.completed, v.stats.errors);
+  }
+  return 0;
+}
+
+void release_backend(NpoDev& d);
+
+int npo_close(rte_dma_dev* dev) {
+  NpoDev* d = dev_of(dev);
+  if (d == nullptr) return 0;
+  close_vchans(*d);
+  release_backend(*d);
+  delete d;
+  *static_cast<NpoDev**>(dev->data->dev_private) = nullptr;
+  return 0;
+}
+
+const rte_dma_dev_ops kOps = {
+    .dev_info_get = npo_info_get,
+    .dev_configure = npo_configure,
+    .dev_start = npo_start,
+    .dev_stop = npo_stop,
+    .dev_close = npo_close,
+    .vchan_setup = npo_vchan_setup,
+    .stats_get = npo_stats_get,
+    .stats_reset = npo_stats_reset,
+    .vchan_status = npo_vchan_status,
+    .dev_dump = npo_dump,
+};
+
+// ---- backends and memory ----------------------------------------------------------------------
+
+void mem_event(rte_mem_event type, const void* addr, std::size_t len, void* arg) {
+  auto* m = static_cast<CardMemory*>(arg);
+  const auto va = reinterpret_cast<std::uintptr_t>(addr);
+  if (type == RTE_MEM_EVENT_ALLOC) {
+    if (auto r = m->add(va, len); !r) {
+      log(RTE_LOG_ERR, "registering new DPDK memory 0x%" PRIxPTR "+%zu with the card: %s", va, len,
+          r.error().to_string().c_str());
+    }
+  } else {
+    m->remove(va, len);
+  }
+}
+
+int contig_walk(const rte_memseg_list* /*msl*/, const rte_memseg* ms, std::size_t len, void* arg) {
+  auto* m = static_cast<CardMemory*>(arg);
+  if (auto r = m->add(reinterpret_cast<std::uintptr_t>(ms->addr), len); !r) {
+    log(RTE_LOG_ERR, "registering DPDK memory 0x%" PRIxPTR "+%zu with the card: %s",
+        reinterpret_cast<std::uintptr_t>(ms->addr), len, r.error().to_string().c_str());
+    return -1;
+  }
+  return 0;
+}
+
+/// Opens (or shares) the backend and the card's memory registration. g_mu held.
+int acquire_backend(NpoDev& d, const std::string& uri, unsigned card, bool bring_up) {
+  Backend* b = nullptr;
+  for (auto& e : g_backends) {
+    if (e->uri == uri) b = e.get();
+  }
+  if (b == nullptr) {
+    auto sys = System::open(uri);
+    if (!sys) {
+      log(RTE_LOG_ERR, "%s: opening backend '%s': %s", d.name.c_str(), uri.c_str(), sys.error().to_string().c_str());
+      return sys.error().code() == Code::kInvalidArgument ? -EINVAL : -ENODEV;
+    }
+    auto nb = std::make_unique<Backend>();
+    nb->uri = uri;
+    nb->system = std::move(*sys);
+    b = nb.get();
+    g_backends.push_back(std::move(nb));
+  }
+  ++b->users;
+  d.backend = b;
+  if (card >= b->system->device_count()) {
+    log(RTE_LOG_ERR, "%s: card=%u but backend '%s' has %zu cards", d.name.c_str(), card, uri.c_str(),
+        b->system->device_count());
+    return -EINVAL;
+  }
+  d.card = card;
+  d.device = &b->system->device(card);
+  d.caps = d.device->dma_capabilities();
+  d.poison_hbm = d.device->info().hbm_bytes;
+  if (bring_up && !b->brought_up) {
+    auto r = bring_up_fabric(*b->system);
+    if (!r) {
+      log(RTE_LOG_WARNING, "%s: bringing up the links of '%s': %s", d.name.c_str(), uri.c_str(),
+          r.error().to_string().c_str());
+    }
+    b->brought_up = true;
+  }
+  auto& mem = b->memory[card];
+  if (!mem) {
+    mem = std::make_shared<CardMemory>();
+    mem->device = d.device;
+    if (rte_memseg_contig_walk(contig_walk, mem.get()) != 0) {
+      b->memory.erase(card);
+      return -ENOMEM;
+    }
+    mem->callback_name = "npo_dma:" + uri + ":" + std::to_string(card);
+    if (rte_mem_event_callback_register(mem->callback_name.c_str(), mem_event, mem.get()) != 0) {
+      // --no-huge / legacy memory: DPDK's memory never changes, so there are no events.
+      mem->callback_name.clear();
+    }
+  }
+  d.memory = mem;
+  b->dmadevs[card].push_back(d.name);
+  return 0;
+}
+
+void release_backend_locked(NpoDev& d) {
+  Backend* b = d.backend;
+  if (b == nullptr) return;
+  if (auto it = b->dmadevs.find(d.card); it != b->dmadevs.end()) {
+    std::erase(it->second, d.name);
+    if (it->second.empty()) b->dmadevs.erase(it);
+  }
+  if (d.memory && d.memory.use_count() == 2) {  // this device and the backend's map
+    if (!d.memory->callback_name.empty()) {
+      rte_mem_event_callback_unregister(d.memory->callback_name.c_str(), d.memory.get());
+    }
+    b->memory.erase(d.card);
+  }
+  d.memory.reset();
+  if (--b->users == 0) {
+    std::erase_if(g_backends, [b](const std::unique_ptr<Backend>& e) { return e.get() == b; });
+  }
+  d.backend = nullptr;
+}
+
+void release_backend(NpoDev& d) {
+  std::lock_guard lock(g_mu);
+  release_backend_locked(d);
+}
+
+// ---- vdev probe/remove ------------------------------------------------------------------------
+
+constexpr const char* kValidKeys[] = {"backend", "card", "bring_up", nullptr};
+
+int kv_string(const char* /*key*/, const char* value, void* out) {
+  *static_cast<std::string*>(out) = value;
+  return 0;
+}
+
+int kv_uint(const char* key, const char* value, void* out) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long v = std::strtoul(value, &end, 0);
+  if (errno != 0 || end == value || *end != '\0' || v > 1023 || value[0] == '-') {
+    log(RTE_LOG_ERR, "devarg %s=%s is not a number in 0..1023", key, value);
+    return -EINVAL;
+  }
+  *static_cast<unsigned*>(out) = static_cast<unsigned>(v);
+  return 0;
+}
+
+int npo_probe(rte_vdev_device* vdev) {
+  const char* name = rte_vdev_device_name(vdev);
+  if (name == nullptr) return -EINVAL;
+  if (rte_eal_process_type() != RTE_PROC_PRIMARY) {
+    log(RTE_LOG_ERR, "%s: secondary processes are not supported", name);
+    return -ENOTSUP;
+  }
+  if (rte_eal_iova_mode() != RTE_IOVA_VA) {
+    log(RTE_LOG_ERR, "%s: needs IOVA-as-VA mode (--iova-mode=va): addresses are translated from virtual addresses",
+        name);
+    return -ENOTSUP;
+  }
+  std::string uri{kDefaultUri};
+  unsigned card = 0, bring_up = 0;
+  const char* params = rte_vdev_device_args(vdev);
+  if (params != nullptr && params[0] != '\0') {
+    rte_kvargs* kv = rte_kvargs_parse(params, kValidKeys);
+    if (kv == nullptr) {
+      log(RTE_LOG_ERR, "%s: bad devargs '%s' (accepted: backend=URI, card=N, bring_up=0|1)", name, params);
+      return -EINVAL;
+    }
+    int rc = rte_kvargs_process(kv, "backend", kv_string, &uri);
+    if (rc == 0) rc = rte_kvargs_process(kv, "card", kv_uint, &card);
+    if (rc == 0) rc = rte_kvargs_process(kv, "bring_up", kv_uint, &bring_up);
+    rte_kvargs_free(kv);
+    if (rc != 0) {
+      log(RTE_LOG_ERR, "%s: bad devargs '%s'", name, params);
+      return -EINVAL;
+    }
+    if (bring_up > 1) {
+      log(RTE_LOG_ERR, "%s: bring_up must be 0 or 1", name);
+      return -EINVAL;
+    }
+  }
+  auto* d = new NpoDev();
+  d->name = name;
+  {
+    std::lock_guard lock(g_mu);
+    if (int rc = acquire_backend(*d, uri, card, bring_up != 0); rc != 0) {
+      release_backend_locked(*d);
+      delete d;
+      return rc;
+    }
+  }
+  rte_dma_dev* dev = rte_dma_pmd_allocate(name, rte_socket_id(), sizeof(NpoDev*));
+  if (dev == nullptr) {
+    log(RTE_LOG_ERR, "%s: rte_dma_pmd_allocate failed", name);
+    release_backend(*d);
+    delete d;
+    return -ENOMEM;
+  }
+  *static_cast<NpoDev**>(dev->data->dev_private) = d;
+  dev->device = &vdev->device;
+  dev->dev_ops = &kOps;
+  dev->fp_obj->dev_private = dev->data->dev_private;
+  dev->fp_obj->copy = npo_copy;
+  dev->fp_obj->copy_sg = npo_copy_sg;
+  dev->fp_obj->fill = npo_fill;
+  dev->fp_obj->submit = npo_submit;
+  dev->fp_obj->completed = npo_completed;
+  dev->fp_obj->completed_status = npo_completed_status;
+  dev->fp_obj->burst_capacity = npo_burst_capacity;
+  dev->state = RTE_DMA_DEV_READY;
+  log(RTE_LOG_INFO, "%s: card %u of %s, %u DMA queues, %" PRIu64 " bytes of DPDK memory registered", name, card,
+      uri.c_str(), d->caps.engines * d->caps.queues_per_engine, d->memory->registered_bytes);
+  return 0;
+}
+
+int npo_remove(rte_vdev_device* vdev) {
+  const char* name = rte_vdev_device_name(vdev);
+  if (name == nullptr) return -EINVAL;
+  // Stop and close the device (npo_close) if the application did not.
+  const int id = rte_dma_get_dev_id_by_name(name);
+  if (id < 0) return 0;  // already closed by the application
+  (void)rte_dma_stop(static_cast<std::int16_t>(id));
+  return rte_dma_pmd_release(name);
+}
+
+rte_vdev_driver g_driver = [] {
+  rte_vdev_driver d{};
+  d.probe = npo_probe;
+  d.remove = npo_remove;
+  return d;
+}();
+
+}  // namespace
+}  // namespace npo::dpdk
+
+extern "C" int npo_dpdk_register(void) {
+  static bool done = false;
+  if (done) return 0;
+  done = true;
+  const int lt = rte_log_register_type_and_pick_level("pmd.dma.npo", RTE_LOG_INFO);
+  if (lt >= 0) npo::dpdk::g_logtype = lt;
+  npo::dpdk::g_driver.driver.name = npo::dpdk::kDriverName;
+  rte_vdev_register(&npo::dpdk::g_driver);
+  npo::dpdk::register_telemetry();
+  return 0;
+}
