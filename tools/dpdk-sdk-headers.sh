@@ -52,7 +52,7 @@ if [[ -f /etc/apt/sources.list ]]; then
 fi
 apt_opts=(-q -o Dir::Etc::SourceList=/dev/null -o "Dir::Etc::SourceParts=${work}/sources"
   -o "Dir::State::Lists=${work}/lists" -o "Dir::Cache::Archives=${work}/archives"
-  -o Debug::NoLocking=1 -o APT::Sandbox::User=root)
+  -o Debug::NoLocking=1 -o "APT::Sandbox::User=$(id -un)")
 log="${work}/apt.log"
 printf 'npo-hal dpdk-sdk: fetching Debian source package dpdk=%s ... ' "${version}"
 if ! apt-get "${apt_opts[@]}" update >"${log}" 2>&1; then
