@@ -157,14 +157,14 @@ struct Slot {
   std::uint16_t hal_left = 0;
   bool fence = false;
   std::uint16_t status = RTE_DMA_STATUS_SUCCESSFUL;  // first error of the op
-  std::uint16_t forced = 0;  // driver-known reason (bad address) replacing the card's status
+  std::uint16_t forced = 0;                          // driver-known reason (bad address) replacing the card's status
 };
 
 struct Vchan {
   std::unique_ptr<DmaQueue> queue;
   std::unique_ptr<MemoryRegion> sg_table;  // depth x kMaxSges SgEntry, slot = HAL op seq
   unsigned depth = 0;
-  std::vector<Slot> slots;  // depth entries, indexed by dmadev op seq & (depth-1)
+  std::vector<Slot> slots;     // depth entries, indexed by dmadev op seq & (depth-1)
   std::uint64_t enq = 0;       // dmadev ops enqueued
   std::uint64_t hal_done = 0;  // dmadev ops whose HAL completions have all arrived
   std::uint64_t ret = 0;       // dmadev ops returned by completed/completed_status
@@ -229,7 +229,8 @@ inline int check_enqueue(NpoDev& d, std::uint16_t vchan, unsigned hal_ops) {
     log(RTE_LOG_ERR, "%s: vchan %u is not set up", d.name.c_str(), vchan);
     return -EINVAL;
   }
-  if (space(d.vchans[vchan]) < hal_ops) [[unlikely]] return -ENOSPC;
+  if (space(d.vchans[vchan]) < hal_ops) [[unlikely]]
+    return -ENOSPC;
   return 0;
 }
 
@@ -282,7 +283,8 @@ int npo_copy(void* priv, std::uint16_t vchan, rte_iova_t src, rte_iova_t dst, st
     s.forced = static_cast<std::uint16_t>(src_ok ? RTE_DMA_STATUS_INVALID_DST_ADDR : RTE_DMA_STATUS_INVALID_SRC_ADDR);
     r = enqueue_poison(d, v);
   }
-  if (!r) [[unlikely]] return errno_of(r.error());  // cannot happen after the space check
+  if (!r) [[unlikely]]
+    return errno_of(r.error());  // cannot happen after the space check
   return finish_enqueue(d, v, s, flags);
 }
 
@@ -311,7 +313,8 @@ int npo_fill(void* priv, std::uint16_t vchan, std::uint64_t pattern, rte_iova_t 
     s.forced = RTE_DMA_STATUS_INVALID_DST_ADDR;
     r = enqueue_poison(d, v);
   }
-  if (!r) [[unlikely]] return errno_of(r.error());
+  if (!r) [[unlikely]]
+    return errno_of(r.error());
   return finish_enqueue(d, v, s, flags);
 }
 
@@ -389,7 +392,8 @@ int npo_copy_sg(void* priv, std::uint16_t vchan, const rte_dma_sge* src, const r
         count == 1 ? v.queue->enqueue_copy(DmaAddress::host(list[0].iova), DmaAddress::host(dio), dst[j].length)
                    : v.queue->enqueue_gather(table_iova + hal_slot * kMaxSges * sizeof(SgEntry), count,
                                              DmaAddress::host(dio), dst[j].length);
-    if (!r) [[unlikely]] return errno_of(r.error());
+    if (!r) [[unlikely]]
+      return errno_of(r.error());
   }
   return finish_enqueue(d, v, s, flags);
 }
@@ -413,7 +417,8 @@ int npo_submit(void* priv, std::uint16_t vchan) {
 std::uint16_t npo_completed(void* priv, std::uint16_t vchan, const std::uint16_t nb_cpls, std::uint16_t* last_idx,
                             bool* has_error) {
   NpoDev& d = *dev_of(priv);
-  if (vchan >= d.vchans.size() || !d.vchans[vchan].queue) [[unlikely]] return 0;
+  if (vchan >= d.vchans.size() || !d.vchans[vchan].queue) [[unlikely]]
+    return 0;
   Vchan& v = d.vchans[vchan];
   if (v.hal_done - v.ret < nb_cpls) poll_hw(v);
   const std::uint64_t mask = v.depth - 1;
@@ -434,7 +439,8 @@ std::uint16_t npo_completed(void* priv, std::uint16_t vchan, const std::uint16_t
 std::uint16_t npo_completed_status(void* priv, std::uint16_t vchan, const std::uint16_t nb_cpls,
                                    std::uint16_t* last_idx, rte_dma_status_code* status) {
   NpoDev& d = *dev_of(priv);
-  if (vchan >= d.vchans.size() || !d.vchans[vchan].queue) [[unlikely]] return 0;
+  if (vchan >= d.vchans.size() || !d.vchans[vchan].queue) [[unlikely]]
+    return 0;
   Vchan& v = d.vchans[vchan];
   if (v.hal_done - v.ret < nb_cpls) poll_hw(v);
   const std::uint64_t mask = v.depth - 1;
@@ -453,7 +459,8 @@ std::uint16_t npo_completed_status(void* priv, std::uint16_t vchan, const std::u
 
 std::uint16_t npo_burst_capacity(const void* priv, std::uint16_t vchan) {
   const NpoDev& d = *dev_of(priv);
-  if (!d.started || vchan >= d.vchans.size() || !d.vchans[vchan].queue) [[unlikely]] return 0;
+  if (!d.started || vchan >= d.vchans.size() || !d.vchans[vchan].queue) [[unlikely]]
+    return 0;
   return static_cast<std::uint16_t>(std::min(space(d.vchans[vchan]), 65535u));
 }
 

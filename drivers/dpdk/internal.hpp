@@ -42,11 +42,11 @@ struct MemTable {
 /// range at the first probe on that card, and ranges DPDK allocates later (memory events).
 struct CardMemory {
   Device* device = nullptr;
-  std::mutex mu;                                      // guards regions, tables (not the fast path)
+  std::mutex mu;  // guards regions, tables (not the fast path)
   std::vector<std::unique_ptr<MemoryRegion>> regions;
-  std::vector<std::unique_ptr<MemTable>> tables;      // all published tables, newest last
+  std::vector<std::unique_ptr<MemTable>> tables;  // all published tables, newest last
   std::atomic<const MemTable*> current{nullptr};
-  std::string callback_name;                          // rte_mem_event callback, "" if none
+  std::string callback_name;  // rte_mem_event callback, "" if none
   std::uint64_t registered_bytes = 0;
   /// Registers [va, va+len) and publishes a new table. Errors from register_host_memory.
   Result<void> add(std::uintptr_t va, std::size_t len);
