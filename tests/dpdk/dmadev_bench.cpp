@@ -13,6 +13,7 @@
 #include <rte_malloc.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +22,10 @@
 #include <vector>
 
 #include "npo/dpdk/dmadev.h"
+#include "npo/hal/device.hpp"
+#include "npo/hal/dma.hpp"
+#include "npo/hal/memory.hpp"
+#include "npo/hal/system.hpp"
 
 namespace {
 
@@ -84,6 +89,51 @@ Result run(int16_t dev, std::uint32_t size, unsigned burst, double seconds) {
   return res;
 }
 
+/// The same loop straight on a HAL DmaQueue of card 0 of `sys` (no DPDK): the driver's cost is
+/// the difference between this column and dma_npo's.
+Result run_hal(npo::System& sys, std::uint32_t size, unsigned burst, double seconds) {
+  Result res;
+  auto& dev = sys.device(0);
+  npo::QueueOptions qo;
+  qo.depth = 1024;
+  auto q = dev.open_queue(qo);
+  const unsigned inflight = burst * 4;
+  auto mem = npo::allocate_host_memory(dev, std::size_t{size} * inflight * 2);
+  if (!q || !mem) return res;
+  auto& queue = **q;
+  const std::uint64_t base = (*mem)->iova();
+  std::array<npo::OpCompletion, 64> c{};
+  std::uint64_t done = 0, issued = 0;
+  bool err = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto end = t0 + std::chrono::duration<double>(seconds);
+  while (true) {
+    if (issued - done + burst <= inflight) {
+      for (unsigned b = 0; b < burst; ++b) {
+        const std::uint64_t k = issued % inflight;
+        if (!queue.enqueue_copy(npo::DmaAddress::host(base + k * size),
+                                npo::DmaAddress::host(base + (inflight + k) * size), size)) {
+          break;
+        }
+        ++issued;
+      }
+      (void)queue.submit();
+    }
+    const std::size_t n = queue.poll(c);
+    for (std::size_t i = 0; i < n; ++i) err = err || c[i].status != npo::OpStatus::kOk;
+    done += n;
+    if (err) break;
+    if (((done & 0x3f) == 0 || n == 0) && std::chrono::steady_clock::now() >= end) break;
+  }
+  const auto drain_end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (done < issued && std::chrono::steady_clock::now() < drain_end) done += queue.poll(c);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  res.ok = !err && done == issued;
+  res.mops = static_cast<double>(done) / secs / 1e6;
+  res.gbs = static_cast<double>(done) * size / secs / 1e9;
+  return res;
+}
+
 bool setup(int16_t dev) {
   const rte_dma_conf conf{.nb_vchans = 1, .enable_silent = false};
   rte_dma_vchan_conf q{};
@@ -119,8 +169,15 @@ int main(int argc, char** argv) {
   }
   std::printf("dma_npo (backend %s) vs dma_skeleton, %.2f s per case, copies, %u lcores\n\n", uri.c_str(), seconds,
               rte_lcore_count());
-  std::printf("| size | burst | npo Mops/s | skeleton Mops/s | npo GB/s | skeleton GB/s | ratio npo/skeleton |\n");
-  std::printf("|-----:|------:|-----------:|----------------:|---------:|--------------:|-------------------:|\n");
+  auto hal = npo::System::open(uri);
+  if (!hal) {
+    std::fprintf(stderr, "System::open(%s): %s\n", uri.c_str(), hal.error().to_string().c_str());
+    return 1;
+  }
+  std::printf(
+      "| size | burst | dma_npo Mops/s | dma_skeleton Mops/s | **ops ratio npo/skeleton** | dma_npo GB/s | "
+      "dma_skeleton GB/s | **GB/s ratio** | HAL queue alone Mops/s | dma_npo/HAL |\n");
+  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   const std::uint32_t sizes[] = {64, 4096, 65536, 1u << 20};
   const unsigned bursts[] = {1, 32};
   bool all_ok = true;
@@ -128,11 +185,14 @@ int main(int argc, char** argv) {
     for (const auto burst : bursts) {
       const Result a = run(static_cast<int16_t>(npo), size, burst, seconds);
       const Result b = run(static_cast<int16_t>(skel), size, burst, seconds);
-      all_ok = all_ok && a.ok && b.ok;
+      const Result h = run_hal(**hal, size, burst, seconds);
+      all_ok = all_ok && a.ok && b.ok && h.ok;
       const char* unit = size >= (1u << 20) ? "MiB" : size >= 1024 ? "KiB" : "B";
       const unsigned shown = size >= (1u << 20) ? size >> 20 : size >= 1024 ? size >> 10 : size;
-      std::printf("| %u %s | %u | %.3f | %.3f | %.2f | %.2f | %.2fx |%s\n", shown, unit, burst, a.mops, b.mops, a.gbs,
-                  b.gbs, b.mops > 0 ? a.mops / b.mops : 0.0, a.ok && b.ok ? "" : " (data check FAILED)");
+      std::printf("| %u %s | %u | %.3f | %.3f | **%.2f** | %.2f | %.2f | **%.2f** | %.3f | %.2f |%s\n", shown, unit,
+                  burst, a.mops, b.mops, b.mops > 0 ? a.mops / b.mops : 0.0, a.gbs, b.gbs,
+                  b.gbs > 0 ? a.gbs / b.gbs : 0.0, h.mops, h.mops > 0 ? a.mops / h.mops : 0.0,
+                  a.ok && b.ok && h.ok ? "" : " (check FAILED)");
       std::fflush(stdout);
     }
   }
