@@ -23,7 +23,6 @@
 #include <rte_bus_vdev.h>
 #include <rte_common.h>
 #include <rte_eal.h>
-#include <rte_kvargs.h>
 #include <rte_log.h>
 #include <rte_memory.h>
 
@@ -761,23 +760,56 @@ void release_backend(NpoDev& d) {
 
 // ---- vdev probe/remove ------------------------------------------------------------------------
 
-constexpr const char* kValidKeys[] = {"backend", "card", "bring_up", nullptr};
-
-int kv_string(const char* /*key*/, const char* value, void* out) {
-  *static_cast<std::string*>(out) = value;
-  return 0;
-}
-
-int kv_uint(const char* key, const char* value, void* out) {
+/// Parses "N" (decimal or 0x hex) in 0..max. Logs and returns false otherwise.
+bool parse_uint(const std::string& key, const std::string& value, unsigned max, unsigned& out) {
   char* end = nullptr;
   errno = 0;
-  const unsigned long v = std::strtoul(value, &end, 0);
-  if (errno != 0 || end == value || *end != '\0' || v > 1023 || value[0] == '-') {
-    log(RTE_LOG_ERR, "devarg %s=%s is not a number in 0..1023", key, value);
-    return -EINVAL;
+  const unsigned long v = std::strtoul(value.c_str(), &end, 0);
+  if (value.empty() || value[0] == '-' || errno != 0 || *end != '\0' || v > max) {
+    log(RTE_LOG_ERR, "devarg %s=%s is not a number in 0..%u", key.c_str(), value.c_str(), max);
+    return false;
   }
-  *static_cast<unsigned*>(out) = static_cast<unsigned>(v);
-  return 0;
+  out = static_cast<unsigned>(v);
+  return true;
+}
+
+/// Devargs "key=value,key=value". Each pair splits at its FIRST '=', so a backend URI may hold
+/// '=' (emu:file=PATH); DPDK's rte_kvargs would cut the value at the second '='.
+bool parse_devargs(const char* name, const char* params, std::string& uri, unsigned& card, unsigned& bring_up) {
+  const std::string all = params;
+  std::size_t pos = 0;
+  bool seen[3] = {false, false, false};
+  while (pos <= all.size()) {
+    const std::size_t comma = std::min(all.find(',', pos), all.size());
+    const std::string item = all.substr(pos, comma - pos);
+    pos = comma + 1;
+    if (item.empty()) {
+      if (comma == all.size()) break;
+      continue;
+    }
+    const std::size_t eq = item.find('=');
+    const std::string key = item.substr(0, eq);
+    const std::string value = eq == std::string::npos ? "" : item.substr(eq + 1);
+    const int k = key == "backend" ? 0 : key == "card" ? 1 : key == "bring_up" ? 2 : -1;
+    if (k < 0 || eq == std::string::npos || seen[k]) {
+      log(RTE_LOG_ERR, "%s: bad devarg '%s' in '%s' (accepted once each: backend=URI, card=N, bring_up=0|1)", name,
+          item.c_str(), params);
+      return false;
+    }
+    seen[k] = true;
+    if (k == 0) {
+      if (value.empty()) {
+        log(RTE_LOG_ERR, "%s: empty backend URI", name);
+        return false;
+      }
+      uri = value;
+    } else if (k == 1) {
+      if (!parse_uint(key, value, 1023, card)) return false;
+    } else if (!parse_uint(key, value, 1, bring_up)) {
+      return false;
+    }
+  }
+  return true;
 }
 
 int npo_probe(rte_vdev_device* vdev) {
@@ -796,23 +828,7 @@ int npo_probe(rte_vdev_device* vdev) {
   unsigned card = 0, bring_up = 0;
   const char* params = rte_vdev_device_args(vdev);
   if (params != nullptr && params[0] != '\0') {
-    rte_kvargs* kv = rte_kvargs_parse(params, kValidKeys);
-    if (kv == nullptr) {
-      log(RTE_LOG_ERR, "%s: bad devargs '%s' (accepted: backend=URI, card=N, bring_up=0|1)", name, params);
-      return -EINVAL;
-    }
-    int rc = rte_kvargs_process(kv, "backend", kv_string, &uri);
-    if (rc == 0) rc = rte_kvargs_process(kv, "card", kv_uint, &card);
-    if (rc == 0) rc = rte_kvargs_process(kv, "bring_up", kv_uint, &bring_up);
-    rte_kvargs_free(kv);
-    if (rc != 0) {
-      log(RTE_LOG_ERR, "%s: bad devargs '%s'", name, params);
-      return -EINVAL;
-    }
-    if (bring_up > 1) {
-      log(RTE_LOG_ERR, "%s: bring_up must be 0 or 1", name);
-      return -EINVAL;
-    }
+    if (!parse_devargs(name, params, uri, card, bring_up)) return -EINVAL;
   }
   auto* d = new NpoDev();
   d->name = name;

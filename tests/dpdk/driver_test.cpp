@@ -216,12 +216,35 @@ TEST(DmaNpo, WrongDevargsAreRejectedWithEinval) {
   EXPECT_EQ(rte_vdev_init("dma_npo7", "backend=emu:2,card=5"), -EINVAL);
   EXPECT_EQ(rte_vdev_init("dma_npo7", "backend=nonsense"), -EINVAL);
   EXPECT_EQ(rte_vdev_init("dma_npo7", "bring_up=2"), -EINVAL);
+  EXPECT_EQ(rte_vdev_init("dma_npo7", "card=1,card=0"), -EINVAL);
+  EXPECT_EQ(rte_vdev_init("dma_npo7", "card"), -EINVAL);
+  EXPECT_EQ(rte_vdev_init("dma_npo7", "backend="), -EINVAL);
+  EXPECT_EQ(rte_vdev_init("dma_npo7", "card=-1"), -EINVAL);
   EXPECT_LT(rte_dma_get_dev_id_by_name("dma_npo7"), 0);  // nothing half-created
   // A good one can be created and removed at run time.
   ASSERT_EQ(rte_vdev_init("dma_npo7", "backend=emu:2,card=1"), 0);
   EXPECT_GE(rte_dma_get_dev_id_by_name("dma_npo7"), 0);
   EXPECT_EQ(rte_vdev_uninit("dma_npo7"), 0);
   EXPECT_LT(rte_dma_get_dev_id_by_name("dma_npo7"), 0);
+}
+
+TEST(DmaNpo, BackendUriMayHoldEqualsSigns) {
+  // emu:file=PATH: the devarg value keeps everything after the first '='.
+  const std::string topo = std::string(NPO_TEST_DATA_DIR) + "/topology/mesh4.yaml";
+  const std::string args = "backend=emu:file=" + topo + ",card=3";
+  ASSERT_EQ(rte_vdev_init("dma_npo8", args.c_str()), 0);
+  const auto dev = dev_id("dma_npo8");
+  ASSERT_GE(dev, 0);
+  start(dev);
+  Buf a(128), b(128);
+  std::memset(a.p, 0x33, 128);
+  ASSERT_EQ(rte_dma_copy(dev, 0, a.iova(), b.iova(), 128, RTE_DMA_OP_FLAG_SUBMIT), 0);
+  const auto st = reap(dev, 0, 1);
+  ASSERT_EQ(st.size(), 1u);
+  EXPECT_EQ(st[0], RTE_DMA_STATUS_SUCCESSFUL);
+  EXPECT_EQ(b.p[127], 0x33);
+  rte_dma_stop(dev);
+  EXPECT_EQ(rte_vdev_uninit("dma_npo8"), 0);
 }
 
 }  // namespace
