@@ -112,7 +112,9 @@ void CardMemory::remove(std::uintptr_t va, std::size_t len) {
 namespace {
 
 constexpr const char* kDriverName = "dma_npo";
-constexpr std::uint16_t kMaxSges = 64;  // SG entries per dmadev op side (per-slot SG table size)
+constexpr std::uint16_t kMaxSges = 64;
+constexpr std::uint64_t kMisuseLogs = 16;  // fast-path misuse is logged this many times per device  // SG entries per
+                                           // dmadev op side (per-slot SG table size)
 
 int errno_of(const Error& e) {
   switch (e.code()) {
@@ -183,6 +185,7 @@ struct NpoDev {
   std::string name;
   bool started = false;
   std::vector<Vchan> vchans;
+  std::uint64_t misuse_logs = 0;  // fast-path misuse lines logged (a loop must not flood the log)
 };
 
 NpoDev* dev_of(const void* priv) { return *static_cast<NpoDev* const*>(priv); }
@@ -221,11 +224,11 @@ inline unsigned space(const Vchan& v) {
 /// Common checks of an enqueue; returns 0 or a negative errno.
 inline int check_enqueue(NpoDev& d, std::uint16_t vchan, unsigned hal_ops) {
   if (!d.started) [[unlikely]] {
-    log(RTE_LOG_ERR, "%s: enqueue on a stopped device", d.name.c_str());
+    if (d.misuse_logs++ < kMisuseLogs) log(RTE_LOG_ERR, "%s: enqueue on a stopped device", d.name.c_str());
     return -EINVAL;
   }
   if (vchan >= d.vchans.size() || !d.vchans[vchan].queue) [[unlikely]] {
-    log(RTE_LOG_ERR, "%s: vchan %u is not set up", d.name.c_str(), vchan);
+    if (d.misuse_logs++ < kMisuseLogs) log(RTE_LOG_ERR, "%s: vchan %u is not set up", d.name.c_str(), vchan);
     return -EINVAL;
   }
   if (space(d.vchans[vchan]) < hal_ops) [[unlikely]]
@@ -261,7 +264,8 @@ int npo_copy(void* priv, std::uint16_t vchan, rte_iova_t src, rte_iova_t dst, st
   const bool fence = (flags & RTE_DMA_OP_FLAG_FENCE) != 0;
   if (int e = check_enqueue(d, vchan, fence ? 2 : 1); e != 0) return e;
   if (length == 0 || length > d.caps.max_transfer_bytes) [[unlikely]] {
-    log(RTE_LOG_ERR, "%s: copy length %u outside 1..%u", d.name.c_str(), length, d.caps.max_transfer_bytes);
+    if (d.misuse_logs++ < kMisuseLogs)
+      log(RTE_LOG_ERR, "%s: copy length %u outside 1..%u", d.name.c_str(), length, d.caps.max_transfer_bytes);
     return -EINVAL;
   }
   Vchan& v = d.vchans[vchan];
@@ -293,7 +297,8 @@ int npo_fill(void* priv, std::uint16_t vchan, std::uint64_t pattern, rte_iova_t 
   const bool fence = (flags & RTE_DMA_OP_FLAG_FENCE) != 0;
   if (int e = check_enqueue(d, vchan, fence ? 2 : 1); e != 0) return e;
   if (length == 0 || length > d.caps.max_transfer_bytes) [[unlikely]] {
-    log(RTE_LOG_ERR, "%s: fill length %u outside 1..%u", d.name.c_str(), length, d.caps.max_transfer_bytes);
+    if (d.misuse_logs++ < kMisuseLogs)
+      log(RTE_LOG_ERR, "%s: fill length %u outside 1..%u", d.name.c_str(), length, d.caps.max_transfer_bytes);
     return -EINVAL;
   }
   Vchan& v = d.vchans[vchan];
@@ -323,8 +328,9 @@ int npo_copy_sg(void* priv, std::uint16_t vchan, const rte_dma_sge* src, const r
   const bool fence = (flags & RTE_DMA_OP_FLAG_FENCE) != 0;
   if (nb_src == 0 || nb_dst == 0 || nb_src > kMaxSges || nb_dst > kMaxSges || src == nullptr || dst == nullptr)
       [[unlikely]] {
-    log(RTE_LOG_ERR, "%s: copy_sg with %u source and %u destination entries (1..%u each)", d.name.c_str(), nb_src,
-        nb_dst, kMaxSges);
+    if (d.misuse_logs++ < kMisuseLogs)
+      log(RTE_LOG_ERR, "%s: copy_sg with %u source and %u destination entries (1..%u each)", d.name.c_str(), nb_src,
+          nb_dst, kMaxSges);
     return -EINVAL;
   }
   if (int e = check_enqueue(d, vchan, nb_dst + (fence ? 1u : 0u)); e != 0) return e;
@@ -333,14 +339,16 @@ int npo_copy_sg(void* priv, std::uint16_t vchan, const rte_dma_sge* src, const r
   for (unsigned i = 0; i < nb_dst; ++i) {
     total_dst += dst[i].length;
     if (dst[i].length == 0 || dst[i].length > d.caps.max_transfer_bytes) {
-      log(RTE_LOG_ERR, "%s: copy_sg destination entry %u has length %u (1..%u)", d.name.c_str(), i, dst[i].length,
-          d.caps.max_transfer_bytes);
+      if (d.misuse_logs++ < kMisuseLogs)
+        log(RTE_LOG_ERR, "%s: copy_sg destination entry %u has length %u (1..%u)", d.name.c_str(), i, dst[i].length,
+            d.caps.max_transfer_bytes);
       return -EINVAL;
     }
   }
   if (total_src != total_dst) [[unlikely]] {
-    log(RTE_LOG_ERR, "%s: copy_sg sources hold %" PRIu64 " bytes, destinations %" PRIu64, d.name.c_str(), total_src,
-        total_dst);
+    if (d.misuse_logs++ < kMisuseLogs)
+      log(RTE_LOG_ERR, "%s: copy_sg sources hold %" PRIu64 " bytes, destinations %" PRIu64, d.name.c_str(), total_src,
+          total_dst);
     return -EINVAL;
   }
   Vchan& v = d.vchans[vchan];
@@ -400,7 +408,9 @@ int npo_copy_sg(void* priv, std::uint16_t vchan, const rte_dma_sge* src, const r
 int npo_submit(void* priv, std::uint16_t vchan) {
   NpoDev& d = *dev_of(priv);
   if (!d.started || vchan >= d.vchans.size() || !d.vchans[vchan].queue) [[unlikely]] {
-    log(RTE_LOG_ERR, "%s: submit on a stopped device or vchan %u not set up", d.name.c_str(), vchan);
+    if (d.misuse_logs++ < kMisuseLogs) {
+      log(RTE_LOG_ERR, "%s: submit on a stopped device or vchan %u not set up", d.name.c_str(), vchan);
+    }
     return -EINVAL;
   }
   Vchan& v = d.vchans[vchan];
