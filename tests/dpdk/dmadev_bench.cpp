@@ -3,6 +3,7 @@
 // README "DPDK dmadev"). Both devices are driven through the public dmadev API the same way:
 // keep up to `burst` x 4 ops in flight, enqueue in bursts of `burst` with one submit each,
 // reap with rte_dma_completed. Reports op rate and bandwidth of each and their ratios.
+// Each case runs three times, the contenders interleaved, and the best of each is reported.
 // Figures are printed, never asserted (the ctest smoke run only proves the program works).
 //
 // Usage: npo-dmadev-bench [seconds-per-case (default 0.5)] [npo backend URI (default emu:1)]
@@ -134,6 +135,16 @@ Result run_hal(npo::System& sys, std::uint32_t size, unsigned burst, double seco
   return res;
 }
 
+constexpr int kRounds = 3;
+
+void keep_best(Result& best, const Result& r) {
+  best.ok = best.ok && r.ok;
+  if (r.mops > best.mops) {
+    best.mops = r.mops;
+    best.gbs = r.gbs;
+  }
+}
+
 bool setup(int16_t dev) {
   const rte_dma_conf conf{.nb_vchans = 1, .enable_silent = false};
   rte_dma_vchan_conf q{};
@@ -167,8 +178,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "device setup failed (dma_npo0 %d, dma_skeleton0 %d)\n", npo, skel);
     return 1;
   }
-  std::printf("dma_npo (backend %s) vs dma_skeleton, %.2f s per case, copies, %u lcores\n\n", uri.c_str(), seconds,
-              rte_lcore_count());
+  std::printf("dma_npo (backend %s) vs dma_skeleton, %.2f s per case and device (best of %d), copies, %u lcores\n\n",
+              uri.c_str(), seconds, kRounds, rte_lcore_count());
   auto hal = npo::System::open(uri);
   if (!hal) {
     std::fprintf(stderr, "System::open(%s): %s\n", uri.c_str(), hal.error().to_string().c_str());
@@ -183,9 +194,18 @@ int main(int argc, char** argv) {
   bool all_ok = true;
   for (const auto size : sizes) {
     for (const auto burst : bursts) {
-      const Result a = run(static_cast<int16_t>(npo), size, burst, seconds);
-      const Result b = run(static_cast<int16_t>(skel), size, burst, seconds);
-      const Result h = run_hal(**hal, size, burst, seconds);
+      // Best of `kRounds`, the three contenders interleaved, so a burst of load from other
+      // processes hits all of them alike.
+      Result a, b, h;
+      a.ok = b.ok = h.ok = true;
+      for (int r = 0; r < kRounds; ++r) {
+        const Result ra = run(static_cast<int16_t>(npo), size, burst, seconds / kRounds);
+        const Result rb = run(static_cast<int16_t>(skel), size, burst, seconds / kRounds);
+        const Result rh = run_hal(**hal, size, burst, seconds / kRounds);
+        keep_best(a, ra);
+        keep_best(b, rb);
+        keep_best(h, rh);
+      }
       all_ok = all_ok && a.ok && b.ok && h.ok;
       const char* unit = size >= (1u << 20) ? "MiB" : size >= 1024 ? "KiB" : "B";
       const unsigned shown = size >= (1u << 20) ? size >> 20 : size >= 1024 ? size >> 10 : size;
