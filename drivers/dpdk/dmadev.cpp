@@ -13,12 +13,7 @@
 // table. An address outside DPDK's memory is not sent to host memory at all: the op becomes
 // a descriptor the card must reject (an HBM range past the end of HBM), so it completes in
 // order, through the card, with RTE_DMA_STATUS_INVALID_SRC_ADDR / _DST_ADDR. There is no
-// bounce buffer.
-//
-// Ring indexes: DPDK's 16-bit ring_idx counts dmadev ops. One dmadev op may be several HAL
-// ops (a hidden fence for RTE_DMA_OP_FLAG_FENCE; one gather or copy per destination entry
-// of copy_sg). A per-vchan slot ring records how many HAL completions each dmadev op still
-// waits for and the first error among them; completions arrive in submission order.
+// bounce buffer. The fast path is in datapath.cpp, the memory table in memory.cpp.
 
 #include <rte_bus_vdev.h>
 #include <rte_common.h>
@@ -27,7 +22,6 @@
 #include <rte_memory.h>
 
 #include <algorithm>
-#include <array>
 #include <bit>
 #include <cerrno>
 #include <cinttypes>
@@ -41,10 +35,10 @@
 #include <bus_vdev_driver.h>
 #include <rte_dmadev_pmd.h>
 
+#include "device.hpp"
 #include "internal.hpp"
 #include "npo/dpdk/dmadev.h"
 #include "npo/hal/bring_up.hpp"
-#include "npo/hal/dma.hpp"
 
 namespace npo::dpdk {
 
@@ -61,417 +55,11 @@ void log(unsigned level, const char* fmt, ...) {
   rte_log(level, static_cast<std::uint32_t>(g_logtype), "dma_npo: %s\n", buf);
 }
 
-bool MemTable::translate(std::uintptr_t va, std::size_t len, std::uint64_t& iova) const noexcept {
-  auto it = std::upper_bound(entries.begin(), entries.end(), va,
-                             [](std::uintptr_t v, const MemEntry& e) { return v < e.va; });
-  if (it == entries.begin()) return false;
-  --it;
-  if (va - it->va > it->len || len > it->len - (va - it->va)) return false;
-  iova = it->iova + (va - it->va);
-  return true;
-}
-
-namespace {
-
-void publish(CardMemory& m) {  // m.mu held
-  auto t = std::make_unique<MemTable>();
-  for (const auto& r : m.regions) {
-    t->entries.push_back({reinterpret_cast<std::uintptr_t>(r->bytes().data()), r->size(), r->iova()});
-  }
-  std::sort(t->entries.begin(), t->entries.end(), [](const MemEntry& a, const MemEntry& b) { return a.va < b.va; });
-  m.current.store(t.get(), std::memory_order_release);
-  // Older tables stay alive until the card's memory is released: a fast-path reader may
-  // still hold one (they are small and change only when DPDK's memory map changes).
-  m.tables.push_back(std::move(t));
-}
-
-}  // namespace
-
-Result<void> CardMemory::add(std::uintptr_t va, std::size_t len) {
-  std::lock_guard lock(mu);
-  auto r = register_host_memory(*device, std::span(reinterpret_cast<std::byte*>(va), len), true);
-  if (!r) return std::unexpected(r.error());
-  registered_bytes += len;
-  regions.push_back(std::move(*r));
-  publish(*this);
-  return {};
-}
-
-void CardMemory::remove(std::uintptr_t va, std::size_t len) {
-  std::lock_guard lock(mu);
-  const auto n = regions.size();
-  std::erase_if(regions, [&](const std::unique_ptr<MemoryRegion>& r) {
-    const auto a = reinterpret_cast<std::uintptr_t>(r->bytes().data());
-    const bool inside = a >= va && a + r->size() <= va + len;
-    if (inside) registered_bytes -= r->size();
-    return inside;
-  });
-  if (regions.size() != n) publish(*this);
-}
+NpoDev* dev_of(const rte_dma_dev* dev) { return dev_of(dev->data->dev_private); }
 
 namespace {
 
 constexpr const char* kDriverName = "dma_npo";
-constexpr std::uint16_t kMaxSges = 64;
-constexpr std::uint64_t kMisuseLogs = 16;  // fast-path misuse is logged this many times per device  // SG entries per
-                                           // dmadev op side (per-slot SG table size)
-
-int errno_of(const Error& e) {
-  switch (e.code()) {
-    case Code::kInvalidArgument:
-    case Code::kOutOfRange: return -EINVAL;
-    case Code::kResourceExhausted: return -ENOMEM;
-    case Code::kNotFound: return -ENODEV;
-    case Code::kPermissionDenied: return -EPERM;
-    case Code::kUnimplemented: return -ENOTSUP;
-    case Code::kFailedPrecondition: return -EBUSY;
-    default: return -EIO;
-  }
-}
-
-/// HAL op status -> dmadev status code (docs/dpdk.md has the table).
-rte_dma_status_code map_status(OpStatus s) {
-  switch (s) {
-    case OpStatus::kOk: return RTE_DMA_STATUS_SUCCESSFUL;
-    case OpStatus::kBadOpcode: return RTE_DMA_STATUS_INVALID_OPCODE;
-    case OpStatus::kBadDescriptor: return RTE_DMA_STATUS_INVALID_LENGTH;
-    case OpStatus::kIommuFault: return RTE_DMA_STATUS_PAGE_FAULT;
-    case OpStatus::kIommuPermission: return RTE_DMA_STATUS_INVALID_ADDR;
-    case OpStatus::kHbmRange: return RTE_DMA_STATUS_INVALID_ADDR;
-    case OpStatus::kSgError: return RTE_DMA_STATUS_DESCRIPTOR_READ_ERROR;
-    case OpStatus::kFenceSkipped: return RTE_DMA_STATUS_NOT_ATTEMPTED;
-    case OpStatus::kRemoteUnreachable: return RTE_DMA_STATUS_DEV_LINK_ERROR;
-    case OpStatus::kWindowInvalid:
-    case OpStatus::kWindowKey:
-    case OpStatus::kWindowRange:
-    case OpStatus::kWindowRights:
-    case OpStatus::kWindowRevoked: return RTE_DMA_STATUS_INVALID_ADDR;
-    case OpStatus::kEngineError: return RTE_DMA_STATUS_BUS_ERROR;
-    case OpStatus::kTimeout: return RTE_DMA_STATUS_ERROR_UNKNOWN;
-    case OpStatus::kAborted: return RTE_DMA_STATUS_USER_ABORT;
-  }
-  return RTE_DMA_STATUS_ERROR_UNKNOWN;
-}
-
-/// Per dmadev op: HAL completions still due, whether the first is a hidden fence, status.
-struct Slot {
-  std::uint16_t hal_left = 0;
-  bool fence = false;
-  std::uint16_t status = RTE_DMA_STATUS_SUCCESSFUL;  // first error of the op
-  std::uint16_t forced = 0;                          // driver-known reason (bad address) replacing the card's status
-};
-
-struct Vchan {
-  std::unique_ptr<DmaQueue> queue;
-  std::unique_ptr<MemoryRegion> sg_table;  // depth x kMaxSges SgEntry, slot = HAL op seq
-  unsigned depth = 0;
-  std::vector<Slot> slots;     // depth entries, indexed by dmadev op seq & (depth-1)
-  std::uint64_t enq = 0;       // dmadev ops enqueued
-  std::uint64_t hal_done = 0;  // dmadev ops whose HAL completions have all arrived
-  std::uint64_t ret = 0;       // dmadev ops returned by completed/completed_status
-  std::uint64_t hal_enq = 0;   // HAL ops enqueued (SG table slot)
-  std::uint64_t unsubmitted = 0;
-  rte_dma_stats stats{};
-  std::array<OpCompletion, 64> cbuf{};
-};
-
-struct NpoDev {
-  Backend* backend = nullptr;
-  Device* device = nullptr;
-  unsigned card = 0;
-  std::shared_ptr<CardMemory> memory;
-  DmaCapabilities caps{};
-  std::uint64_t poison_hbm = 0;  // first HBM byte past the end: the card rejects it
-  std::string name;
-  bool started = false;
-  std::vector<Vchan> vchans;
-  std::uint64_t misuse_logs = 0;  // fast-path misuse lines logged (a loop must not flood the log)
-};
-
-NpoDev* dev_of(const void* priv) { return *static_cast<NpoDev* const*>(priv); }
-NpoDev* dev_of(const rte_dma_dev* dev) { return dev_of(dev->data->dev_private); }
-
-// ---- fast path ------------------------------------------------------------------------------
-
-void poll_hw(Vchan& v) {
-  const std::uint64_t mask = v.depth - 1;
-  for (int rounds = 0; rounds < 1024; ++rounds) {
-    const std::size_t n = v.queue->poll(v.cbuf);
-    for (std::size_t i = 0; i < n; ++i) {
-      Slot& s = v.slots[v.hal_done & mask];
-      const OpStatus st = v.cbuf[i].status;
-      if (s.fence) {
-        s.fence = false;  // a hidden fence: FENCE_SKIPPED only reports an earlier failure
-        if (st != OpStatus::kOk && st != OpStatus::kFenceSkipped && s.status == RTE_DMA_STATUS_SUCCESSFUL) {
-          s.status = static_cast<std::uint16_t>(map_status(st));
-        }
-      } else if (st != OpStatus::kOk && s.status == RTE_DMA_STATUS_SUCCESSFUL) {
-        s.status = s.forced != 0 ? s.forced : static_cast<std::uint16_t>(map_status(st));
-      }
-      if (--s.hal_left == 0) ++v.hal_done;
-    }
-    if (n < v.cbuf.size()) return;
-  }
-}
-
-/// Free dmadev op slots and HAL ring entries.
-inline unsigned space(const Vchan& v) {
-  const auto ops = v.depth - static_cast<unsigned>(v.enq - v.ret);
-  const auto hal = v.depth - static_cast<unsigned>(v.queue->outstanding());
-  return std::min(ops, hal);
-}
-
-/// Common checks of an enqueue; returns 0 or a negative errno.
-inline int check_enqueue(NpoDev& d, std::uint16_t vchan, unsigned hal_ops) {
-  if (!d.started) [[unlikely]] {
-    if (d.misuse_logs++ < kMisuseLogs) log(RTE_LOG_ERR, "%s: enqueue on a stopped device", d.name.c_str());
-    return -EINVAL;
-  }
-  if (vchan >= d.vchans.size() || !d.vchans[vchan].queue) [[unlikely]] {
-    if (d.misuse_logs++ < kMisuseLogs) log(RTE_LOG_ERR, "%s: vchan %u is not set up", d.name.c_str(), vchan);
-    return -EINVAL;
-  }
-  if (space(d.vchans[vchan]) < hal_ops) [[unlikely]]
-    return -ENOSPC;
-  return 0;
-}
-
-inline int finish_enqueue(NpoDev& d, Vchan& v, const Slot& s, std::uint64_t flags) {
-  v.slots[v.enq & (v.depth - 1)] = s;
-  const auto idx = static_cast<std::uint16_t>(v.enq);
-  ++v.enq;
-  ++v.unsubmitted;
-  if (flags & RTE_DMA_OP_FLAG_SUBMIT) {
-    if (auto r = v.queue->submit(); !r) [[unlikely]] {
-      log(RTE_LOG_ERR, "%s: submit failed: %s", d.name.c_str(), r.error().to_string().c_str());
-      return -EIO;
-    }
-    v.stats.submitted += v.unsubmitted;
-    v.unsubmitted = 0;
-  }
-  return idx;
-}
-
-/// An op the card must reject: an HBM range that starts at the end of HBM (kHbmRange).
-inline Result<OpHandle> enqueue_poison(NpoDev& d, Vchan& v) {
-  ++v.hal_enq;
-  return v.queue->enqueue_copy(DmaAddress::hbm(d.poison_hbm), DmaAddress::hbm(d.poison_hbm), 1);
-}
-
-int npo_copy(void* priv, std::uint16_t vchan, rte_iova_t src, rte_iova_t dst, std::uint32_t length,
-             std::uint64_t flags) {
-  NpoDev& d = *dev_of(priv);
-  const bool fence = (flags & RTE_DMA_OP_FLAG_FENCE) != 0;
-  if (int e = check_enqueue(d, vchan, fence ? 2 : 1); e != 0) return e;
-  if (length == 0 || length > d.caps.max_transfer_bytes) [[unlikely]] {
-    if (d.misuse_logs++ < kMisuseLogs)
-      log(RTE_LOG_ERR, "%s: copy length %u outside 1..%u", d.name.c_str(), length, d.caps.max_transfer_bytes);
-    return -EINVAL;
-  }
-  Vchan& v = d.vchans[vchan];
-  Slot s{.hal_left = static_cast<std::uint16_t>(fence ? 2 : 1), .fence = fence};
-  if (fence) {
-    ++v.hal_enq;
-    if (auto r = v.queue->enqueue_fence(); !r) return errno_of(r.error());
-  }
-  const MemTable* t = d.memory->current.load(std::memory_order_acquire);
-  std::uint64_t si = 0, di = 0;
-  const bool src_ok = t != nullptr && t->translate(src, length, si);
-  const bool dst_ok = t != nullptr && t->translate(dst, length, di);
-  Result<OpHandle> r;
-  if (src_ok && dst_ok) [[likely]] {
-    ++v.hal_enq;
-    r = v.queue->enqueue_copy(DmaAddress::host(si), DmaAddress::host(di), length);
-  } else {
-    s.forced = static_cast<std::uint16_t>(src_ok ? RTE_DMA_STATUS_INVALID_DST_ADDR : RTE_DMA_STATUS_INVALID_SRC_ADDR);
-    r = enqueue_poison(d, v);
-  }
-  if (!r) [[unlikely]]
-    return errno_of(r.error());  // cannot happen after the space check
-  return finish_enqueue(d, v, s, flags);
-}
-
-int npo_fill(void* priv, std::uint16_t vchan, std::uint64_t pattern, rte_iova_t dst, std::uint32_t length,
-             std::uint64_t flags) {
-  NpoDev& d = *dev_of(priv);
-  const bool fence = (flags & RTE_DMA_OP_FLAG_FENCE) != 0;
-  if (int e = check_enqueue(d, vchan, fence ? 2 : 1); e != 0) return e;
-  if (length == 0 || length > d.caps.max_transfer_bytes) [[unlikely]] {
-    if (d.misuse_logs++ < kMisuseLogs)
-      log(RTE_LOG_ERR, "%s: fill length %u outside 1..%u", d.name.c_str(), length, d.caps.max_transfer_bytes);
-    return -EINVAL;
-  }
-  Vchan& v = d.vchans[vchan];
-  Slot s{.hal_left = static_cast<std::uint16_t>(fence ? 2 : 1), .fence = fence};
-  if (fence) {
-    ++v.hal_enq;
-    if (auto r = v.queue->enqueue_fence(); !r) return errno_of(r.error());
-  }
-  const MemTable* t = d.memory->current.load(std::memory_order_acquire);
-  std::uint64_t di = 0;
-  Result<OpHandle> r;
-  if (t != nullptr && t->translate(dst, length, di)) [[likely]] {
-    ++v.hal_enq;
-    r = v.queue->enqueue_fill(DmaAddress::host(di), pattern, length);
-  } else {
-    s.forced = RTE_DMA_STATUS_INVALID_DST_ADDR;
-    r = enqueue_poison(d, v);
-  }
-  if (!r) [[unlikely]]
-    return errno_of(r.error());
-  return finish_enqueue(d, v, s, flags);
-}
-
-int npo_copy_sg(void* priv, std::uint16_t vchan, const rte_dma_sge* src, const rte_dma_sge* dst, std::uint16_t nb_src,
-                std::uint16_t nb_dst, std::uint64_t flags) {
-  NpoDev& d = *dev_of(priv);
-  const bool fence = (flags & RTE_DMA_OP_FLAG_FENCE) != 0;
-  if (nb_src == 0 || nb_dst == 0 || nb_src > kMaxSges || nb_dst > kMaxSges || src == nullptr || dst == nullptr)
-      [[unlikely]] {
-    if (d.misuse_logs++ < kMisuseLogs)
-      log(RTE_LOG_ERR, "%s: copy_sg with %u source and %u destination entries (1..%u each)", d.name.c_str(), nb_src,
-          nb_dst, kMaxSges);
-    return -EINVAL;
-  }
-  if (int e = check_enqueue(d, vchan, nb_dst + (fence ? 1u : 0u)); e != 0) return e;
-  std::uint64_t total_src = 0, total_dst = 0;
-  for (unsigned i = 0; i < nb_src; ++i) total_src += src[i].length;
-  for (unsigned i = 0; i < nb_dst; ++i) {
-    total_dst += dst[i].length;
-    if (dst[i].length == 0 || dst[i].length > d.caps.max_transfer_bytes) {
-      if (d.misuse_logs++ < kMisuseLogs)
-        log(RTE_LOG_ERR, "%s: copy_sg destination entry %u has length %u (1..%u)", d.name.c_str(), i, dst[i].length,
-            d.caps.max_transfer_bytes);
-      return -EINVAL;
-    }
-  }
-  if (total_src != total_dst) [[unlikely]] {
-    if (d.misuse_logs++ < kMisuseLogs)
-      log(RTE_LOG_ERR, "%s: copy_sg sources hold %" PRIu64 " bytes, destinations %" PRIu64, d.name.c_str(), total_src,
-          total_dst);
-    return -EINVAL;
-  }
-  Vchan& v = d.vchans[vchan];
-  const MemTable* t = d.memory->current.load(std::memory_order_acquire);
-  Slot s{.hal_left = static_cast<std::uint16_t>(nb_dst + (fence ? 1 : 0)), .fence = fence};
-  // Any address outside DPDK's memory: the whole op is rejected by the card (one HAL op).
-  bool bad_src = t == nullptr, bad_dst = t == nullptr;
-  std::uint64_t tmp = 0;
-  for (unsigned i = 0; i < nb_src && !bad_src; ++i) bad_src = !t->translate(src[i].addr, src[i].length, tmp);
-  for (unsigned i = 0; i < nb_dst && !bad_dst; ++i) bad_dst = !t->translate(dst[i].addr, dst[i].length, tmp);
-  if (fence) {
-    ++v.hal_enq;
-    if (auto r = v.queue->enqueue_fence(); !r) return errno_of(r.error());
-  }
-  if (bad_src || bad_dst) {
-    s.forced = static_cast<std::uint16_t>(bad_src ? RTE_DMA_STATUS_INVALID_SRC_ADDR : RTE_DMA_STATUS_INVALID_DST_ADDR);
-    s.hal_left = static_cast<std::uint16_t>(1 + (fence ? 1 : 0));
-    if (auto r = enqueue_poison(d, v); !r) return errno_of(r.error());
-    return finish_enqueue(d, v, s, flags);
-  }
-  // One HAL op per destination entry: a copy when one source piece covers it, else a gather
-  // whose list lives in this HAL op's SG-table slot (DMA-mapped, read by the card).
-  unsigned si = 0;
-  std::uint32_t s_off = 0;
-  const std::uint64_t table_iova = v.sg_table->iova();
-  auto* table = reinterpret_cast<SgEntry*>(v.sg_table->bytes().data());
-  for (unsigned j = 0; j < nb_dst; ++j) {
-    std::uint64_t dio = 0;
-    t->translate(dst[j].addr, dst[j].length, dio);
-    const std::uint64_t hal_slot = v.hal_enq & (v.depth - 1);
-    SgEntry* list = table + hal_slot * kMaxSges;
-    std::uint16_t count = 0;
-    std::uint32_t need = dst[j].length;
-    while (need > 0) {
-      while (src[si].length == s_off) {
-        ++si;
-        s_off = 0;
-      }
-      const std::uint32_t take = std::min(need, src[si].length - s_off);
-      std::uint64_t sio = 0;
-      t->translate(src[si].addr + s_off, take, sio);
-      list[count++] = SgEntry{.iova = sio, .length = take, .reserved = 0};
-      s_off += take;
-      need -= take;
-    }
-    ++v.hal_enq;
-    Result<OpHandle> r =
-        count == 1 ? v.queue->enqueue_copy(DmaAddress::host(list[0].iova), DmaAddress::host(dio), dst[j].length)
-                   : v.queue->enqueue_gather(table_iova + hal_slot * kMaxSges * sizeof(SgEntry), count,
-                                             DmaAddress::host(dio), dst[j].length);
-    if (!r) [[unlikely]]
-      return errno_of(r.error());
-  }
-  return finish_enqueue(d, v, s, flags);
-}
-
-int npo_submit(void* priv, std::uint16_t vchan) {
-  NpoDev& d = *dev_of(priv);
-  if (!d.started || vchan >= d.vchans.size() || !d.vchans[vchan].queue) [[unlikely]] {
-    if (d.misuse_logs++ < kMisuseLogs) {
-      log(RTE_LOG_ERR, "%s: submit on a stopped device or vchan %u not set up", d.name.c_str(), vchan);
-    }
-    return -EINVAL;
-  }
-  Vchan& v = d.vchans[vchan];
-  if (auto r = v.queue->submit(); !r) [[unlikely]] {
-    log(RTE_LOG_ERR, "%s: submit failed: %s", d.name.c_str(), r.error().to_string().c_str());
-    return -EIO;
-  }
-  v.stats.submitted += v.unsubmitted;
-  v.unsubmitted = 0;
-  return 0;
-}
-
-std::uint16_t npo_completed(void* priv, std::uint16_t vchan, const std::uint16_t nb_cpls, std::uint16_t* last_idx,
-                            bool* has_error) {
-  NpoDev& d = *dev_of(priv);
-  if (vchan >= d.vchans.size() || !d.vchans[vchan].queue) [[unlikely]]
-    return 0;
-  Vchan& v = d.vchans[vchan];
-  if (v.hal_done - v.ret < nb_cpls) poll_hw(v);
-  const std::uint64_t mask = v.depth - 1;
-  std::uint16_t n = 0;
-  while (n < nb_cpls && v.ret < v.hal_done) {
-    if (v.slots[v.ret & mask].status != RTE_DMA_STATUS_SUCCESSFUL) {
-      *has_error = true;
-      break;
-    }
-    ++v.ret;
-    ++n;
-  }
-  v.stats.completed += n;
-  *last_idx = static_cast<std::uint16_t>(v.ret - 1);
-  return n;
-}
-
-std::uint16_t npo_completed_status(void* priv, std::uint16_t vchan, const std::uint16_t nb_cpls,
-                                   std::uint16_t* last_idx, rte_dma_status_code* status) {
-  NpoDev& d = *dev_of(priv);
-  if (vchan >= d.vchans.size() || !d.vchans[vchan].queue) [[unlikely]]
-    return 0;
-  Vchan& v = d.vchans[vchan];
-  if (v.hal_done - v.ret < nb_cpls) poll_hw(v);
-  const std::uint64_t mask = v.depth - 1;
-  std::uint16_t n = 0;
-  while (n < nb_cpls && v.ret < v.hal_done) {
-    const auto st = static_cast<rte_dma_status_code>(v.slots[v.ret & mask].status);
-    status[n] = st;
-    if (st != RTE_DMA_STATUS_SUCCESSFUL) ++v.stats.errors;
-    ++v.ret;
-    ++n;
-  }
-  v.stats.completed += n;
-  *last_idx = static_cast<std::uint16_t>(v.ret - 1);
-  return n;
-}
-
-std::uint16_t npo_burst_capacity(const void* priv, std::uint16_t vchan) {
-  const NpoDev& d = *dev_of(priv);
-  if (!d.started || vchan >= d.vchans.size() || !d.vchans[vchan].queue) [[unlikely]]
-    return 0;
-  return static_cast<std::uint16_t>(std::min(space(d.vchans[vchan]), 65535u));
-}
 
 // ---- control path ---------------------------------------------------------------------------
 
@@ -664,29 +252,6 @@ const rte_dma_dev_ops kOps = {
 
 // ---- backends and memory ----------------------------------------------------------------------
 
-void mem_event(rte_mem_event type, const void* addr, std::size_t len, void* arg) {
-  auto* m = static_cast<CardMemory*>(arg);
-  const auto va = reinterpret_cast<std::uintptr_t>(addr);
-  if (type == RTE_MEM_EVENT_ALLOC) {
-    if (auto r = m->add(va, len); !r) {
-      log(RTE_LOG_ERR, "registering new DPDK memory 0x%" PRIxPTR "+%zu with the card: %s", va, len,
-          r.error().to_string().c_str());
-    }
-  } else {
-    m->remove(va, len);
-  }
-}
-
-int contig_walk(const rte_memseg_list* /*msl*/, const rte_memseg* ms, std::size_t len, void* arg) {
-  auto* m = static_cast<CardMemory*>(arg);
-  if (auto r = m->add(reinterpret_cast<std::uintptr_t>(ms->addr), len); !r) {
-    log(RTE_LOG_ERR, "registering DPDK memory 0x%" PRIxPTR "+%zu with the card: %s",
-        reinterpret_cast<std::uintptr_t>(ms->addr), len, r.error().to_string().c_str());
-    return -1;
-  }
-  return 0;
-}
-
 /// Opens (or shares) the backend and the card's memory registration. g_mu held.
 int acquire_backend(NpoDev& d, const std::string& uri, unsigned card, bool bring_up) {
   Backend* b = nullptr;
@@ -861,13 +426,13 @@ int npo_probe(rte_vdev_device* vdev) {
   dev->device = &vdev->device;
   dev->dev_ops = &kOps;
   dev->fp_obj->dev_private = dev->data->dev_private;
-  dev->fp_obj->copy = npo_copy;
-  dev->fp_obj->copy_sg = npo_copy_sg;
-  dev->fp_obj->fill = npo_fill;
-  dev->fp_obj->submit = npo_submit;
-  dev->fp_obj->completed = npo_completed;
-  dev->fp_obj->completed_status = npo_completed_status;
-  dev->fp_obj->burst_capacity = npo_burst_capacity;
+  dev->fp_obj->copy = fp_copy;
+  dev->fp_obj->copy_sg = fp_copy_sg;
+  dev->fp_obj->fill = fp_fill;
+  dev->fp_obj->submit = fp_submit;
+  dev->fp_obj->completed = fp_completed;
+  dev->fp_obj->completed_status = fp_completed_status;
+  dev->fp_obj->burst_capacity = fp_burst_capacity;
   dev->state = RTE_DMA_DEV_READY;
   log(RTE_LOG_INFO, "%s: card %u of %s, %u DMA queues, %" PRIu64 " bytes of DPDK memory registered", name, card,
       uri.c_str(), d->caps.engines * d->caps.queues_per_engine, d->memory->registered_bytes);

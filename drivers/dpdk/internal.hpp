@@ -3,6 +3,8 @@
 // their cards' DPDK-memory registrations, and the logging helpers. Private to drivers/dpdk.
 #pragma once
 
+#include <rte_memory.h>
+
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -53,6 +55,11 @@ struct CardMemory {
   /// Drops every range inside [va, va+len) and publishes a new table.
   void remove(std::uintptr_t va, std::size_t len);
 };
+
+/// rte_mem_event callback (arg: CardMemory*): registers ranges DPDK allocates, drops freed ones.
+void mem_event(rte_mem_event type, const void* addr, std::size_t len, void* arg);
+/// rte_memseg_contig_walk callback (arg: CardMemory*): registers one contiguous range.
+int contig_walk(const rte_memseg_list* msl, const rte_memseg* ms, std::size_t len, void* arg);
 
 /// A backend opened by dma_npo devices: one System per URI, shared by every vdev naming it.
 struct Backend {

@@ -18,6 +18,7 @@
 
 #include <gtest/gtest.h>
 
+#include "device.hpp"  // drivers/dpdk (white box: the status map)
 #include "npo/dpdk/dmadev.h"
 
 namespace {
@@ -59,6 +60,25 @@ struct Buf {
   std::uint8_t* p;
   std::size_t size;
 };
+
+TEST(DmaNpo, EveryHalOpStatusMapsToADmadevStatus) {
+  using npo::OpStatus;
+  using npo::dpdk::map_status;
+  EXPECT_EQ(map_status(OpStatus::kOk), RTE_DMA_STATUS_SUCCESSFUL);
+  // Every other status the HAL defines is a failure with a specific code.
+  const OpStatus failures[] = {
+      OpStatus::kBadOpcode,     OpStatus::kBadDescriptor, OpStatus::kIommuFault,   OpStatus::kIommuPermission,
+      OpStatus::kHbmRange,      OpStatus::kSgError,       OpStatus::kFenceSkipped, OpStatus::kRemoteUnreachable,
+      OpStatus::kWindowInvalid, OpStatus::kWindowKey,     OpStatus::kWindowRange,  OpStatus::kWindowRights,
+      OpStatus::kWindowRevoked, OpStatus::kEngineError,   OpStatus::kTimeout,      OpStatus::kAborted};
+  for (auto s : failures) EXPECT_NE(map_status(s), RTE_DMA_STATUS_SUCCESSFUL) << npo::op_status_name(s);
+  EXPECT_EQ(map_status(OpStatus::kIommuFault), RTE_DMA_STATUS_PAGE_FAULT);
+  EXPECT_EQ(map_status(OpStatus::kFenceSkipped), RTE_DMA_STATUS_NOT_ATTEMPTED);
+  EXPECT_EQ(map_status(OpStatus::kBadOpcode), RTE_DMA_STATUS_INVALID_OPCODE);
+  EXPECT_EQ(map_status(OpStatus::kRemoteUnreachable), RTE_DMA_STATUS_DEV_LINK_ERROR);
+  EXPECT_EQ(map_status(OpStatus::kAborted), RTE_DMA_STATUS_USER_ABORT);
+  EXPECT_EQ(map_status(OpStatus::kEngineError), RTE_DMA_STATUS_BUS_ERROR);
+}
 
 TEST(DmaNpo, InfoAdvertisesCopySgFillAndErrors) {
   rte_dma_info info{};
