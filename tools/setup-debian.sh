@@ -4,6 +4,8 @@
 # present it prints one line and changes nothing; otherwise it runs `apt-get update` and
 # installs only the missing ones. Runs as root (CI, containers) or through sudo.
 #
+# Then fetches DPDK's driver-SDK headers (tools/dpdk-sdk-headers.sh; docs/dpdk.md).
+#
 # Usage: bash tools/setup-debian.sh [--fuzz] [--print]
 #   --fuzz   also install clang-19 + libclang-rt-19-dev (libFuzzer targets, tests/fuzz)
 #   --print  print the package list and exit
@@ -28,7 +30,7 @@ for arg in "$@"; do
   case "${arg}" in
     --fuzz) packages+=(clang-19 libclang-rt-19-dev) ;;
     --print) printf '%s\n' "${packages[@]}"; exit 0 ;;
-    -h | --help) sed -n '2,9p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "npo-hal setup: unknown argument '${arg}' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -47,8 +49,19 @@ for p in "${packages[@]}"; do
   fi
 done
 
+# DPDK's driver-SDK headers (drivers/dpdk) from Debian's dpdk source package of the installed
+# version, checksum-verified, into a cache folder outside the repository (idempotent).
+# A failure (no network, no source package) is reported and the build then switches the
+# dma_npo driver off with that reason printed; the rest of npo-hal does not need the headers.
+dpdk_sdk_headers() {
+  if ! bash "$(dirname "${BASH_SOURCE[0]}")/dpdk-sdk-headers.sh"; then
+    echo "npo-hal setup: WARNING: DPDK driver-SDK headers not fetched; the dma_npo driver will be OFF" >&2
+  fi
+}
+
 if ((${#missing[@]} == 0)); then
   echo "npo-hal setup: all ${#packages[@]} packages present"
+  dpdk_sdk_headers
   exit 0
 fi
 
@@ -76,3 +89,4 @@ if ! "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get "${apt_opts[@]}
 fi
 echo "done ($((SECONDS - start)) s)"
 rm -f "${log}"
+dpdk_sdk_headers
