@@ -63,6 +63,7 @@ Result<std::unique_ptr<Device::Impl>> Device::Impl::probe(std::unique_ptr<backen
   info.numa_node = fi.numa_node;
   info.iommu_group = fi.iommu_group;
   info.driver = fi.driver;
+  info.read_only = fi.read_only;
 
   auto vid = backend::config_read16(*dev, fw::pci::cfg::kVendorId);
   auto did = backend::config_read16(*dev, fw::pci::cfg::kDeviceId);
@@ -85,10 +86,12 @@ Result<std::unique_ptr<Device::Impl>> Device::Impl::probe(std::unique_ptr<backen
     info.pcie = PcieLink{backend::pcie_speed_gts(link->max_speed_code), link->max_width,
                          backend::pcie_speed_gts(link->speed_code), link->width};
   }
-  // Memory space and bus mastering on (we own the function now).
+  // Memory space and bus mastering on (we own the function now; an observer leaves them).
   auto cmd = backend::config_read16(*dev, fw::pci::cfg::kCommand);
   if (!cmd) return std::unexpected(Error(cmd.error()).with(ctx));
-  if (auto r = backend::config_write16(
+  if (fi.read_only) {
+    // nothing to enable: the owner drives the function
+  } else if (auto r = backend::config_write16(
           *dev, fw::pci::cfg::kCommand,
           static_cast<std::uint16_t>(*cmd | fw::pci::cfg::kCommandMemory | fw::pci::cfg::kCommandBusMaster));
       !r) {

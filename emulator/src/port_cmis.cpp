@@ -142,7 +142,7 @@ void Port::refresh_cmis(std::uint64_t now) {
 }
 
 fw::mbox::Status Port::xcvr_access(unsigned bank, unsigned page, unsigned off, unsigned len, bool write,
-                                   const std::byte* in, std::vector<std::byte>& out) {
+                                   const std::byte* in, std::vector<std::byte>& out, bool clear_latched) {
   namespace mb = fw::mbox;
   std::lock_guard lock(mu_);
   if (!cabled_) return mb::Status::kNoModule;
@@ -164,7 +164,7 @@ fw::mbox::Status Port::xcvr_access(unsigned bank, unsigned page, unsigned off, u
     refresh_cmis(now);
     for (unsigned i = 0; i < len; ++i) out.push_back(static_cast<std::byte>(byte(off + i)));
     // Latched flags clear on read (mailbox.md §3.5): lower byte 8 and page 11h 134..152.
-    for (unsigned i = 0; i < len; ++i) {
+    for (unsigned i = 0; clear_latched && i < len; ++i) {
       const unsigned a = off + i;
       if (a == kCmisModuleFlags || (a >= 128 && page == 0x11 && a >= kP11FlagsFirst && a <= kP11FlagsLast)) byte(a) = 0;
     }
