@@ -92,9 +92,9 @@ Result<std::unique_ptr<Device::Impl>> Device::Impl::probe(std::unique_ptr<backen
   if (fi.read_only) {
     // nothing to enable: the owner drives the function
   } else if (auto r = backend::config_write16(
-          *dev, fw::pci::cfg::kCommand,
-          static_cast<std::uint16_t>(*cmd | fw::pci::cfg::kCommandMemory | fw::pci::cfg::kCommandBusMaster));
-      !r) {
+                 *dev, fw::pci::cfg::kCommand,
+                 static_cast<std::uint16_t>(*cmd | fw::pci::cfg::kCommandMemory | fw::pci::cfg::kCommandBusMaster));
+             !r) {
     return std::unexpected(Error(r.error()).with(ctx));
   }
   auto bar0 = dev->mmio(fw::pci::kBarRegs);
@@ -230,6 +230,7 @@ Result<std::vector<FirmwareLogEntry>> Device::error_log(std::size_t max_entries)
 }
 
 Result<void> Device::reset() {
+  if (impl_->info.read_only) return read_only_refusal(impl_->info, "a card reset");
   if (auto r = impl_->dev->reset(); !r) return std::unexpected(Error(r.error()).with({.card = impl_->info.index}));
   // The card comes back on its own time line: the wait sleeps on the platform clock.
   const card::Deadline deadline(*impl_->clock, 2'000'000'000, card::WaitFor::kCardTime);

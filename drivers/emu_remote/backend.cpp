@@ -31,8 +31,8 @@
 #include "emu_remote/register.hpp"
 #include "npo/fw/emud.hpp"
 #include "npo/fw/mailbox.hpp"
-#include "npo/fw/regs.hpp"
 #include "npo/fw/pci.hpp"
+#include "npo/fw/regs.hpp"
 #include "npo/hal/backend/host_memory.hpp"
 #include "npo/hal/log.hpp"
 
@@ -432,9 +432,10 @@ class RemoteMmio final : public backend::Mmio {
       if (in_mailbox(off)) return mbox_write(off - fw::regs::kMailboxBase, n, v);
       if (!warned_.exchange(true)) {
         npo::log::get(npo::log::Subsystem::kBackend)
-            .warn("emu-remote: card {} is attached read-only (mode=ro): register write at BAR{}+0x{:x} dropped; "
-                  "only the card's owner changes it",
-                  card_, bar_, off);
+            .warn(
+                "emu-remote: card {} is attached read-only (mode=ro): register write at BAR{}+0x{:x} dropped; "
+                "only the card's owner changes it",
+                card_, bar_, off);
       }
       return;
     }
@@ -650,7 +651,8 @@ class RemoteDevice final : public backend::Device {
                   {.card = ci_.card});
     }
     std::lock_guard lock(mu_);
-    if (!mmio_[index]) mmio_[index] = std::make_unique<RemoteMmio>(*c_, index, r->info.size, ci_.fi.read_only, ci_.card);
+    if (!mmio_[index])
+      mmio_[index] = std::make_unique<RemoteMmio>(*c_, index, r->info.size, ci_.fi.read_only, ci_.card);
     return mmio_[index].get();
   }
   Result<std::span<std::byte>> map_aperture(unsigned index) override {

@@ -177,9 +177,7 @@ std::vector<std::byte> Firmware::observe(std::span<const std::byte> request, std
                                              payload, /*clear_latched=*/false);
         break;
       }
-      default:
-        refused = fmt::format("0x{:04x}", opcode);
-        return {};
+      default: refused = fmt::format("0x{:04x}", opcode); return {};
     }
     if (st != mb::Status::kOk) payload.clear();
   }

@@ -17,7 +17,8 @@ std::string backend_uri(const std::optional<std::string>& given) {
 std::string observer_uri(const std::string& uri) {
   if (!uri.starts_with("emu-remote:")) return uri;
   const auto q = uri.find('?');
-  if (q != std::string::npos && (uri.find("?mode=", q) != std::string::npos || uri.find("&mode=", q) != std::string::npos))
+  if (q != std::string::npos &&
+      (uri.find("?mode=", q) != std::string::npos || uri.find("&mode=", q) != std::string::npos))
     return uri;
   return uri + (q == std::string::npos ? "?mode=ro" : "&mode=ro");
 }

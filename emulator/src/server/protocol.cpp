@@ -39,7 +39,8 @@ Result<ParsedCommand> parse_command(std::span<const std::byte> msg, std::size_t 
   const auto body = msg.subspan(emud::hdr::kBytes);
   const long want = emud::command_body_bytes(cmd);
   c.command = static_cast<emud::Command>(cmd);
-  if (want < 0 && c.command != emud::Command::kRegionWrite && c.command != emud::Command::kMailboxObserve) return bad(fmt::format("unknown command {}", cmd));
+  if (want < 0 && c.command != emud::Command::kRegionWrite && c.command != emud::Command::kMailboxObserve)
+    return bad(fmt::format("unknown command {}", cmd));
   if (want >= 0 && body.size() != static_cast<std::size_t>(want)) {
     return bad(fmt::format("command {} needs a {}-byte body, got {}", cmd, want, body.size()));
   }
