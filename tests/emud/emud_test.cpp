@@ -30,7 +30,9 @@
 #include "common/dma_run.hpp"
 #include "common/emud_process.hpp"
 #include "common/run_command.hpp"
+#include "npo/fw/mailbox.hpp"
 #include "npo/fw/pci.hpp"
+#include "npo/fw/regs.hpp"
 #include "npo/hal/backend/registry.hpp"
 #include "npo/hal/dma.hpp"
 #include "npo/hal/memory.hpp"
@@ -751,6 +753,62 @@ TEST(Emud, ToolsWatchCardsAnotherProcessOwnsWhileItRunsDma) {
       rounds, first_failed_delay);
   EXPECT_EQ(d.stop(), 0);
   EXPECT_NE(d.output().find("mode=read-only"), std::string::npos);
+}
+
+// MAILBOX_OBSERVE (spec §5.10): an observer's firmware requests are answered beside the BAR0
+// mailbox; commands that change the card are refused; malformed bodies are invalid_argument.
+TEST(Emud, MailboxObserveServesReadsOnlyAndLeavesTheBar0MailboxAlone) {
+  namespace mb = npo::fw::mbox;
+  EmudProcess d;
+  ASSERT_TRUE(d.start(emud_path(), "emu:2", {"--no-bring-up"})) << d.output();
+  Raw r(sock(d, 0));
+  ASSERT_EQ(r.call(version_msg(true)), 0);
+  auto request = [](mb::Command cmd, std::span<const std::byte> payload, std::uint32_t seq) {
+    std::vector<std::byte> m(mb::hdr::kSize + payload.size());
+    npo::fw::store_le<std::uint8_t>(m.data(), mb::hdr::kVersion, mb::kProtocolVersion);
+    npo::fw::store_le<std::uint16_t>(m.data(), mb::hdr::kOpcode, static_cast<std::uint16_t>(cmd));
+    npo::fw::store_le<std::uint32_t>(m.data(), mb::hdr::kSequence, seq);
+    npo::fw::store_le<std::uint16_t>(m.data(), mb::hdr::kPayloadLen, static_cast<std::uint16_t>(payload.size()));
+    if (!payload.empty()) std::memcpy(m.data() + mb::hdr::kSize, payload.data(), payload.size());
+    npo::fw::store_le<std::uint32_t>(m.data(), mb::hdr::kCrc, mb::message_crc(m));
+    return m;
+  };
+  // The BAR0 mailbox STATUS before: an observer's requests must not change it.
+  ASSERT_TRUE(
+      r.send(access_msg(emud::Command::kRegionRead, 0, npo::fw::regs::mbox_reg(npo::fw::regs::mbox::kStatus), 4)));
+  const auto st0 = r.recv();
+  ASSERT_EQ(st0.first, 0);
+  ASSERT_TRUE(r.send(message(emud::Command::kMailboxObserve, request(mb::Command::kIdentify, {}, 41))));
+  const auto id = r.recv();
+  ASSERT_EQ(id.first, 0);
+  ASSERT_EQ(id.second.size(), mb::hdr::kSize + mb::identify::kSize);
+  EXPECT_EQ(npo::fw::load_le<std::uint32_t>(id.second.data(), mb::hdr::kSequence), 41u);
+  EXPECT_EQ(npo::fw::load_le<std::uint16_t>(id.second.data(), mb::hdr::kStatus), 0u);
+  EXPECT_EQ(npo::fw::load_le<std::uint32_t>(id.second.data(), mb::hdr::kSize + mb::identify::kFabricId), 1u);
+  // A corrupted CRC is answered in the reply's status, as the firmware does.
+  auto bad = request(mb::Command::kGetVersions, {}, 42);
+  bad[mb::hdr::kCrc] ^= std::byte{1};
+  ASSERT_TRUE(r.send(message(emud::Command::kMailboxObserve, bad)));
+  const auto crc = r.recv();
+  ASSERT_EQ(crc.first, 0);
+  EXPECT_EQ(npo::fw::load_le<std::uint16_t>(crc.second.data(), mb::hdr::kStatus),
+            static_cast<std::uint16_t>(mb::Status::kBadCrc));
+  // Commands that change the card are refused; so is a body outside 16..1024 bytes.
+  EXPECT_EQ(r.call(message(emud::Command::kMailboxObserve, request(mb::Command::kReset, {}, 43))),
+            static_cast<int>(Code::kPermissionDenied));
+  std::array<std::byte, 8> hb{};
+  EXPECT_EQ(r.call(message(emud::Command::kMailboxObserve, request(mb::Command::kHeartbeat, hb, 44))),
+            static_cast<int>(Code::kPermissionDenied));
+  EXPECT_EQ(r.call(message(emud::Command::kMailboxObserve, std::span<const std::byte>(bad).first(15))),
+            static_cast<int>(Code::kInvalidArgument));
+  std::vector<std::byte> big(1025);
+  EXPECT_EQ(r.call(message(emud::Command::kMailboxObserve, big)), static_cast<int>(Code::kInvalidArgument));
+  ASSERT_TRUE(
+      r.send(access_msg(emud::Command::kRegionRead, 0, npo::fw::regs::mbox_reg(npo::fw::regs::mbox::kStatus), 4)));
+  const auto st1 = r.recv();
+  ASSERT_EQ(st1.first, 0);
+  EXPECT_EQ(st1.second, st0.second) << "the BAR0 mailbox is untouched";
+  EXPECT_EQ(d.stop(), 0);
 }
 
 TEST(Emud, CraftedFaultForAnotherCardIsRefused) {

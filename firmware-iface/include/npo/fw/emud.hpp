@@ -16,7 +16,7 @@ namespace npo::fw::emud {
 
 /// Protocol version (spec §2). A major mismatch is refused; minors are compatible.
 inline constexpr std::uint16_t kVersionMajor = 1;
-inline constexpr std::uint16_t kVersionMinor = 0;
+inline constexpr std::uint16_t kVersionMinor = 1;  ///< 1: MAILBOX_OBSERVE
 
 /// Largest message either side sends or accepts, header included (spec §1).
 inline constexpr std::uint32_t kMaxMessage = 8192;
