@@ -63,6 +63,7 @@ Result<std::unique_ptr<Device::Impl>> Device::Impl::probe(std::unique_ptr<backen
   info.numa_node = fi.numa_node;
   info.iommu_group = fi.iommu_group;
   info.driver = fi.driver;
+  info.read_only = fi.read_only;
 
   auto vid = backend::config_read16(*dev, fw::pci::cfg::kVendorId);
   auto did = backend::config_read16(*dev, fw::pci::cfg::kDeviceId);
@@ -85,13 +86,15 @@ Result<std::unique_ptr<Device::Impl>> Device::Impl::probe(std::unique_ptr<backen
     info.pcie = PcieLink{backend::pcie_speed_gts(link->max_speed_code), link->max_width,
                          backend::pcie_speed_gts(link->speed_code), link->width};
   }
-  // Memory space and bus mastering on (we own the function now).
+  // Memory space and bus mastering on (we own the function now; an observer leaves them).
   auto cmd = backend::config_read16(*dev, fw::pci::cfg::kCommand);
   if (!cmd) return std::unexpected(Error(cmd.error()).with(ctx));
-  if (auto r = backend::config_write16(
-          *dev, fw::pci::cfg::kCommand,
-          static_cast<std::uint16_t>(*cmd | fw::pci::cfg::kCommandMemory | fw::pci::cfg::kCommandBusMaster));
-      !r) {
+  if (fi.read_only) {
+    // nothing to enable: the owner drives the function
+  } else if (auto r = backend::config_write16(
+                 *dev, fw::pci::cfg::kCommand,
+                 static_cast<std::uint16_t>(*cmd | fw::pci::cfg::kCommandMemory | fw::pci::cfg::kCommandBusMaster));
+             !r) {
     return std::unexpected(Error(r.error()).with(ctx));
   }
   auto bar0 = dev->mmio(fw::pci::kBarRegs);
@@ -227,6 +230,7 @@ Result<std::vector<FirmwareLogEntry>> Device::error_log(std::size_t max_entries)
 }
 
 Result<void> Device::reset() {
+  if (impl_->info.read_only) return read_only_refusal(impl_->info, "a card reset");
   if (auto r = impl_->dev->reset(); !r) return std::unexpected(Error(r.error()).with({.card = impl_->info.index}));
   // The card comes back on its own time line: the wait sleeps on the platform clock.
   const card::Deadline deadline(*impl_->clock, 2'000'000'000, card::WaitFor::kCardTime);

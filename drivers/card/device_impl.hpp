@@ -7,7 +7,10 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "card/access.hpp"
 #include "card/mailbox.hpp"
@@ -65,5 +68,15 @@ struct DriverAccess {
 using DeviceImpl = detail::DriverAccess::DeviceImpl;
 /// Driver state of `d`. Valid while `d` lives.
 inline DeviceImpl& impl_of(Device& d) noexcept { return detail::DriverAccess::device(d); }
+
+/// kPermissionDenied for `what` (e.g. "opening a DMA queue") on a card attached read-only
+/// (DeviceInfo::read_only), naming the fix.
+inline std::unexpected<Error> read_only_refusal(const DeviceInfo& info, std::string_view what) {
+  return fail(Code::kPermissionDenied,
+              fmt::format("card {} is attached read-only (an observer, emu-remote mode=ro): {} needs the owner's "
+                          "attach (mode=rw, while no other process holds the card)",
+                          info.index, what),
+              {.card = info.index});
+}
 
 }  // namespace npo

@@ -414,6 +414,7 @@ class QueueImpl final : public DmaQueue {
 Result<std::unique_ptr<DmaQueue>> Device::open_queue(const QueueOptions& options) {
   auto& d = *impl_;
   const ErrorContext ctx{.card = d.info.index, .engine = options.engine};
+  if (d.info.read_only) return read_only_refusal(d.info, "opening a DMA queue");
   if (options.engine >= d.info.num_engines) {
     return fail(Code::kInvalidArgument, fmt::format("engine {} outside 0..{}", options.engine, d.info.num_engines - 1),
                 ctx);

@@ -162,6 +162,7 @@ Result<std::unique_ptr<Window>> export_window(Device& device, std::uint64_t offs
                                               WindowRights rights) {
   auto& d = impl_of(device);
   const ErrorContext ctx{.card = d.info.index};
+  if (d.info.read_only) return read_only_refusal(d.info, "exporting a window");
   if (size == 0 || offset % wr::kAlign != 0 || size % wr::kAlign != 0) {
     return fail(Code::kInvalidArgument,
                 fmt::format("window [0x{:x}, +{}): offset and size must be multiples of 4 KiB, size > 0", offset, size),

@@ -30,7 +30,9 @@
 
 #include "emu_remote/register.hpp"
 #include "npo/fw/emud.hpp"
+#include "npo/fw/mailbox.hpp"
 #include "npo/fw/pci.hpp"
+#include "npo/fw/regs.hpp"
 #include "npo/hal/backend/host_memory.hpp"
 #include "npo/hal/log.hpp"
 
@@ -390,14 +392,29 @@ void reback_use(std::uintptr_t key, int delta) {
 
 class RemoteMmio final : public backend::Mmio {
  public:
-  RemoteMmio(Conn& c, unsigned bar, std::uint64_t size) : c_(c), bar_(bar), size_(size) {}
-  std::uint32_t read32(std::uint64_t off) noexcept override { return static_cast<std::uint32_t>(read(off, 4)); }
-  std::uint64_t read64(std::uint64_t off) noexcept override { return read(off, 8); }
+  /// `observer`: the card is attached read-only (spec §2): register writes are dropped here,
+  /// and the BAR0 mailbox block is a private one whose requests go to MAILBOX_OBSERVE (§5.10),
+  /// so the owner's mailbox exchange is never touched.
+  RemoteMmio(Conn& c, unsigned bar, std::uint64_t size, bool observer, std::uint32_t card)
+      : c_(c), bar_(bar), size_(size), observer_(observer), card_(card) {}
+  std::uint32_t read32(std::uint64_t off) noexcept override {
+    if (in_mailbox(off)) return static_cast<std::uint32_t>(mbox_read(off - fw::regs::kMailboxBase, 4));
+    return static_cast<std::uint32_t>(read(off, 4));
+  }
+  std::uint64_t read64(std::uint64_t off) noexcept override {
+    if (in_mailbox(off)) return mbox_read(off - fw::regs::kMailboxBase, 8);
+    return read(off, 8);
+  }
   void write32(std::uint64_t off, std::uint32_t v) noexcept override { write(off, 4, v); }
   void write64(std::uint64_t off, std::uint64_t v) noexcept override { write(off, 8, v); }
   std::uint64_t size() const noexcept override { return size_; }
 
  private:
+  static constexpr std::uint64_t kMboxSpan = fw::regs::mbox::kRspBuf + fw::regs::mbox::kBufSize;
+  bool in_mailbox(std::uint64_t off) const noexcept {
+    return observer_ && bar_ == pci::kBarRegs && off >= fw::regs::kMailboxBase &&
+           off < fw::regs::kMailboxBase + kMboxSpan;
+  }
   std::uint64_t read(std::uint64_t off, std::uint32_t n) noexcept {
     const std::uint64_t ones = n == 8 ? ~0ULL : 0xffffffffULL;
     std::array<std::byte, emud::access::kBytes> b{};
@@ -411,6 +428,17 @@ class RemoteMmio final : public backend::Mmio {
     return v;
   }
   void write(std::uint64_t off, std::uint32_t n, std::uint64_t v) noexcept {
+    if (observer_) {
+      if (in_mailbox(off)) return mbox_write(off - fw::regs::kMailboxBase, n, v);
+      if (!warned_.exchange(true)) {
+        npo::log::get(npo::log::Subsystem::kBackend)
+            .warn(
+                "emu-remote: card {} is attached read-only (mode=ro): register write at BAR{}+0x{:x} dropped; "
+                "only the card's owner changes it",
+                card_, bar_, off);
+      }
+      return;
+    }
     std::array<std::byte, emud::access::kBytes + 8> b{};
     emud::store<std::uint64_t>(b, emud::access::kOffset, off);
     emud::store<std::uint32_t>(b, emud::access::kRegion, bar_);
@@ -419,9 +447,89 @@ class RemoteMmio final : public backend::Mmio {
     // Posted, like a PCIe memory write: one sendmsg, no reply (ordered before later reads).
     (void)c_.call(emud::Command::kRegionWrite, std::span(b).first(emud::access::kBytes + n), {}, true);
   }
+
+  // ---- The observer's private mailbox (registers.md §4 layout, served locally) ----
+  std::uint64_t mbox_read(std::uint64_t off, std::uint32_t n) noexcept {
+    namespace m = fw::regs::mbox;
+    std::lock_guard lock(mb_mu_);
+    const std::uint64_t ones = n == 8 ? ~0ULL : 0xffffffffULL;
+    if (c_.dead()) return ones;  // the daemon is gone: reads all-ones, as a removed card
+    std::uint64_t v = 0;
+    if (off >= m::kRspBuf && off + n <= m::kRspBuf + m::kBufSize) {
+      std::memcpy(&v, rsp_.data() + (off - m::kRspBuf), n);
+    } else if (off >= m::kReqBuf && off + n <= m::kReqBuf + m::kBufSize) {
+      std::memcpy(&v, req_.data() + (off - m::kReqBuf), n);
+    } else if (off == m::kStatus) {
+      v = status_;
+    } else if (off == m::kReqLen) {
+      v = req_len_;
+    } else if (off == m::kRspLen) {
+      v = rsp_len_;
+    }
+    return v;
+  }
+  void mbox_write(std::uint64_t off, std::uint32_t n, std::uint64_t v) noexcept {
+    namespace m = fw::regs::mbox;
+    namespace mb = fw::mbox;
+    std::lock_guard lock(mb_mu_);
+    if (off >= m::kReqBuf && off + n <= m::kReqBuf + m::kBufSize) {
+      std::memcpy(req_.data() + (off - m::kReqBuf), &v, n);
+      return;
+    }
+    if (off == m::kReqLen) {
+      req_len_ = static_cast<std::uint32_t>(v);
+      return;
+    }
+    if (off == m::kStatus) {
+      status_ &= ~static_cast<std::uint32_t>(v & (m::kStatusDone.mask() | m::kStatusError.mask()));
+      return;
+    }
+    if (off != m::kCtrl || m::kCtrlSend.get(static_cast<std::uint32_t>(v)) == 0) return;
+    if (req_len_ < emud::observe::kMinBytes || req_len_ > emud::observe::kMaxBytes) {
+      rsp_len_ = 0;
+      status_ = m::kStatusDone.mask() | m::kStatusError.mask();
+      return;
+    }
+    auto r = c_.call(emud::Command::kMailboxObserve, std::span<const std::byte>(req_.data(), req_len_));
+    if (r && r->body.size() >= mb::hdr::kSize && r->body.size() <= m::kBufSize) {
+      std::memcpy(rsp_.data(), r->body.data(), r->body.size());
+      rsp_len_ = static_cast<std::uint32_t>(r->body.size());
+      status_ = m::kStatusDone.mask();
+      return;
+    }
+    if (!r && r.error().code() == Code::kPermissionDenied) {
+      // The command would change the card: answer it as the firmware answers a write to a
+      // read-only byte (READ_ONLY -> kPermissionDenied in the mailbox client).
+      npo::log::get(npo::log::Subsystem::kBackend).warn("emu-remote: {}", r.error().message());
+      std::array<std::byte, mb::hdr::kSize> h{};
+      std::memcpy(h.data(), req_.data(), mb::hdr::kSize);
+      fw::store_le<std::uint8_t>(h.data(), mb::hdr::kFlags, mb::hdr::kFlagResponse);
+      fw::store_le<std::uint16_t>(h.data(), mb::hdr::kPayloadLen, 0);
+      fw::store_le<std::uint16_t>(h.data(), mb::hdr::kStatus, static_cast<std::uint16_t>(mb::Status::kReadOnly));
+      fw::store_le<std::uint32_t>(h.data(), mb::hdr::kCrc, 0);
+      fw::store_le<std::uint32_t>(h.data(), mb::hdr::kCrc, mb::message_crc(std::span<const std::byte>(h)));
+      std::memcpy(rsp_.data(), h.data(), h.size());
+      rsp_len_ = mb::hdr::kSize;
+      status_ = m::kStatusDone.mask();
+      return;
+    }
+    // Daemon gone or a malformed exchange: the request could not be served.
+    rsp_len_ = 0;
+    status_ = m::kStatusDone.mask() | m::kStatusError.mask();
+  }
+
   Conn& c_;
   unsigned bar_;
   std::uint64_t size_;
+  bool observer_;
+  std::uint32_t card_;
+  std::atomic<bool> warned_{false};
+  std::mutex mb_mu_;
+  std::array<std::byte, fw::regs::mbox::kBufSize> req_{};
+  std::array<std::byte, fw::regs::mbox::kBufSize> rsp_{};
+  std::uint32_t req_len_ = 0;
+  std::uint32_t rsp_len_ = 0;
+  std::uint32_t status_ = 0;
 };
 
 /// Which cards a backend has open; shared with its devices so a device closing after its
@@ -470,6 +578,13 @@ class RemoteDevice final : public backend::Device {
       return fail(Code::kOutOfRange, fmt::format("config write of {} bytes at 0x{:x} past 4 KiB", data.size(), offset));
     }
     if (data.empty()) return {};
+    if (ci_.fi.read_only) {
+      return fail(Code::kPermissionDenied,
+                  fmt::format("emu-remote: card {} is attached read-only (mode=ro): config writes need the owner's "
+                              "attach",
+                              ci_.card),
+                  {.card = ci_.card});
+    }
     std::vector<std::byte> b(emud::access::kBytes + data.size());
     emud::store<std::uint64_t>(b, emud::access::kOffset, offset);
     emud::store<std::uint32_t>(b, emud::access::kRegion, emud::kRegionConfig);
@@ -536,7 +651,8 @@ class RemoteDevice final : public backend::Device {
                   {.card = ci_.card});
     }
     std::lock_guard lock(mu_);
-    if (!mmio_[index]) mmio_[index] = std::make_unique<RemoteMmio>(*c_, index, r->info.size);
+    if (!mmio_[index])
+      mmio_[index] = std::make_unique<RemoteMmio>(*c_, index, r->info.size, ci_.fi.read_only, ci_.card);
     return mmio_[index].get();
   }
   Result<std::span<std::byte>> map_aperture(unsigned index) override {
@@ -801,6 +917,7 @@ class RemoteBackend final : public backend::Backend {
       undo();
       return std::unexpected(ci.error());
     }
+    ci->fi.read_only = o_.read_only;
     return std::unique_ptr<backend::Device>(std::make_unique<RemoteDevice>(std::move(*c), std::move(*ci), open_));
   }
 

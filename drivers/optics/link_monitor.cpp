@@ -73,6 +73,9 @@ LinkMonitor::LinkMonitor(System& system, LinkMonitorOptions options)
     ct.ports.resize(system.device(c).port_count());
     state_->by_fabric_id.emplace(system.device(c).info().fabric_id, static_cast<std::uint32_t>(c));
     for (auto& pt : ct.ports) pt.damper = FlapDamper(options_.flap);
+    // An observer cannot map a stats buffer, and the card's one STATS_ADDR is the owner's:
+    // it reads registers.
+    if (system.device(c).info().read_only) ct.dma_failed = true;
   }
 }
 

@@ -180,7 +180,9 @@ class Supervisor {
     } else {
       f.last_result = f.m->read32(regs::port_reg(ref.port, pr::kTrainResult));
       f.flap0 = f.m->read32(regs::port_reg(ref.port, pr::kFlapCount));
-      f.m->write32(regs::port_reg(ref.port, pr::kTrainTimeout), pol_.train_timeout_ms);
+      // An observer (read-only attach) follows the port as it is: its writes would be dropped.
+      const bool ro = f.dev->info().read_only;
+      if (!ro) f.m->write32(regs::port_reg(ref.port, pr::kTrainTimeout), pol_.train_timeout_ms);
       const std::uint32_t st = f.m->read32(regs::port_reg(ref.port, pr::kStatus));
       const auto state = static_cast<LinkState>(pr::kStatusState.get(st));
       // A fresh training tries every lane again; a link already up keeps the lanes it runs on.
@@ -188,11 +190,13 @@ class Supervisor {
           pr::kLaneEnableMask.get(f.m->read32(regs::port_reg(ref.port, pr::kLaneEnable))) & f.full_mask);
       if (state == LinkState::kUp && !retrain && pr::kCtrlEnable.get(ctrl) && cur != 0) {
         f.enable = cur;
-      } else {
+      } else if (!ro) {
         f.m->write32(regs::port_reg(ref.port, pr::kLaneEnable), f.full_mask);
       }
       const std::uint32_t base = ctrl & ~(pr::kCtrlPrbsGen.mask() | pr::kCtrlPrbsCheck.mask());
-      if (!pr::kCtrlEnable.get(ctrl)) {
+      if (ro) {
+        // nothing to start
+      } else if (!pr::kCtrlEnable.get(ctrl)) {
         f.m->write32(regs::port_reg(ref.port, pr::kCtrl), pr::kCtrlEnable.set(base, 1));
       } else if (retrain || state == LinkState::kFault || base != ctrl) {
         f.m->write32(regs::port_reg(ref.port, pr::kCtrl), base | pr::kCtrlTrain.mask());

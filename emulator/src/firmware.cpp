@@ -81,6 +81,7 @@ bool Firmware::run_once() {
              mb::message_crc(std::span<const std::byte>(req.data(), req_len))) {
     st = mb::Status::kBadCrc;
   } else {
+    std::lock_guard hl(handle_mu_);
     st = handle(static_cast<mb::Command>(opcode), std::span<const std::byte>(req.data() + mb::hdr::kSize, plen),
                 payload);
     if (st != mb::Status::kOk) payload.clear();
@@ -115,6 +116,72 @@ bool Firmware::run_once() {
     card_.reset("mailbox_reset", false);
   }
   return false;
+}
+
+std::vector<std::byte> Firmware::reply_message(std::uint16_t opcode, std::uint32_t seq, mb::Status st,
+                                               std::span<const std::byte> payload) {
+  std::vector<std::byte> rsp(mb::hdr::kSize + payload.size());
+  store_le<std::uint8_t>(rsp.data(), mb::hdr::kVersion, mb::kProtocolVersion);
+  store_le<std::uint8_t>(rsp.data(), mb::hdr::kFlags, mb::hdr::kFlagResponse);
+  store_le<std::uint16_t>(rsp.data(), mb::hdr::kOpcode, opcode);
+  store_le<std::uint32_t>(rsp.data(), mb::hdr::kSequence, seq);
+  store_le<std::uint16_t>(rsp.data(), mb::hdr::kPayloadLen, static_cast<std::uint16_t>(payload.size()));
+  store_le<std::uint16_t>(rsp.data(), mb::hdr::kStatus, static_cast<std::uint16_t>(st));
+  if (!payload.empty()) std::memcpy(rsp.data() + mb::hdr::kSize, payload.data(), payload.size());
+  store_le<std::uint32_t>(rsp.data(), mb::hdr::kCrc, mb::message_crc(std::span<const std::byte>(rsp)));
+  return rsp;
+}
+
+std::vector<std::byte> Firmware::observe(std::span<const std::byte> request, std::string& refused) {
+  refused.clear();
+  // The caller (the emud parser) checked 16 <= size <= 1024.
+  const auto opcode = load_le<std::uint16_t>(request.data(), mb::hdr::kOpcode);
+  const auto seq = load_le<std::uint32_t>(request.data(), mb::hdr::kSequence);
+  const auto plen = load_le<std::uint16_t>(request.data(), mb::hdr::kPayloadLen);
+  std::vector<std::byte> payload;
+  mb::Status st = mb::Status::kOk;
+  if (load_le<std::uint8_t>(request.data(), mb::hdr::kVersion) != mb::kProtocolVersion) {
+    st = mb::Status::kBadVersion;
+  } else if (std::size_t{plen} + mb::hdr::kSize != request.size()) {
+    st = mb::Status::kBadLength;
+  } else if (load_le<std::uint32_t>(request.data(), mb::hdr::kCrc) != mb::message_crc(request)) {
+    st = mb::Status::kBadCrc;
+  } else {
+    const auto cmd = static_cast<mb::Command>(opcode);
+    const auto body = request.subspan(mb::hdr::kSize, plen);
+    switch (cmd) {
+      case mb::Command::kIdentify:
+      case mb::Command::kGetVersions:
+      case mb::Command::kTelemetry:
+      case mb::Command::kErrorLogRead: {
+        std::lock_guard hl(handle_mu_);
+        st = handle(cmd, body, payload);
+        break;
+      }
+      case mb::Command::kXcvrRead: {
+        namespace x = mb::xcvr;
+        if (body.size() != x::kHdrSize) {
+          st = mb::Status::kBadLength;
+          break;
+        }
+        const unsigned port = load_le<std::uint8_t>(body.data(), x::kPort);
+        const unsigned len = load_le<std::uint8_t>(body.data(), x::kLength);
+        const unsigned off = load_le<std::uint8_t>(body.data(), x::kOffset);
+        if (port >= card_.config().num_ports || len == 0 || len > x::kMaxLength || off + len > 256) {
+          st = mb::Status::kBadArgument;
+          break;
+        }
+        std::lock_guard hl(handle_mu_);
+        st = card_.ports()[port].xcvr_access(load_le<std::uint8_t>(body.data(), x::kBank),
+                                             load_le<std::uint8_t>(body.data(), x::kPage), off, len, false, nullptr,
+                                             payload, /*clear_latched=*/false);
+        break;
+      }
+      default: refused = fmt::format("0x{:04x}", opcode); return {};
+    }
+    if (st != mb::Status::kOk) payload.clear();
+  }
+  return reply_message(opcode, seq, st, payload);
 }
 
 mb::Status Firmware::handle(mb::Command cmd, std::span<const std::byte> req, std::vector<std::byte>& rsp) {

@@ -10,6 +10,7 @@
 #include <deque>
 #include <mutex>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "npo/fw/mailbox.hpp"
@@ -48,6 +49,15 @@ class Firmware final : public Runnable {
   /// Appends to the error log (the oldest entry drops at capacity).
   void log_error(LogEntry e);
 
+  /// The observer's side channel (emud-protocol.md §5.10): answers one mailbox request message
+  /// (header + payload, mailbox.md §2) without the BAR0 mailbox, so a read-only attach never
+  /// touches the owner's mailbox exchange. Only commands that change nothing are served:
+  /// IDENTIFY, GET_VERSIONS, XCVR_READ (latched flags are left set), TELEMETRY,
+  /// ERROR_LOG_READ. Returns the reply message, or `refused` set to the opcode's name when
+  /// the command would change the card. Serialised with the BAR0 mailbox's requests.
+  /// Thread-safe.
+  std::vector<std::byte> observe(std::span<const std::byte> request, std::string& refused);
+
  private:
   /// Handles one request; fills `rsp` payload and returns the status.
   fw::mbox::Status handle(fw::mbox::Command cmd, std::span<const std::byte> req, std::vector<std::byte>& rsp);
@@ -59,6 +69,10 @@ class Firmware final : public Runnable {
   std::atomic<std::uint32_t> heartbeats_{0};
   std::mutex log_mu_;
   std::deque<LogEntry> log_;
+  std::mutex handle_mu_;  ///< one handle() at a time: the BAR0 mailbox's and observe()'s
+  /// Builds a reply message for `opcode`/`seq` with `st` and `payload`, CRC set.
+  static std::vector<std::byte> reply_message(std::uint16_t opcode, std::uint32_t seq, fw::mbox::Status st,
+                                              std::span<const std::byte> payload);
 };
 
 }  // namespace npo::emu

@@ -116,9 +116,11 @@ class Port {
   // ---- Firmware services -------------------------------------------------------------
   /// XCVR_READ / XCVR_WRITE (mailbox.md §3.5): reads refresh the monitors and clear latched
   /// flags; writes drive the module and data path state machines (CMIS 5.2). `in` holds
-  /// `len` bytes for a write; a read appends `len` bytes to `out`.
+  /// `len` bytes for a write; a read appends `len` bytes to `out`. `clear_latched` false: an
+  /// observer's peek (emud-protocol.md §5.10): the latched flag bytes read as the conditions
+  /// the refresh finds now, and the owner's latches are kept.
   fw::mbox::Status xcvr_access(unsigned bank, unsigned page, unsigned off, unsigned len, bool write,
-                               const std::byte* in, std::vector<std::byte>& out);
+                               const std::byte* in, std::vector<std::byte>& out, bool clear_latched = true);
   /// Per-port TELEMETRY values (mailbox.md §3.7).
   struct Telemetry {
     std::int16_t mod_temp_q8 = 0;  ///< module temperature, 1/256 °C; 0 without module

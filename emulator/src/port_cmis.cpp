@@ -2,8 +2,10 @@
 // The CMIS 5.2 module of a port: memory map (lower memory, pages 00h, 01h, 02h, 10h, 11h),
 // module and data path state machines, monitors, XCVR_READ / XCVR_WRITE (mailbox.md §3.5).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <string_view>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -142,7 +144,7 @@ void Port::refresh_cmis(std::uint64_t now) {
 }
 
 fw::mbox::Status Port::xcvr_access(unsigned bank, unsigned page, unsigned off, unsigned len, bool write,
-                                   const std::byte* in, std::vector<std::byte>& out) {
+                                   const std::byte* in, std::vector<std::byte>& out, bool clear_latched) {
   namespace mb = fw::mbox;
   std::lock_guard lock(mu_);
   if (!cabled_) return mb::Status::kNoModule;
@@ -161,8 +163,23 @@ fw::mbox::Status Port::xcvr_access(unsigned bank, unsigned page, unsigned off, u
   };
   const std::uint64_t now = sys_.sched.now_ns();
   if (!write) {
+    auto& p11 = cmis_[static_cast<unsigned>(CmisPage::k11)];
+    constexpr unsigned kLatched = kP11FlagsLast - kP11FlagsFirst + 1;
+    std::array<std::uint8_t, kLatched> held{};
+    std::uint8_t held8 = 0;
+    if (!clear_latched) {
+      // An observer's peek: it sees the conditions this refresh finds (latches cleared for
+      // the refresh), and the owner's latches are put back, plus whatever the refresh latched.
+      held8 = std::exchange(cmis_[0][kCmisModuleFlags], std::uint8_t{0});
+      for (unsigned i = 0; i < kLatched; ++i) held[i] = std::exchange(p11[kP11FlagsFirst - 128 + i], std::uint8_t{0});
+    }
     refresh_cmis(now);
     for (unsigned i = 0; i < len; ++i) out.push_back(static_cast<std::byte>(byte(off + i)));
+    if (!clear_latched) {
+      cmis_[0][kCmisModuleFlags] |= held8;
+      for (unsigned i = 0; i < kLatched; ++i) p11[kP11FlagsFirst - 128 + i] |= held[i];
+      return mb::Status::kOk;
+    }
     // Latched flags clear on read (mailbox.md §3.5): lower byte 8 and page 11h 134..152.
     for (unsigned i = 0; i < len; ++i) {
       const unsigned a = off + i;

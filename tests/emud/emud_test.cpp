@@ -6,6 +6,7 @@
 #include "npo/fw/emud.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -29,11 +30,14 @@
 #include "common/dma_run.hpp"
 #include "common/emud_process.hpp"
 #include "common/run_command.hpp"
+#include "npo/fw/mailbox.hpp"
 #include "npo/fw/pci.hpp"
+#include "npo/fw/regs.hpp"
 #include "npo/hal/backend/registry.hpp"
 #include "npo/hal/dma.hpp"
 #include "npo/hal/memory.hpp"
 #include "npo/hal/system.hpp"
+#include "npo/hal/transceiver.hpp"
 #include "npo/hal/window.hpp"
 
 namespace {
@@ -598,6 +602,216 @@ TEST(Emud, FaultInjectedIntoTheRunningDaemonShowsInTheTools) {
   EXPECT_NE(gone.status, 0);
   EXPECT_NE(gone.out.find("unavailable"), std::string::npos) << gone.out;
   std::filesystem::remove_all(d.dir());
+}
+
+// Issue 13 point 7: the tools watch cards another process owns and drives. The owner runs
+// host->HBM->host copies with data checked on cards 0 and 1, and talks to its firmware
+// (HEARTBEAT, transceiver reads) between copies; meanwhile npo-smi, npo-smi topo and npo-link
+// show|health|ddm|fec attach read-only (the default for emu-remote) to all 8 cards, and a
+// watch shows a lane_loss injected into the running daemon within one refresh.
+TEST(Emud, ToolsWatchCardsAnotherProcessOwnsWhileItRunsDma) {
+  EmudProcess d;
+  ASSERT_TRUE(d.start(emud_path(), "emu:mesh8")) << d.output();
+  const std::string uri = d.uri();
+  const std::string emu = NPO_EMU, link = NPO_LINK, smi = NPO_SMI;
+  constexpr std::size_t kLen = 256u << 10;
+  auto owner = fork_child([&](int in, int out) {
+    auto sys = npo::System::open(uri + "?card=0,1");
+    if (!sys || (*sys)->device_count() != 2) return 2;
+    struct Lane {
+      std::unique_ptr<npo::DmaQueue> q;
+      std::unique_ptr<npo::MemoryRegion> a, b;
+    };
+    std::vector<Lane> lanes;
+    for (std::size_t i = 0; i < 2; ++i) {
+      auto& dev = (*sys)->device(i);
+      auto q = dev.open_queue({.engine = 0, .depth = 64});
+      auto a = npo::allocate_host_memory(dev, kLen);
+      auto b = npo::allocate_host_memory(dev, kLen);
+      if (!q || !a || !b) return 3;
+      lanes.push_back({std::move(*q), std::move(*a), std::move(*b)});
+    }
+    send_byte(out, 'r');
+    std::uint64_t rounds = 0, data_errors = 0, dma_errors = 0, mailbox_errors = 0;
+    std::mt19937 rng(7);
+    for (;;) {
+      pollfd p{in, POLLIN, 0};
+      if (::poll(&p, 1, 0) > 0) break;
+      for (std::size_t i = 0; i < lanes.size(); ++i) {
+        auto& l = lanes[i];
+        for (auto& x : l.a->bytes()) x = static_cast<std::byte>(rng());
+        std::memset(l.b->bytes().data(), 0, kLen);
+        if (!l.q->enqueue_copy(DmaAddress::host(l.a->iova()), DmaAddress::hbm(0), kLen) ||
+            !l.q->enqueue_copy(DmaAddress::hbm(0), DmaAddress::host(l.b->iova()), kLen)) {
+          ++dma_errors;
+          continue;
+        }
+        const auto c = npo_test::run(*l.q, 2);
+        if (c.size() != 2 || c[0].status != OpStatus::kOk || c[1].status != OpStatus::kOk) ++dma_errors;
+        if (std::memcmp(l.a->bytes().data(), l.b->bytes().data(), kLen) != 0) ++data_errors;
+        // The owner's own mailbox exchanges run between the observers' queries.
+        auto& dev = (*sys)->device(i);
+        std::array<std::byte, 16> id{};
+        if (!dev.heartbeat() || !npo::read_transceiver(dev, 0, 0, 0, 128, id)) ++mailbox_errors;
+      }
+      ++rounds;
+    }
+    const std::string res = std::to_string(rounds) + " " + std::to_string(data_errors) + " " +
+                            std::to_string(dma_errors) + " " + std::to_string(mailbox_errors) + "\n";
+    return write_full(out, std::as_bytes(std::span(res.data(), res.size()))) ? 0 : 5;
+  });
+  ASSERT_EQ(recv_byte(owner->from_child), 'r');
+
+  const std::string be = " --backend '" + uri + "'";
+  auto smi_out = npo_test::run_command(smi + be + " 2>&1");
+  EXPECT_EQ(smi_out.status, 0) << smi_out.out;
+  EXPECT_NE(smi_out.out.find("8 cards"), std::string::npos) << smi_out.out;
+  EXPECT_NE(smi_out.out.find("mode=ro"), std::string::npos) << "read-only tools attach read-only: " << smi_out.out;
+  EXPECT_NE(smi_out.out.find("NPO-REF-1"), std::string::npos) << "IDENTIFY through the observer side channel";
+  auto topo = npo_test::run_command(smi + " topo --json" + be + " 2>&1");
+  EXPECT_EQ(topo.status, 0) << topo.out;
+  EXPECT_NE(topo.out.find("\"diameter\": 1"), std::string::npos) << topo.out;
+  auto show = npo_test::run_command(link + " show --full" + be + " 2>&1");
+  EXPECT_EQ(show.status, 0) << show.out;
+  EXPECT_NE(show.out.find("56 HEALTHY"), std::string::npos) << show.out;
+  EXPECT_EQ(show.out.find("[warning]"), std::string::npos) << "an observer writes nothing: " << show.out;
+  auto health = npo_test::run_command(link + " health --interval 0.2 --card 0,1" + be + " 2>&1");
+  EXPECT_EQ(health.status, 0) << health.out;
+  EXPECT_NE(health.out.find("card 1 port 6: HEALTHY"), std::string::npos) << health.out;
+  auto ddm = npo_test::run_command(link + " ddm --card 0" + be + " 2>&1");
+  EXPECT_EQ(ddm.status, 0) << ddm.out;
+  EXPECT_NE(ddm.out.find("ModuleReady"), std::string::npos) << "CMIS over the side channel: " << ddm.out;
+  auto fec = npo_test::run_command(link + " fec --card 1" + be + " 2>&1");
+  EXPECT_EQ(fec.status, 0) << fec.out;
+  EXPECT_NE(fec.out.find("CODEWORDS"), std::string::npos) << fec.out;
+
+  // An observer is refused what changes the card, with the reason.
+  auto ro = npo::System::open(uri + "?card=0&mode=ro");
+  ASSERT_TRUE(ro.has_value()) << ro.error().to_string();
+  auto& rdev = (*ro)->device(0);
+  EXPECT_TRUE(rdev.info().read_only);
+  auto q = rdev.open_queue({.engine = 0, .depth = 64});
+  ASSERT_FALSE(q.has_value());
+  EXPECT_EQ(q.error().code(), Code::kPermissionDenied);
+  EXPECT_NE(q.error().message().find("attached read-only"), std::string::npos) << q.error().to_string();
+  EXPECT_EQ(npo::export_window(rdev, 0, 1u << 20).error().code(), Code::kPermissionDenied);
+  EXPECT_EQ(rdev.reset().error().code(), Code::kPermissionDenied);
+  EXPECT_EQ(npo::allocate_host_memory(rdev, 4096).error().code(), Code::kPermissionDenied);
+  ro->reset();
+
+  // Watch card 2 port 0 every 0.2 s; inject a lane loss while it runs.
+  std::string watch_out;
+  std::thread watcher([&] {
+    watch_out =
+        npo_test::run_command(link + " show --port 0 --watch 0.2 --count 12 --backend '" + uri + "?card=2' 2>&1").out;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(900));
+  auto inj = npo_test::run_command(emu + " fault --socket-dir " + d.dir() +
+                                   " --kind lane_loss --card 2 --port 0 --lane 3 2>&1");
+  const auto injected = std::chrono::system_clock::now();
+  watcher.join();
+  ASSERT_EQ(inj.status, 0) << inj.out;
+  // Frames: "--- npo-link show frame N  YYYY-MM-DDTHH:MM:SS.mmmZ ...", then the port's row.
+  const auto inj_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(injected.time_since_epoch()).count() % (24LL * 3600 * 1000);
+  int before = 0, after = 0, after_failed = 0;
+  long long first_failed_delay = -1;
+  for (std::size_t at = watch_out.find("--- npo-link show frame"); at != std::string::npos;) {
+    const std::size_t next = watch_out.find("--- npo-link show frame", at + 1);
+    const std::string frame = watch_out.substr(at, next == std::string::npos ? std::string::npos : next - at);
+    const auto t = frame.find('T', frame.find("frame"));
+    const long long ms = std::stoll(frame.substr(t + 1, 2)) * 3600000 + std::stoll(frame.substr(t + 4, 2)) * 60000 +
+                         std::stoll(frame.substr(t + 7, 2)) * 1000 + std::stoll(frame.substr(t + 10, 3));
+    const bool failed = frame.find("FAILED      ") != std::string::npos;
+    if (ms + 5 < inj_ms - 150) {  // before the injection was even sent
+      ++before;
+      EXPECT_FALSE(failed) << frame;
+    } else if (ms > inj_ms + 50) {  // past the 10 ms link-loss debounce
+      ++after;
+      after_failed += failed ? 1 : 0;
+      if (failed && first_failed_delay < 0) first_failed_delay = ms - inj_ms;
+    }
+    at = next;
+  }
+  EXPECT_GE(before, 1) << watch_out;
+  EXPECT_GE(after, 3) << watch_out;
+  EXPECT_EQ(after_failed, after) << "every frame after the injection shows the fault:\n" << watch_out;
+  EXPECT_GE(first_failed_delay, 0) << "the first frame after the injection shows it (within one refresh)";
+
+  // The owner was never disturbed.
+  send_byte(owner->to_child, 'q');
+  std::string line;
+  for (char ch = recv_byte(owner->from_child); ch != '\0' && ch != '\n'; ch = recv_byte(owner->from_child)) line += ch;
+  EXPECT_EQ(owner->wait(10000), 0);
+  unsigned long long rounds = 0, data_errors = 1, dma_errors = 1, mailbox_errors = 1;
+  ASSERT_EQ(std::sscanf(line.c_str(), "%llu %llu %llu %llu", &rounds, &data_errors, &dma_errors, &mailbox_errors), 4)
+      << line;
+  EXPECT_GE(rounds, 5u);
+  EXPECT_EQ(data_errors, 0u);
+  EXPECT_EQ(dma_errors, 0u);
+  EXPECT_EQ(mailbox_errors, 0u) << "the observers never touched the owner's mailbox";
+  std::printf(
+      "owner: %llu rounds of 2 x 256 KiB host->HBM->host on 2 cards while the tools ran; first FAILED frame "
+      "%lld ms after the injection\n",
+      rounds, first_failed_delay);
+  EXPECT_EQ(d.stop(), 0);
+  EXPECT_NE(d.output().find("mode=read-only"), std::string::npos);
+}
+
+// MAILBOX_OBSERVE (spec §5.10): an observer's firmware requests are answered beside the BAR0
+// mailbox; commands that change the card are refused; malformed bodies are invalid_argument.
+TEST(Emud, MailboxObserveServesReadsOnlyAndLeavesTheBar0MailboxAlone) {
+  namespace mb = npo::fw::mbox;
+  EmudProcess d;
+  ASSERT_TRUE(d.start(emud_path(), "emu:2", {"--no-bring-up"})) << d.output();
+  Raw r(sock(d, 0));
+  ASSERT_EQ(r.call(version_msg(true)), 0);
+  auto request = [](mb::Command cmd, std::span<const std::byte> payload, std::uint32_t seq) {
+    std::vector<std::byte> m(mb::hdr::kSize + payload.size());
+    npo::fw::store_le<std::uint8_t>(m.data(), mb::hdr::kVersion, mb::kProtocolVersion);
+    npo::fw::store_le<std::uint16_t>(m.data(), mb::hdr::kOpcode, static_cast<std::uint16_t>(cmd));
+    npo::fw::store_le<std::uint32_t>(m.data(), mb::hdr::kSequence, seq);
+    npo::fw::store_le<std::uint16_t>(m.data(), mb::hdr::kPayloadLen, static_cast<std::uint16_t>(payload.size()));
+    if (!payload.empty()) std::memcpy(m.data() + mb::hdr::kSize, payload.data(), payload.size());
+    npo::fw::store_le<std::uint32_t>(m.data(), mb::hdr::kCrc, mb::message_crc(m));
+    return m;
+  };
+  // The BAR0 mailbox STATUS before: an observer's requests must not change it.
+  ASSERT_TRUE(
+      r.send(access_msg(emud::Command::kRegionRead, 0, npo::fw::regs::mbox_reg(npo::fw::regs::mbox::kStatus), 4)));
+  const auto st0 = r.recv();
+  ASSERT_EQ(st0.first, 0);
+  ASSERT_TRUE(r.send(message(emud::Command::kMailboxObserve, request(mb::Command::kIdentify, {}, 41))));
+  const auto id = r.recv();
+  ASSERT_EQ(id.first, 0);
+  ASSERT_EQ(id.second.size(), mb::hdr::kSize + mb::identify::kSize);
+  EXPECT_EQ(npo::fw::load_le<std::uint32_t>(id.second.data(), mb::hdr::kSequence), 41u);
+  EXPECT_EQ(npo::fw::load_le<std::uint16_t>(id.second.data(), mb::hdr::kStatus), 0u);
+  EXPECT_EQ(npo::fw::load_le<std::uint32_t>(id.second.data(), mb::hdr::kSize + mb::identify::kFabricId), 1u);
+  // A corrupted CRC is answered in the reply's status, as the firmware does.
+  auto bad = request(mb::Command::kGetVersions, {}, 42);
+  bad[mb::hdr::kCrc] ^= std::byte{1};
+  ASSERT_TRUE(r.send(message(emud::Command::kMailboxObserve, bad)));
+  const auto crc = r.recv();
+  ASSERT_EQ(crc.first, 0);
+  EXPECT_EQ(npo::fw::load_le<std::uint16_t>(crc.second.data(), mb::hdr::kStatus),
+            static_cast<std::uint16_t>(mb::Status::kBadCrc));
+  // Commands that change the card are refused; so is a body outside 16..1024 bytes.
+  EXPECT_EQ(r.call(message(emud::Command::kMailboxObserve, request(mb::Command::kReset, {}, 43))),
+            static_cast<int>(Code::kPermissionDenied));
+  std::array<std::byte, 8> hb{};
+  EXPECT_EQ(r.call(message(emud::Command::kMailboxObserve, request(mb::Command::kHeartbeat, hb, 44))),
+            static_cast<int>(Code::kPermissionDenied));
+  EXPECT_EQ(r.call(message(emud::Command::kMailboxObserve, std::span<const std::byte>(bad).first(15))),
+            static_cast<int>(Code::kInvalidArgument));
+  std::vector<std::byte> big(1025);
+  EXPECT_EQ(r.call(message(emud::Command::kMailboxObserve, big)), static_cast<int>(Code::kInvalidArgument));
+  ASSERT_TRUE(
+      r.send(access_msg(emud::Command::kRegionRead, 0, npo::fw::regs::mbox_reg(npo::fw::regs::mbox::kStatus), 4)));
+  const auto st1 = r.recv();
+  ASSERT_EQ(st1.first, 0);
+  EXPECT_EQ(st1.second, st0.second) << "the BAR0 mailbox is untouched";
+  EXPECT_EQ(d.stop(), 0);
 }
 
 TEST(Emud, CraftedFaultForAnotherCardIsRefused) {

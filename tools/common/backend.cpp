@@ -14,6 +14,15 @@ std::string backend_uri(const std::optional<std::string>& given) {
   return env != nullptr && *env != '\0' ? std::string(env) : std::string(npo::kDefaultUri);
 }
 
+std::string observer_uri(const std::string& uri) {
+  if (!uri.starts_with("emu-remote:")) return uri;
+  const auto q = uri.find('?');
+  if (q != std::string::npos &&
+      (uri.find("?mode=", q) != std::string::npos || uri.find("&mode=", q) != std::string::npos))
+    return uri;
+  return uri + (q == std::string::npos ? "?mode=ro" : "&mode=ro");
+}
+
 CLI::Option* add_backend_option(CLI::App& app, std::optional<std::string>& given, const std::string& names,
                                 const std::string& help) {
   return app.add_option(names, given, help);

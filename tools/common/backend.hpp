@@ -20,6 +20,12 @@ inline constexpr const char* kBackendEnv = "NPO_BACKEND";
 /// checked here: System::open reports it. Thread-safety: reads the environment.
 [[nodiscard]] std::string backend_uri(const std::optional<std::string>& given);
 
+/// The URI a read-only tool (npo-smi, npo-link show/health/ddm/fec/events) opens: an
+/// `emu-remote:` URI without a `mode=` option gets `mode=ro`, so the tool watches cards other
+/// processes own without taking them (docs/spec/emud-protocol.md §2); `mode=rw` asks for the
+/// owner's attach. Other URIs are returned unchanged.
+[[nodiscard]] std::string observer_uri(const std::string& uri);
+
 /// Adds the backend option `names` (e.g. "--backend" or "-b,--backend") with `help` to `app`,
 /// bound to `given`; backend_uri(given) then resolves the URI after parsing.
 CLI::Option* add_backend_option(CLI::App& app, std::optional<std::string>& given, const std::string& names,

@@ -157,7 +157,11 @@ int main(int argc, char** argv) {
     c.states.push_back(*ps);
   }
 
-  const std::string uri = npo::tools::backend_uri(c.backend);
+  // The views only read: on emu-remote they attach read-only (watching cards another process
+  // owns) unless they train (--train) or the URI says mode=rw; prbs and train need the owner.
+  const bool reads_only = !c.train && !prbs->parsed() && !train->parsed();
+  std::string uri = npo::tools::backend_uri(c.backend);
+  if (reads_only) uri = npo::tools::observer_uri(uri);
   auto sys = npo::System::open(uri);
   if (!sys) return link::report(sys.error(), uri);
   npo::System& s = **sys;

@@ -294,7 +294,8 @@ int main(int argc, char** argv) {
     fail(kTool, r.error());
     return 2;
   }
-  const std::string uri = npo::tools::backend_uri(backend);
+  // npo-smi only reads: on emu-remote it attaches read-only unless the URI says mode=rw.
+  const std::string uri = npo::tools::observer_uri(npo::tools::backend_uri(backend));
   auto sys = npo::System::open(uri);
   if (!sys) return fail(kTool, fmt::format("cannot open '{}'", uri), sys.error());
   auto& s = **sys;

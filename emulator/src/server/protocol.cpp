@@ -39,7 +39,8 @@ Result<ParsedCommand> parse_command(std::span<const std::byte> msg, std::size_t 
   const auto body = msg.subspan(emud::hdr::kBytes);
   const long want = emud::command_body_bytes(cmd);
   c.command = static_cast<emud::Command>(cmd);
-  if (want < 0 && c.command != emud::Command::kRegionWrite) return bad(fmt::format("unknown command {}", cmd));
+  if (want < 0 && c.command != emud::Command::kRegionWrite && c.command != emud::Command::kMailboxObserve)
+    return bad(fmt::format("unknown command {}", cmd));
   if (want >= 0 && body.size() != static_cast<std::size_t>(want)) {
     return bad(fmt::format("command {} needs a {}-byte body, got {}", cmd, want, body.size()));
   }
@@ -115,6 +116,13 @@ Result<ParsedCommand> parse_command(std::span<const std::byte> msg, std::size_t 
       if (c.delay_ns > (1ULL << 62) || c.duration_ns > (1ULL << 62)) return bad("fault delay or duration too large");
       break;
     }
+    case emud::Command::kMailboxObserve:
+      if (body.size() < emud::observe::kMinBytes || body.size() > emud::observe::kMaxBytes) {
+        return bad(fmt::format("MAILBOX_OBSERVE request of {} bytes not in {}..{}", body.size(),
+                               emud::observe::kMinBytes, emud::observe::kMaxBytes));
+      }
+      c.data = body;
+      break;
     case emud::Command::kRegionRead:
     case emud::Command::kRegionWrite: {
       if (body.size() < emud::access::kBytes) return bad("REGION access body shorter than 16 bytes");

@@ -206,6 +206,7 @@ class Session {
       return reply_error(c, Error(Code::kFailedPrecondition, "send VERSION first (docs/spec/emud-protocol.md §2)"));
     }
     if (c.command == emud::Command::kInjectFault) return inject_fault(c);
+    if (c.command == emud::Command::kMailboxObserve) return mailbox_observe(c);
     if (read_only_) return read_only(c);
     switch (c.command) {
       case emud::Command::kVersion: return;
@@ -216,7 +217,8 @@ class Session {
       case emud::Command::kDmaMap: return dma_map(c, fds);
       case emud::Command::kDmaUnmap: return dma_unmap(c);
       case emud::Command::kSetIrqs: return set_irqs(c, fds);
-      case emud::Command::kInjectFault: return;
+      case emud::Command::kInjectFault:
+      case emud::Command::kMailboxObserve: return;
       case emud::Command::kDeviceReset: {
         if (auto r = dev_->reset(); !r) return reply_error(c, r.error());
         return reply_ok(c);
@@ -287,6 +289,20 @@ class Session {
     if (auto r = srv_.emu->inject(f); !r) return reply_error(c, r.error());
     srv_.log(fmt::format("fault {} card={} injected by pid={}", fault_name(f.kind), card_, pid_));
     reply_ok(c);
+  }
+
+  /// A read-only firmware request answered beside the card's BAR0 mailbox (spec §5.10): the
+  /// owner's mailbox exchange is never touched. Allowed on every attach.
+  void mailbox_observe(const ParsedCommand& c) {
+    std::string refused;
+    auto rsp = card().firmware().observe(c.data, refused);
+    if (!refused.empty()) {
+      return reply_error(c, Error(Code::kPermissionDenied,
+                                  fmt::format("card {}: mailbox command {} changes the card; only the owner's attach "
+                                              "may send it (through BAR0)",
+                                              card_, refused)));
+    }
+    reply_ok(c, rsp);
   }
 
   void device_info(const ParsedCommand& c) {

@@ -16,7 +16,7 @@ namespace npo::fw::emud {
 
 /// Protocol version (spec §2). A major mismatch is refused; minors are compatible.
 inline constexpr std::uint16_t kVersionMajor = 1;
-inline constexpr std::uint16_t kVersionMinor = 0;
+inline constexpr std::uint16_t kVersionMinor = 1;  ///< 1: MAILBOX_OBSERVE
 
 /// Largest message either side sends or accepts, header included (spec §1).
 inline constexpr std::uint32_t kMaxMessage = 8192;
@@ -48,7 +48,17 @@ enum class Command : std::uint16_t {
   kRegionWrite = 10,
   kDeviceReset = 13,
   kInjectFault = 64,  ///< npo-specific: schedule an emulator fault (npo-emu fault --socket-dir)
+  /// npo-specific: one read-only firmware mailbox request answered by the daemon beside the
+  /// card's BAR0 mailbox (spec §5.10), for read-only attaches.
+  kMailboxObserve = 65,
 };
+
+/// MAILBOX_OBSERVE (spec §5.10): the body is one mailbox request message (mailbox.md §2,
+/// header + payload), 16..1024 bytes; the reply body is the reply message.
+namespace observe {
+inline constexpr std::size_t kMinBytes = 16;
+inline constexpr std::size_t kMaxBytes = 1024;
+}  // namespace observe
 
 // ---- Header (spec §1), 16 bytes ------------------------------------------------------------
 namespace hdr {
@@ -192,7 +202,7 @@ inline void store(std::span<std::byte> b, std::size_t off, T v) noexcept {
 }
 
 /// The fixed-size body a command carries (bytes after the header), or -1 if it has a variable
-/// size (REGION_WRITE: kBytes + count) or the command is unknown.
+/// size (REGION_WRITE: kBytes + count; MAILBOX_OBSERVE: the request) or the command is unknown.
 [[nodiscard]] constexpr long command_body_bytes(std::uint16_t command) noexcept {
   switch (static_cast<Command>(command)) {
     case Command::kVersion: return static_cast<long>(version::kBytes);
@@ -205,6 +215,7 @@ inline void store(std::span<std::byte> b, std::size_t off, T v) noexcept {
     case Command::kRegionWrite: return -1;
     case Command::kDeviceReset: return 0;
     case Command::kInjectFault: return static_cast<long>(fault::kBytes);
+    case Command::kMailboxObserve: return -1;
   }
   return -1;
 }

@@ -65,6 +65,10 @@ struct DeviceInfo {
   std::vector<BarInfo> bars;             ///< implemented BARs only
   PcieLink pcie;
   FirmwareVersions firmware;
+  /// Attached read-only (an observer of a card another process owns, emu-remote `mode=ro`):
+  /// reading works; queues, windows, DMA maps and reset are refused (kPermissionDenied),
+  /// register writes are dropped (so training only observes), mailbox reads are served.
+  bool read_only = false;
 };
 
 /// Heartbeat reply (mailbox HEARTBEAT, docs/spec/mailbox.md §3.4).

@@ -45,6 +45,10 @@ struct FunctionInfo {
   int numa_node = -1;            ///< -1: unknown / no NUMA
   int iommu_group = -1;          ///< -1: none (no IOMMU, or emulator without groups)
   std::string driver;            ///< bound kernel driver ("vfio-pci"), "emulator" for emulated cards
+  /// Opened as an observer (emu-remote `mode=ro`, docs/spec/emud-protocol.md §2): reads work,
+  /// register writes are dropped, DMA mapping, interrupts and reset are refused
+  /// (kPermissionDenied); mailbox reads go through the daemon's side channel.
+  bool read_only = false;
 };
 
 /// A BAR or config region as the backend describes it (VFIO_DEVICE_GET_REGION_INFO).
