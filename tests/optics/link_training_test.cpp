@@ -435,6 +435,47 @@ TEST(LinkFaults, LaneLossDuringBringUpLeavesBothEndsUpNarrowerAndAgreeing) {
   EXPECT_EQ(narrow, 1u);
 }
 
+// Issue 19: a flap_storm with count 2^32-1 scheduled every flap at once when it fired (the
+// emulator looped 4 billion times, memory grew by GBs; advance() and the destructor never
+// returned). Each flap now schedules the next: this advance returns, and 1 s of emulated
+// time 50 ms apart holds at most 21 drops.
+TEST(LinkFaults, HugeFlapStormCountIsScheduledOneFlapAtATime) {
+  EmuRig rig("mesh8?clock=virtual&hbm=1M");
+  ASSERT_TRUE(rig.ok());
+  auto up = npo::bring_up_links(*rig.sys);
+  ASSERT_TRUE(up.has_value());
+  ASSERT_EQ(up->up, 56u);
+  ASSERT_TRUE(rig.emu->load_scenario_text(
+      "faults: [{at_ns: " + std::to_string(rig.emu->now_ns()) +
+      ", kind: flap_storm, card: 0, port: 1, count: 4294967295, duration_ms: 50}]"));
+  rig.advance_ms(1000);
+  unsigned drops = 0;
+  for (const auto& line : rig.emu->event_log()) drops += line.find("link drop (flap_storm)") != std::string::npos;
+  EXPECT_GE(drops, 1u);
+  EXPECT_LE(drops, 21u);
+}
+
+// Issue 19: a lane_loss whose duration is the largest 64-bit time wrapped (now + duration)
+// and never took effect; it now lasts "forever".
+TEST(LinkFaults, LaneLossWithTheLargestDurationTakesEffect) {
+  EmuRig rig("mesh8?clock=virtual&hbm=1M");
+  ASSERT_TRUE(rig.ok());
+  auto up = npo::bring_up_links(*rig.sys);
+  ASSERT_TRUE(up.has_value());
+  ASSERT_EQ(up->up, 56u);
+  ASSERT_TRUE(rig.emu->load_scenario_text(
+      "faults: [{at_ns: " + std::to_string(rig.emu->now_ns()) +
+      ", kind: lane_loss, card: 0, port: 0, lane: 3, duration_ns: 18446744073709551615}]"));
+  for (int i = 0; i < 2; ++i) {
+    rig.advance_ms(500);
+    auto ps = npo::read_port(rig.sys->device(0), 0);
+    ASSERT_TRUE(ps.has_value());
+    ASSERT_EQ(ps->lanes.size(), 8u);
+    EXPECT_FALSE(ps->lanes[3].signal) << "after " << (i + 1) * 500 << " ms";
+    EXPECT_TRUE(ps->lanes[2].signal);
+  }
+}
+
 TEST(LinkFaults, FlapStormHoldsThePortDown) {
   Mesh m;
   ASSERT_TRUE(m.rig.ok() && m.up());
