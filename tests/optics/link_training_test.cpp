@@ -445,9 +445,9 @@ TEST(LinkFaults, HugeFlapStormCountIsScheduledOneFlapAtATime) {
   auto up = npo::bring_up_links(*rig.sys);
   ASSERT_TRUE(up.has_value());
   ASSERT_EQ(up->up, 56u);
-  ASSERT_TRUE(rig.emu->load_scenario_text(
-      "faults: [{at_ns: " + std::to_string(rig.emu->now_ns()) +
-      ", kind: flap_storm, card: 0, port: 1, count: 4294967295, duration_ms: 50}]"));
+  ASSERT_TRUE(
+      rig.emu->load_scenario_text("faults: [{at_ns: " + std::to_string(rig.emu->now_ns()) +
+                                  ", kind: flap_storm, card: 0, port: 1, count: 4294967295, duration_ms: 50}]"));
   rig.advance_ms(1000);
   unsigned drops = 0;
   for (const auto& line : rig.emu->event_log()) drops += line.find("link drop (flap_storm)") != std::string::npos;
@@ -463,9 +463,9 @@ TEST(LinkFaults, LaneLossWithTheLargestDurationTakesEffect) {
   auto up = npo::bring_up_links(*rig.sys);
   ASSERT_TRUE(up.has_value());
   ASSERT_EQ(up->up, 56u);
-  ASSERT_TRUE(rig.emu->load_scenario_text(
-      "faults: [{at_ns: " + std::to_string(rig.emu->now_ns()) +
-      ", kind: lane_loss, card: 0, port: 0, lane: 3, duration_ns: 18446744073709551615}]"));
+  ASSERT_TRUE(
+      rig.emu->load_scenario_text("faults: [{at_ns: " + std::to_string(rig.emu->now_ns()) +
+                                  ", kind: lane_loss, card: 0, port: 0, lane: 3, duration_ns: 18446744073709551615}]"));
   for (int i = 0; i < 2; ++i) {
     rig.advance_ms(500);
     auto ps = npo::read_port(rig.sys->device(0), 0);

@@ -63,8 +63,8 @@ struct Result {
   double hal_ns_per_op = 0;  ///< caller CPU time in enqueue+submit+non-empty poll, per op
   std::uint64_t errors = 0;
   int src_card = 0, dst_card = 0;
-  std::string first_error;      ///< status name of the first failed op
-  double host_memcpy_gbps = 0;  ///< memcpy between two host buffers (THP), for reference
+  std::string first_error;          ///< status name of the first failed op
+  double host_memcpy_gbps = 0;      ///< memcpy between two host buffers (THP), for reference
   std::optional<npo::Error> fatal;  ///< the failed enqueue/submit that stopped the run
   bool unreachable = false;         ///< stopped at the first kRemoteUnreachable completion
 };
@@ -470,9 +470,9 @@ int main(int argc, char** argv) {
     const auto& r = results.back();
     const npo::Error& e = *r.fatal;
     std::fprintf(stderr, "npo-dma-bench: %s %s %s: stopped after %llu ops (%llu failed%s%s): %s\n", r.mode.c_str(),
-                 human(r.size).c_str(), cards_of(r).c_str(),
-                 static_cast<unsigned long long>(r.ops), static_cast<unsigned long long>(r.errors),
-                 r.errors != 0 ? ", first: " : "", r.first_error.c_str(), e.to_string().c_str());
+                 human(r.size).c_str(), cards_of(r).c_str(), static_cast<unsigned long long>(r.ops),
+                 static_cast<unsigned long long>(r.errors), r.errors != 0 ? ", first: " : "", r.first_error.c_str(),
+                 e.to_string().c_str());
     return 1;
   }
 
