@@ -356,8 +356,9 @@ class QueueImpl final : public DmaQueue {
     auto& lg = npo::log::get(npo::log::Subsystem::kDma);
     if (removed) {
       dead_ = true;
-      lg.error("card {} engine {} queue {}: card removed; {} ops aborted", d_.info.index,
-               qid_ / d_.info.queues_per_engine, qid_ % d_.info.queues_per_engine, timed_out + aborted);
+      lg.error("card {} engine {} queue {}: card removed; {} ops failed ({} submitted: timeout, {} not: aborted)",
+               d_.info.index, qid_ / d_.info.queues_per_engine, qid_ % d_.info.queues_per_engine, timed_out + aborted,
+               timed_out, aborted);
       return;
     }
     lg.warn("card {} engine {} queue {}: no progress for {} ms; queue reset, {} ops timed out, {} aborted",

@@ -455,6 +455,34 @@ TEST(LinkFaults, HugeFlapStormCountIsScheduledOneFlapAtATime) {
   EXPECT_LE(drops, 21u);
 }
 
+// Issue 19: a card removed under a LinkMonitor: the next snapshot comes back at once (no
+// hang on the stats DMA the card will never write) and names the removed card, either as
+// its error or (issue 18) by showing the live cards without it.
+TEST(LinkFaults, SurpriseRemovalUnderALinkMonitorNamesTheCard) {
+  EmuRig rig("mesh8?clock=virtual&hbm=1M");
+  ASSERT_TRUE(rig.ok());
+  auto up = npo::bring_up_links(*rig.sys);
+  ASSERT_TRUE(up.has_value());
+  npo::LinkMonitor mon(*rig.sys);
+  ASSERT_TRUE(mon.snapshot().has_value());
+  ASSERT_TRUE(rig.emu->inject({.at_ns = rig.emu->now_ns(), .kind = emu::FaultKind::kSurpriseRemoval, .card = 2}));
+  rig.advance_ms(1);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto s = mon.snapshot();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  if (!s) {
+    EXPECT_EQ(s.error().code(), npo::Code::kUnavailable) << s.error().to_string();
+    EXPECT_NE(s.error().to_string().find("card=2"), std::string::npos) << s.error().to_string();
+  } else {
+    EXPECT_GE(s->cards.size(), 7u);
+  }
+  // Bringing the links up again refuses at once, naming the card.
+  auto again = npo::bring_up_links(*rig.sys);
+  ASSERT_FALSE(again.has_value());
+  EXPECT_EQ(again.error().code(), npo::Code::kUnavailable);
+  EXPECT_NE(again.error().to_string().find("card=2"), std::string::npos) << again.error().to_string();
+}
+
 // Issue 19: a lane_loss whose duration is the largest 64-bit time wrapped (now + duration)
 // and never took effect; it now lasts "forever".
 TEST(LinkFaults, LaneLossWithTheLargestDurationTakesEffect) {
