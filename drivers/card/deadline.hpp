@@ -34,6 +34,10 @@ enum class WaitFor : std::uint8_t {
 
 /// Wall time a kCardWork wait on a virtual clock leaves the emulator's threads before the
 /// deadline can pass: far above a reply's real latency (microseconds), far below 1 s.
+/// For the mailbox (`advance`) it is not what keeps a slow reply from timing out: the
+/// emulator's virtual clock does not move emulated time while a firmware still handles a
+/// request, so however long its thread waits for a CPU (a loaded machine, ThreadSanitizer)
+/// the reply comes first; only a request the firmware dropped times out.
 inline constexpr std::uint64_t kWorkGraceNs = 20'000'000;
 
 /// A deadline `timeout_ns` of platform time from its construction.
@@ -72,8 +76,17 @@ class Deadline {
       return;
     }
     if (virtual_ && advance_ && wall_ns() >= kWorkGraceNs) {
-      // The work had its grace: let emulated time run to the deadline in four steps (the
-      // caller checks for the reply between them, and before expired()).
+      if (!settled_) {
+        // First let the work in flight finish without moving emulated time (the emulator's
+        // virtual clock waits for its firmwares' mailbox requests): a slow reply is then
+        // seen before any emulated time passes.
+        settled_ = true;
+        clock_.sleep_until(clock_.now_ns());
+        return;
+      }
+      // The work had its grace and finished without a reply: let emulated time run to the
+      // deadline in four steps (the caller checks for the reply between them, and before
+      // expired()).
       clock_.sleep_until(std::min(at_ns_, clock_.now_ns() + std::max<std::uint64_t>(timeout_ns_ / 4, sleep_ns)));
       return;
     }
@@ -96,6 +109,7 @@ class Deadline {
   WaitFor what_;
   bool virtual_;
   bool advance_;
+  mutable bool settled_ = false;  ///< pause() let the work in flight finish once (advance_)
   std::chrono::steady_clock::time_point wall0_;
 };
 

@@ -49,6 +49,43 @@ std::string fixed_string(const std::vector<std::byte>& p, std::size_t off, std::
   return s;
 }
 
+/// Resets the card through GLOBAL.RESET and waits, on the platform clock, up to 2 s for
+/// READY = 1, RESETTING = 0 and MBOX_READY = 1 (registers.md §3.6).
+Result<void> reset_for_probe(backend::Mmio& m, backend::Clock& clock, std::uint32_t index) {
+  m.write32(regs::global::kReset, regs::global::kResetKey);
+  const card::Deadline deadline(clock, 2'000'000'000, card::WaitFor::kCardTime);
+  for (unsigned i = 0;; ++i) {
+    const std::uint32_t st = m.read32(regs::global::kStatus);
+    if (st == 0xffffffffu) return fail(Code::kUnavailable, "card removed during reset", {.card = index});
+    if (regs::global::kStatusReady.get(st) && !regs::global::kStatusResetting.get(st) &&
+        regs::global::kStatusMboxReady.get(st)) {
+      return {};
+    }
+    if (deadline.expired()) {
+      return fail(Code::kDeadlineExceeded, "card not READY 2 s after reset",
+                  {.card = index, .reg = regs::global::kStatus, .value = st});
+    }
+    deadline.pause(i, 100'000);
+  }
+}
+
+/// One probe mailbox command (IDENTIFY, GET_VERSIONS: idempotent). A request the firmware
+/// never answered leaves its mailbox busy: the firmware is hung and the card is reset
+/// (mailbox.md §2.5, registers.md §3.6). Nothing of the card is in use during the probe and
+/// the command is idempotent, so after that reset it is asked once more: one lost request
+/// costs one mailbox timeout, not the card (nor System::open with it).
+Result<std::vector<std::byte>> probe_call(card::MailboxClient& mbox, backend::Mmio& m, backend::Clock& clock,
+                                          std::uint32_t index, mb::Command cmd) {
+  auto r = mbox.call(cmd, {});
+  if (r || r.error().code() != Code::kDeadlineExceeded) return r;
+  npo::log::get(npo::log::Subsystem::kCore)
+      .warn("card {}: {}; resetting the card and asking once more", index, r.error().message());
+  if (auto rs = reset_for_probe(m, clock, index); !rs) {
+    return std::unexpected(std::move(Error(rs.error())).prefixed(r.error().message()));
+  }
+  return mbox.call(cmd, {});
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Device::Impl>> Device::Impl::probe(std::unique_ptr<backend::Device> dev, std::uint32_t index,
@@ -125,7 +162,7 @@ Result<std::unique_ptr<Device::Impl>> Device::Impl::probe(std::unique_ptr<backen
 
   impl->bar0 = &m;
   impl->mailbox = std::make_unique<card::MailboxClient>(m, clock, index, mailbox_timeout_ns);
-  auto id = impl->mailbox->call(mb::Command::kIdentify, {});
+  auto id = probe_call(*impl->mailbox, m, clock, index, mb::Command::kIdentify);
   if (!id) return std::unexpected(std::move(Error(id.error())).prefixed(fmt::format("{}: IDENTIFY", info.bdf)));
   if (id->size() != mb::identify::kSize) {
     return fail(Code::kInternal,
@@ -141,7 +178,7 @@ Result<std::unique_ptr<Device::Impl>> Device::Impl::probe(std::unique_ptr<backen
                             info.bdf, fw_fabric, fw_hbm, info.fabric_id, info.hbm_bytes),
                 ctx);
   }
-  auto vers = impl->mailbox->call(mb::Command::kGetVersions, {});
+  auto vers = probe_call(*impl->mailbox, m, clock, index, mb::Command::kGetVersions);
   if (!vers) return std::unexpected(std::move(Error(vers.error())).prefixed(fmt::format("{}: GET_VERSIONS", info.bdf)));
   auto pv = parse_versions(*vers);
   if (!pv) return std::unexpected(Error(pv.error()).with(ctx));

@@ -193,6 +193,7 @@ class QueueImpl final : public DmaQueue {
     const card::Deadline deadline(*d_.clock, static_cast<std::uint64_t>(std::max<std::int64_t>(timeout.count(), 0)),
                                   card::WaitFor::kCardWork);
     if (ready()) return {};
+    if (dead_) return fail(Code::kUnavailable, "card removed", context());
     if (reaped_ == next_) {
       return fail(Code::kFailedPrecondition, "wait() with no op outstanding", context());
     }
@@ -205,6 +206,11 @@ class QueueImpl final : public DmaQueue {
         [[maybe_unused]] auto rd = ::read(efd_, &cnt, sizeof cnt);  // drain before checking
       }
       if (ready() || watchdog_due()) return {};
+      // A removed card reads all-ones: return now so poll() fails the ops (watchdog()).
+      if ((spins & 255u) == 0 && bar0_.read32(reg(qr::kStatus)) == 0xffffffffu) {
+        empty_polls_ = 0;  // the next empty poll checks the card
+        return {};
+      }
       if (deadline.expired()) {
         return fail(Code::kDeadlineExceeded,
                     fmt::format("no completion within {} us ({} ops outstanding)", timeout.count() / 1000,
@@ -249,6 +255,7 @@ class QueueImpl final : public DmaQueue {
 
   Result<OpHandle> push(dma::Opcode op, std::uint8_t fl, std::uint32_t len, std::uint64_t src, std::uint64_t dst,
                         std::uint16_t sg, const WindowHandle* w = nullptr) {
+    if (dead_) return fail(Code::kUnavailable, "card removed", context());
     if (next_ - reaped_ >= depth_) return fail(Code::kResourceExhausted, "queue full", context());
     dma::Descriptor d;
     if (w != nullptr) {
@@ -349,8 +356,9 @@ class QueueImpl final : public DmaQueue {
     auto& lg = npo::log::get(npo::log::Subsystem::kDma);
     if (removed) {
       dead_ = true;
-      lg.error("card {} engine {} queue {}: card removed; {} ops aborted", d_.info.index,
-               qid_ / d_.info.queues_per_engine, qid_ % d_.info.queues_per_engine, timed_out + aborted);
+      lg.error("card {} engine {} queue {}: card removed; {} ops failed ({} submitted: timeout, {} not: aborted)",
+               d_.info.index, qid_ / d_.info.queues_per_engine, qid_ % d_.info.queues_per_engine, timed_out + aborted,
+               timed_out, aborted);
       return;
     }
     lg.warn("card {} engine {} queue {}: no progress for {} ms; queue reset, {} ops timed out, {} aborted",

@@ -33,18 +33,38 @@ Code map_status(mb::Status s) {
 }
 }  // namespace
 
+bool is_idempotent(mb::Command cmd) noexcept {
+  switch (cmd) {
+    case mb::Command::kIdentify:
+    case mb::Command::kGetVersions:
+    case mb::Command::kHeartbeat:
+    case mb::Command::kTelemetry:
+    case mb::Command::kErrorLogRead: return true;
+    default: return false;
+  }
+}
+
 Result<std::vector<std::byte>> MailboxClient::call(mb::Command cmd, std::span<const std::byte> payload) {
-  // mailbox.md §4: BAD_CRC (the request was damaged on the way) is retried once; BUSY up to
-  // 3 times with a 1 ms back-off. A damaged reply (kDataLoss from our own CRC check) is
-  // not retried: the command may have executed.
-  int crc_retries = 1, busy_retries = 3;
+  // mailbox.md §2.5 retry budget: a BUSY reply is retried after 10 ms, doubling, at most 5
+  // times; a BAD_CRC reply (the request was damaged on the way in, nothing executed) at most
+  // 2 times; a reply failing our CRC check (kDataLoss) at most 2 times for idempotent
+  // commands only (another may have executed). A timeout is never retried here.
+  int busy_retries = kBusyRetries, crc_retries = kBadCrcRetries, reply_retries = kReplyCrcRetries;
+  std::uint64_t busy_delay_ns = kBusyFirstDelayNs;
   for (;;) {
     auto r = call_once(cmd, payload);
     if (r || r.error().sys_errno() != 0) return r;
     const auto st = last_status_;
     if (st == mb::Status::kBadCrc && crc_retries-- > 0) continue;
     if (st == mb::Status::kBusy && busy_retries-- > 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      // Firmware busy with card work (a module operation): wait on the platform clock.
+      clock_.sleep_until(clock_.now_ns() + busy_delay_ns);
+      busy_delay_ns *= 2;
+      continue;
+    }
+    if (st == mb::Status::kOk && r.error().code() == Code::kDataLoss && is_idempotent(cmd) && reply_retries-- > 0) {
+      npo::log::get(npo::log::Subsystem::kCore)
+          .warn("card {}: {}; retrying the idempotent command", card_, r.error().message());
       continue;
     }
     return r;

@@ -14,6 +14,10 @@
 
 namespace npo::card {
 
+/// Whether repeating `cmd` cannot change the outcome (mailbox.md §3 table "Idempotent"):
+/// IDENTIFY, GET_VERSIONS, HEARTBEAT, TELEMETRY, ERROR_LOG_READ.
+[[nodiscard]] bool is_idempotent(fw::mbox::Command cmd) noexcept;
+
 class MailboxClient {
  public:
   /// `bar0` and `clock` must outlive the client. `card` is used for error context.
@@ -23,6 +27,12 @@ class MailboxClient {
   MailboxClient(backend::Mmio& bar0, backend::Clock& clock, std::uint32_t card, std::uint64_t timeout_ns)
       : bar0_(bar0), clock_(clock), card_(card), timeout_ns_(timeout_ns) {}
 
+  /// mailbox.md §2.5 retry budget.
+  static constexpr int kBusyRetries = 5;
+  static constexpr std::uint64_t kBusyFirstDelayNs = 10'000'000;
+  static constexpr int kBadCrcRetries = 2;
+  static constexpr int kReplyCrcRetries = 2;
+
   /// Sends one command and returns the reply payload.
   /// Errors: kInvalidArgument (payload > 1008 bytes); kDeadlineExceeded (no reply in time);
   /// kUnavailable (card removed: all-ones reads; mailbox still busy from an earlier timed-out
@@ -30,8 +40,10 @@ class MailboxClient {
   /// (reply breaks the protocol: wrong version, opcode, sequence or length); and the
   /// mapping of firmware statuses (mailbox.md §4): kBadArgument->kInvalidArgument,
   /// kNoModule->kNotFound, kBadVersion/kPageNotSupported/kUnknownCommand->kUnimplemented,
-  /// kReadOnly->kPermissionDenied, kBadCrc (after one retry)->kDataLoss, kBusy (after 3
-  /// retries 1 ms apart)->kUnavailable, others->kInternal. Thread-safety: calls are serialised.
+  /// kReadOnly->kPermissionDenied, kBadCrc->kDataLoss, kBusy->kUnavailable, others->kInternal.
+  /// Retries (mailbox.md §2.5): BUSY up to 5 times, 10 ms apart doubling (platform clock);
+  /// BAD_CRC up to 2 times; a reply CRC mismatch up to 2 times for idempotent commands
+  /// (is_idempotent); a timeout never. Thread-safety: calls are serialised.
   Result<std::vector<std::byte>> call(fw::mbox::Command cmd, std::span<const std::byte> payload);
 
  private:

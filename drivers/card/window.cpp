@@ -201,11 +201,12 @@ Result<std::unique_ptr<Window>> export_window(Device& device, std::uint64_t offs
                                                    wr::kCtrlWrite.make(rights.write ? 1 : 0) |
                                                    wr::kCtrlGeneration.make(gen));
   const std::uint32_t st = m.read32(regs::window_reg(slot, wr::kStatus));
-  if (!wr::kStatusActive.get(st)) {
+  // A removed card reads all-ones, ACTIVE included: test for that first.
+  if (st == 0xffffffffu || !wr::kStatusActive.get(st)) {
     std::lock_guard lock(d.windows_mu);
     d.window_used[slot] = false;
-    return fail(st == 0xffffffffu ? Code::kUnavailable : Code::kInternal,
-                fmt::format("card refused window entry {} (STATUS 0x{:x})", slot, st), ctx);
+    if (st == 0xffffffffu) return fail(Code::kUnavailable, "card removed", ctx);
+    return fail(Code::kInternal, fmt::format("card refused window entry {} (STATUS 0x{:x})", slot, st), ctx);
   }
   return std::unique_ptr<Window>(std::make_unique<WindowImpl>(d, h));
 }
@@ -276,6 +277,8 @@ Result<std::unique_ptr<WindowMapping>> map_window(Device& device, const Window& 
                 fmt::format("window of fabric ID {} mapped through card {}", h.fabric_id, d.info.fabric_id), ctx);
   }
   if (window.revoked()) return fail(Code::kFailedPrecondition, "window revoked", ctx);
+  // A removed card reads all-ones: no new view of memory that is gone.
+  if (d.bar0->read32(regs::global::kMagic) == 0xffffffffu) return fail(Code::kUnavailable, "card removed", ctx);
   auto ap = d.dev->map_aperture(fw::pci::kBarHbm);
   if (!ap) return std::unexpected(Error(ap.error()).with(ctx));
   if (h.offset + h.size > ap->size()) {

@@ -66,16 +66,25 @@ class EmuDevice;
 /// mode, emulated time since creation (sleep_until sleeps).
 class EmuClock final : public backend::Clock {
  public:
+  /// Longest wall time sleep_until waits for the firmwares' mailbox requests.
+  static constexpr std::uint64_t kMailboxIdleCapNs = 10'000'000'000;
   explicit EmuClock(Emulator& emu) : emu_(emu) {}
   std::uint64_t now_ns() noexcept override { return emu_.now_ns(); }
   void sleep_until(std::uint64_t t_ns) noexcept override {
-    const std::uint64_t now = emu_.now_ns();
-    if (t_ns <= now) return;
     if (is_virtual()) {
-      (void)emu_.advance(t_ns - now);
-    } else {
-      std::this_thread::sleep_for(std::chrono::nanoseconds(t_ns - now));
+      // Emulated time does not pass while a firmware is still handling a mailbox request
+      // (EmulatorImpl::mailbox_inflight): its reply takes no emulated time, however long its
+      // thread waits for a CPU. A swallowed request is handled (dropped) at once, so a lost
+      // reply still times out in emulated time. Capped, so a firmware that never finishes
+      // cannot stop the clock. Also for a time already reached: sleep_until(now_ns()) lets
+      // the requests in flight finish without moving time (card/deadline.hpp uses that).
+      emu_.impl().wait_mailboxes_idle(kMailboxIdleCapNs);
+      const std::uint64_t now = emu_.now_ns();
+      if (t_ns > now) (void)emu_.advance(t_ns - now);
+      return;
     }
+    const std::uint64_t now = emu_.now_ns();
+    if (t_ns > now) std::this_thread::sleep_for(std::chrono::nanoseconds(t_ns - now));
   }
   bool is_virtual() const noexcept override { return emu_.config().clock == ClockMode::kVirtual; }
 

@@ -414,6 +414,11 @@ void Card::release_client_state() {
 
 void Card::remove() {
   log_event("surprise_removal");
+  // A removed card writes no more host memory: stop the engines and wait for the batches in
+  // progress before the card reads all-ones, so a driver that saw all-ones and reclaims its
+  // rings (DmaQueue's recover) never races a completion write.
+  dma_stopped_.store(true, std::memory_order_release);
+  for (auto& q : queues_) q->quiesce();
   removed_.store(true, std::memory_order_release);
   err_status_.fetch_or(regs::global::kErrRemoved.mask());
   ports_.remove();

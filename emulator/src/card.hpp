@@ -86,6 +86,8 @@ class Card {
   void release_client_state();
   void remove();
   [[nodiscard]] bool removed() const noexcept { return removed_.load(std::memory_order_acquire); }
+  /// The engines stop DMA (set by remove() before the card reads all-ones).
+  [[nodiscard]] bool dma_stopped() const noexcept { return dma_stopped_.load(std::memory_order_acquire); }
   [[nodiscard]] bool bus_master() const noexcept { return config_.bus_master(); }
 
   // ---- The parts, and services they share ------------------------------------------------
@@ -128,6 +130,7 @@ class Card {
   std::byte* hbm_;
   std::uint64_t hbm_memfd_offset_;
   std::atomic<bool> removed_{false};
+  std::atomic<bool> dma_stopped_{false};
 
   ConfigSpace config_;
 

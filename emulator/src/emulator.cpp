@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -94,6 +96,19 @@ Result<void> EmulatorImpl::init() {
     }
   }
   return {};
+}
+
+void EmulatorImpl::wait_mailboxes_idle(std::uint64_t cap_ns) const noexcept {
+  if (mailbox_inflight.load() == 0) return;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(cap_ns);
+  for (unsigned i = 0; mailbox_inflight.load() != 0; ++i) {
+    if (std::chrono::steady_clock::now() >= until) return;
+    if (i < 64) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
 }
 
 void EmulatorImpl::log(std::uint32_t card, const std::string& text) {

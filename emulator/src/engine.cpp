@@ -451,7 +451,7 @@ Status QueueModel::execute(const dma::Descriptor& d, std::uint64_t* info) {
 
 bool QueueModel::run_once() {
   std::lock_guard lock(mu_);
-  if (!enabled_.load() || hung_.load() || card_.removed() || !card_.bus_master()) return false;
+  if (!enabled_.load() || hung_.load() || card_.dma_stopped() || !card_.bus_master()) return false;
   if (status_.load() & qr::kStatusHalted.mask()) return false;
   const std::uint32_t cfg = config_snapshot_.load();
   const unsigned log2 = qr::kConfigDepthLog2.get(cfg);
@@ -464,7 +464,7 @@ bool QueueModel::run_once() {
   bool irq = false;
   auto mmu_guard = card_.iommu().guard();  // unmap waits for this batch
   while (head != tail && done < kBatch) {
-    if (hung_.load()) break;
+    if (hung_.load() || card_.dma_stopped()) break;
     if (ctail - cq_head_.load(std::memory_order_acquire) >= depth) {
       err_.fetch_or(qr::kErrCqOverflow.mask());
       break;  // resumes on the CQ_HEAD doorbell

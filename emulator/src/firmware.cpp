@@ -29,8 +29,13 @@ void put_str(std::vector<std::byte>& out, std::size_t off, std::size_t len, std:
 }
 }  // namespace
 
+void Firmware::settle() noexcept {
+  if (inflight_.exchange(false)) card_.system().mailbox_inflight.fetch_sub(1);
+}
+
 void Firmware::reset_state() {
   pending_.store(false);
+  settle();  // a request in progress gets no reply (registers.md §3.6)
   drop_.store(0);
   corrupt_.store(0);
   heartbeats_ = 0;
@@ -39,6 +44,7 @@ void Firmware::reset_state() {
 }
 
 void Firmware::doorbell() {
+  if (!inflight_.exchange(true)) card_.system().mailbox_inflight.fetch_add(1);
   pending_.store(true, std::memory_order_seq_cst);
   card_.system().workers.post(*this);
 }
@@ -50,6 +56,14 @@ void Firmware::log_error(LogEntry e) {
 }
 
 bool Firmware::run_once() {
+  const bool more = process();
+  settle();
+  // A doorbell that landed while this one was handled counts again.
+  if (pending_.load() && !inflight_.exchange(true)) card_.system().mailbox_inflight.fetch_add(1);
+  return more;
+}
+
+bool Firmware::process() {
   if (!pending_.exchange(false)) return false;
   namespace m = regs::mbox;
   const Mailbox::Request request = mailbox_.request();

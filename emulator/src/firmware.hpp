@@ -25,10 +25,12 @@ class Mailbox;
 class Firmware final : public Runnable {
  public:
   Firmware(Card& card, Mailbox& mailbox) : card_(card), mailbox_(mailbox) {}
-  /// Processes the pending request, if any (Runnable).
+  /// Processes the pending request, if any (Runnable); the request stops counting as in
+  /// flight (EmulatorImpl::mailbox_inflight) once handled, answered or not.
   bool run_once() override;
   [[nodiscard]] bool has_work() const noexcept override { return pending_.load(); }
-  /// A request is waiting in the mailbox: schedule run_once() on a worker.
+  /// A request is waiting in the mailbox: counts it in flight and schedules run_once() on a
+  /// worker.
   void doorbell();
   /// Card reset: no pending request, no injected faults, heartbeat count and log cleared.
   void reset_state();
@@ -61,9 +63,14 @@ class Firmware final : public Runnable {
  private:
   /// Handles one request; fills `rsp` payload and returns the status.
   fw::mbox::Status handle(fw::mbox::Command cmd, std::span<const std::byte> req, std::vector<std::byte>& rsp);
+  /// run_once's work: takes the pending request and handles it.
+  bool process();
+  /// Stops counting this firmware's request in flight (idempotent).
+  void settle() noexcept;
   Card& card_;
   Mailbox& mailbox_;
   std::atomic<bool> pending_{false};
+  std::atomic<bool> inflight_{false};  ///< counted in EmulatorImpl::mailbox_inflight
   std::atomic<std::uint32_t> drop_{0};
   std::atomic<std::uint32_t> corrupt_{0};
   std::atomic<std::uint32_t> heartbeats_{0};

@@ -573,6 +573,16 @@ void Port::module_presence(bool present) {
   publish();
 }
 
+void Port::flap_storm(std::uint32_t left, std::uint64_t every, std::uint64_t delay) {
+  sys_.sched.schedule_in(delay, [this, left, every](std::uint64_t t) {
+    {
+      std::lock_guard lock(mu_);
+      if (state_ == LinkState::kUp && !card_.removed()) leave_up_for_training(t, "link drop (flap_storm)");
+    }
+    if (left > 1) flap_storm(left - 1, every, every);
+  });
+}
+
 void Port::inject_fault(const Fault& f, Port* far) {
   const std::uint64_t now = sys_.sched.now_ns();
   switch (f.kind) {
@@ -581,19 +591,15 @@ void Port::inject_fault(const Fault& f, Port* far) {
       if (far != nullptr) far->lane_ramp(f.lane, f.value, f.duration_ns);
       break;
     case FaultKind::kLaneLoss: {
-      const std::uint64_t until = f.duration_ns == 0 ? kForever : now + f.duration_ns;
+      const std::uint64_t until = f.duration_ns == 0 ? kForever : saturating_add(now, f.duration_ns);
       lane_dark(f.lane.value_or(0), until);
       if (far != nullptr) far->lane_dark(f.lane.value_or(0), until);
       break;
     }
     case FaultKind::kFlapStorm: {
-      const std::uint64_t every = f.duration_ns == 0 ? 50 * kMsNs : f.duration_ns;
-      for (std::uint32_t i = 0; i < f.count; ++i) {
-        sys_.sched.schedule_in(i * every, [this](std::uint64_t t) {
-          std::lock_guard lock(mu_);
-          if (state_ == LinkState::kUp && !card_.removed()) leave_up_for_training(t, "link drop (flap_storm)");
-        });
-      }
+      // One event at a time, each scheduling the next: a count of 2^32-1 costs one pending
+      // event, not 2^32 of them at once.
+      flap_storm(f.count, f.duration_ns == 0 ? 50 * kMsNs : f.duration_ns, 0);
       break;
     }
     case FaultKind::kModuleRemoval:

@@ -199,6 +199,9 @@ class Port {
   void module_presence(bool present);
   void lane_dark(unsigned lane, std::uint64_t until);
   void lane_ramp(std::optional<unsigned> lane, double to, std::uint64_t dur);
+  /// flap_storm: drops the link if Up `delay` from now, then `left - 1` more times `every`
+  /// apart (each drop schedules the next).
+  void flap_storm(std::uint32_t left, std::uint64_t every, std::uint64_t delay);
 
   Card& card_;
   EmulatorImpl& sys_;

@@ -102,7 +102,7 @@ void Port::sync_lanes(std::uint64_t now, const LinkView* known) {
     // Codewords arrive at exactly 19 531 250 per second per lane (53.125 GBd x 2 / 5440):
     // t_ns x 5 / 256, so whole-interval counts add up exactly.
     const auto cw = [](std::uint64_t t) { return (t >> 8) * 5 + (((t & 0xff) * 5) >> 8); };
-    if (lane.ramp && lane.ramp_start_ns < now && lane.ramp_start_ns + lane.ramp_dur_ns > from) {
+    if (lane.ramp && lane.ramp_start_ns < now && saturating_add(lane.ramp_start_ns, lane.ramp_dur_ns) > from) {
       // BER moves during the interval: integrate in up to 8 pieces, BER at each midpoint.
       const std::uint64_t span = now - from;
       const unsigned pieces =

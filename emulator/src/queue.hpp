@@ -32,6 +32,9 @@ class QueueModel final : public Runnable {
   /// Fault injection.
   void inject_hang(std::uint64_t now);
   void inject_completion_errors(std::uint32_t count) { inject_errors_.fetch_add(count); }
+  /// Returns once no batch is running (a batch started after Card::dma_stopped() is set
+  /// writes nothing).
+  void quiesce() { std::lock_guard lock(mu_); }
   [[nodiscard]] bool hung() const noexcept { return hung_.load(); }
   [[nodiscard]] bool pending() const noexcept;
   [[nodiscard]] std::uint64_t hung_since() const noexcept { return hung_since_.load(); }

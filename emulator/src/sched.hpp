@@ -17,6 +17,11 @@
 
 namespace npo::emu {
 
+/// a + b, or the largest time when that overflows (a duration that large means "never").
+[[nodiscard]] constexpr std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) noexcept {
+  return b > ~std::uint64_t{0} - a ? ~std::uint64_t{0} : a + b;
+}
+
 /// Time source and timed events. In kVirtual mode events fire inside advance(), on the
 /// caller's thread, in (time, scheduling order). In kRealtime mode a timer thread fires them.
 class Scheduler {
@@ -30,8 +35,9 @@ class Scheduler {
   [[nodiscard]] std::uint64_t now_ns() const noexcept;
   /// Runs `fn(now)` at time `at_ns` (immediately-due events fire on the next advance/tick).
   void schedule_at(std::uint64_t at_ns, std::function<void(std::uint64_t)> fn);
+  /// Runs `fn(now)` `delay_ns` from now (saturating: a huge delay is "never").
   void schedule_in(std::uint64_t delay_ns, std::function<void(std::uint64_t)> fn) {
-    schedule_at(now_ns() + delay_ns, std::move(fn));
+    schedule_at(saturating_add(now_ns(), delay_ns), std::move(fn));
   }
   /// Virtual mode only: moves time forward, firing due events.
   void advance(std::uint64_t ns);

@@ -2,6 +2,7 @@
 // Emulator internals: the system -- cards, fabric, clock, workers, event log.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -36,6 +37,14 @@ class EmulatorImpl {
   std::uint64_t hbm_stride = 0;
   std::vector<std::unique_ptr<Card>> cards;
   std::mt19937_64 rng;
+  /// Mailbox requests rung and not yet handled by their card's firmware (Firmware). The
+  /// virtual clock lets them finish before it moves emulated time (wait_mailboxes_idle): a
+  /// firmware thread the OS did not run for a while (a loaded machine, sanitizers) must not
+  /// turn into a mailbox timeout of emulated time.
+  std::atomic<std::uint32_t> mailbox_inflight{0};
+  /// Waits, in wall time, until mailbox_inflight is 0 or `cap_ns` passed.
+  /// Thread-safety: any thread.
+  void wait_mailboxes_idle(std::uint64_t cap_ns) const noexcept;
   /// Cables and optical switches (fabric.hpp); resolve_peer/channel_of read it.
   OpticalFabric fabric;
 

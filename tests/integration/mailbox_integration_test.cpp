@@ -9,6 +9,7 @@
 #include "card/mailbox.hpp"
 #include "common/emu_system.hpp"
 #include "harness.hpp"
+#include "npo/hal/backend/registry.hpp"
 #include "npo/hal/device.hpp"
 #include "npo/hal/system.hpp"
 
@@ -150,12 +151,16 @@ TEST(MailboxIntegration, ClientDetectsCorruptReplyThenRecovers) {
   be::Device* dev = rig.open(0);
   ASSERT_NE(dev, nullptr);
   card::MailboxClient client(Rig::bar0(*dev), rig.backend().clock(), 0, 5'000'000'000);
-  ASSERT_TRUE(rig.emulator().inject({.at_ns = 0, .kind = emu::FaultKind::kMailboxCorrupt, .card = 0, .count = 1}));
+  // mailbox.md §2.5: a corrupt reply to an idempotent command is retried at most twice, so
+  // three corrupt replies in a row fail the call...
+  ASSERT_TRUE(rig.emulator().inject({.at_ns = 0, .kind = emu::FaultKind::kMailboxCorrupt, .card = 0, .count = 3}));
   rig.advance(1);
-
   auto r = client.call(Cmd::kIdentify, {});
   ASSERT_FALSE(r.has_value());
   EXPECT_EQ(r.error().code(), Code::kDataLoss) << r.error().to_string();
+  // ... and two do not.
+  ASSERT_TRUE(rig.emulator().inject({.at_ns = 0, .kind = emu::FaultKind::kMailboxCorrupt, .card = 0, .count = 2}));
+  rig.advance(1);
   r = client.call(Cmd::kIdentify, {});
   ASSERT_TRUE(r.has_value()) << r.error().to_string();
   ASSERT_EQ(r->size(), mb::identify::kSize);
@@ -218,6 +223,39 @@ TEST(MailboxIntegration, VirtualClockTimeoutCostsEmulatedTimeNotWallTime) {
   EXPECT_LT(wall, std::chrono::milliseconds(50))
       << std::chrono::duration_cast<std::chrono::microseconds>(wall).count() << " us";
   EXPECT_GE(sys->clock().now_ns() - t0, 1'000'000'000u);  // SystemOptions::mailbox_timeout_ns
+}
+
+/// System::open over `emu` (URI "emu:test"), its result as is.
+Result<std::unique_ptr<System>> open_raw(const std::shared_ptr<emu::Emulator>& emu) {
+  backend::Registry reg;
+  EXPECT_TRUE(reg.add("emu", {"emu:test"},
+                      [emu](std::string_view, std::string_view uri) -> Result<std::unique_ptr<backend::Backend>> {
+                        return emu->make_backend(std::string(uri));
+                      })
+                  .has_value());
+  SystemOptions o;
+  o.registry = &reg;
+  return System::open("emu:test", o);
+}
+
+// Issue 19: one request the firmware swallows during System::open used to fail the open
+// (every card with it); a corrupt IDENTIFY reply did too. Now: the card whose request was
+// lost is reset and asked once more, a corrupt reply to the idempotent probe commands is
+// retried (mailbox.md §2.5), and every card opens.
+TEST(MailboxIntegration, OpenSurvivesOneLostRequestAndCorruptReplies) {
+  auto e = emu::Emulator::create(test_config(4));
+  ASSERT_TRUE(e.has_value()) << e.error().to_string();
+  ASSERT_TRUE((*e)->inject({.at_ns = 0, .kind = emu::FaultKind::kMailboxTimeout, .card = 2, .count = 1}));
+  ASSERT_TRUE((*e)->inject({.at_ns = 0, .kind = emu::FaultKind::kMailboxCorrupt, .card = 1, .count = 2}));
+  ASSERT_TRUE((*e)->advance(1).has_value());
+  auto sys = open_raw(*e);
+  ASSERT_TRUE(sys.has_value()) << sys.error().to_string();
+  ASSERT_EQ((*sys)->device_count(), 4u);
+  for (std::size_t c = 0; c < 4; ++c) {
+    EXPECT_EQ((*sys)->device(c).info().fabric_id, c + 1);
+    EXPECT_EQ((*sys)->device(c).info().firmware.firmware, "1.2.0");
+    EXPECT_TRUE((*sys)->device(c).heartbeat().has_value()) << "card " << c;
+  }
 }
 
 // ---- 8. surprise removal --------------------------------------------------------------------

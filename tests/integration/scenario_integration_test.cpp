@@ -67,7 +67,9 @@ SessionResult run_session(std::uint64_t seed) {
   step(6 * kMs, kMs);  // mailbox_corrupt armed at 5 ms
   card::MailboxClient mbox(b0, rig.backend().clock(), 0, 5'000'000'000);
   std::array<std::byte, mb::heartbeat::kReqSize> cookie{};
-  auto r = mbox.call(mb::Command::kHeartbeat, cookie);
+  // ERROR_LOG_CLEAR is not idempotent: a corrupt reply is reported, not retried (mailbox.md
+  // §2.5; an idempotent HEARTBEAT would be retried and succeed).
+  auto r = mbox.call(mb::Command::kErrorLogClear, {});
   EXPECT_TRUE(!r && r.error().code() == Code::kDataLoss);
   r = mbox.call(mb::Command::kHeartbeat, cookie);
   EXPECT_TRUE(r.has_value());

@@ -435,6 +435,75 @@ TEST(LinkFaults, LaneLossDuringBringUpLeavesBothEndsUpNarrowerAndAgreeing) {
   EXPECT_EQ(narrow, 1u);
 }
 
+// Issue 19: a flap_storm with count 2^32-1 scheduled every flap at once when it fired (the
+// emulator looped 4 billion times, memory grew by GBs; advance() and the destructor never
+// returned). Each flap now schedules the next: this advance returns, and 1 s of emulated
+// time 50 ms apart holds at most 21 drops.
+TEST(LinkFaults, HugeFlapStormCountIsScheduledOneFlapAtATime) {
+  EmuRig rig("mesh8?clock=virtual&hbm=1M");
+  ASSERT_TRUE(rig.ok());
+  auto up = npo::bring_up_links(*rig.sys);
+  ASSERT_TRUE(up.has_value());
+  ASSERT_EQ(up->up, 56u);
+  ASSERT_TRUE(
+      rig.emu->load_scenario_text("faults: [{at_ns: " + std::to_string(rig.emu->now_ns()) +
+                                  ", kind: flap_storm, card: 0, port: 1, count: 4294967295, duration_ms: 50}]"));
+  rig.advance_ms(1000);
+  unsigned drops = 0;
+  for (const auto& line : rig.emu->event_log()) drops += line.find("link drop (flap_storm)") != std::string::npos;
+  EXPECT_GE(drops, 1u);
+  EXPECT_LE(drops, 21u);
+}
+
+// Issue 19: a card removed under a LinkMonitor: the next snapshot comes back at once (no
+// hang on the stats DMA the card will never write) and names the removed card, either as
+// its error or (issue 18) by showing the live cards without it.
+TEST(LinkFaults, SurpriseRemovalUnderALinkMonitorNamesTheCard) {
+  EmuRig rig("mesh8?clock=virtual&hbm=1M");
+  ASSERT_TRUE(rig.ok());
+  auto up = npo::bring_up_links(*rig.sys);
+  ASSERT_TRUE(up.has_value());
+  npo::LinkMonitor mon(*rig.sys);
+  ASSERT_TRUE(mon.snapshot().has_value());
+  ASSERT_TRUE(rig.emu->inject({.at_ns = rig.emu->now_ns(), .kind = emu::FaultKind::kSurpriseRemoval, .card = 2}));
+  rig.advance_ms(1);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto s = mon.snapshot();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  if (!s) {
+    EXPECT_EQ(s.error().code(), npo::Code::kUnavailable) << s.error().to_string();
+    EXPECT_NE(s.error().to_string().find("card=2"), std::string::npos) << s.error().to_string();
+  } else {
+    EXPECT_GE(s->cards.size(), 7u);
+  }
+  // Bringing the links up again refuses at once, naming the card.
+  auto again = npo::bring_up_links(*rig.sys);
+  ASSERT_FALSE(again.has_value());
+  EXPECT_EQ(again.error().code(), npo::Code::kUnavailable);
+  EXPECT_NE(again.error().to_string().find("card=2"), std::string::npos) << again.error().to_string();
+}
+
+// Issue 19: a lane_loss whose duration is the largest 64-bit time wrapped (now + duration)
+// and never took effect; it now lasts "forever".
+TEST(LinkFaults, LaneLossWithTheLargestDurationTakesEffect) {
+  EmuRig rig("mesh8?clock=virtual&hbm=1M");
+  ASSERT_TRUE(rig.ok());
+  auto up = npo::bring_up_links(*rig.sys);
+  ASSERT_TRUE(up.has_value());
+  ASSERT_EQ(up->up, 56u);
+  ASSERT_TRUE(
+      rig.emu->load_scenario_text("faults: [{at_ns: " + std::to_string(rig.emu->now_ns()) +
+                                  ", kind: lane_loss, card: 0, port: 0, lane: 3, duration_ns: 18446744073709551615}]"));
+  for (int i = 0; i < 2; ++i) {
+    rig.advance_ms(500);
+    auto ps = npo::read_port(rig.sys->device(0), 0);
+    ASSERT_TRUE(ps.has_value());
+    ASSERT_EQ(ps->lanes.size(), 8u);
+    EXPECT_FALSE(ps->lanes[3].signal) << "after " << (i + 1) * 500 << " ms";
+    EXPECT_TRUE(ps->lanes[2].signal);
+  }
+}
+
 TEST(LinkFaults, FlapStormHoldsThePortDown) {
   Mesh m;
   ASSERT_TRUE(m.rig.ok() && m.up());

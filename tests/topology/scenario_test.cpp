@@ -4,9 +4,11 @@
 // hardened parser (the topology files') for both file kinds (docs/topology.md "Scenarios").
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -128,6 +130,34 @@ TEST(Scenario, FilesAreCappedAt16MiB) {
   auto missing = e->load_scenario_file("/nonexistent/npo-scenario.yaml");
   ASSERT_FALSE(missing.has_value());
   EXPECT_EQ(missing.error().code(), Code::kNotFound);
+}
+
+TEST(Scenario, ADirectoryIsNotAScenario) {
+  auto e = two_cards();
+  ASSERT_NE(e, nullptr);
+  auto r = e->load_scenario_file("/tmp");  // used to say "top level must be a map"
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code(), Code::kInvalidArgument);
+  EXPECT_NE(r.error().message().find("is a directory"), std::string::npos) << r.error().message();
+}
+
+// Issue 19: a flap_storm of 2^32-1 flaps scheduled them all when it fired, on the realtime
+// timer thread, which the emulator's destructor then waited for (npo-smi never exited). The
+// flaps are now scheduled one after another: the destructor returns at once (the bound
+// below only turns a hang into a failure).
+TEST(Scenario, HugeFlapStormDoesNotHoldTheEmulator) {
+  auto cfg = emu::parse_uri("2?hbm=1M");
+  ASSERT_TRUE(cfg.has_value());
+  ASSERT_EQ(cfg->clock, emu::ClockMode::kRealtime);
+  auto e = emu::Emulator::create(*cfg);
+  ASSERT_TRUE(e.has_value()) << e.error().to_string();
+  ASSERT_TRUE(
+      (*e)->load_scenario_text("faults: [{at_ns: 0, kind: flap_storm, card: 0, port: 0, count: 4294967295, "
+                               "duration_ms: 1}]"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the storm is under way
+  const auto t0 = std::chrono::steady_clock::now();
+  e->reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
 }
 
 TEST(Scenario, SeedAndFaultsAreRead) {

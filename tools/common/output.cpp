@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "common/output.hpp"
 
+#include <cmath>
 #include <cstdio>
 
 namespace npo::tools {
@@ -29,6 +30,12 @@ int fail(std::string_view tool, std::string_view what, const Error& error) {
 int fail(std::string_view tool, const Error& error) {
   fmt::print(stderr, "{}: {}\n", tool, error.to_string());
   return 1;
+}
+
+bool check_seconds(std::string_view tool, std::string_view name, double v, double max_s, bool allow_zero) {
+  if (std::isfinite(v) && (v > 0 || (allow_zero && v == 0)) && v <= max_s) return true;
+  fmt::print(stderr, "{}: {} {}: expected seconds in {}0, {}]\n", tool, name, v, allow_zero ? "[" : "(", max_s);
+  return false;
 }
 
 std::string Table::header() const {

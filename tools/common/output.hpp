@@ -39,6 +39,12 @@ template <typename T>
 /// Prints "TOOL: WHAT: ERROR" (error.to_string()) to stderr; returns 1, the tools' exit
 /// status for a failed operation.
 int fail(std::string_view tool, std::string_view what, const Error& error);
+/// Whether a duration option in seconds is usable: finite, > 0 (>= 0 with `allow_zero`)
+/// and at most `max_s`. Otherwise prints "TOOL: NAME V: expected seconds in (0, MAX]" (or
+/// "[0, MAX]") to stderr and returns false: NaN, infinities and negative values would hang a
+/// loop or wrap when converted to nanoseconds.
+bool check_seconds(std::string_view tool, std::string_view name, double v, double max_s = 86400.0,
+                   bool allow_zero = false);
 /// Prints "TOOL: ERROR" to stderr; returns 1.
 int fail(std::string_view tool, const Error& error);
 

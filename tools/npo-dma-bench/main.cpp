@@ -63,8 +63,10 @@ struct Result {
   double hal_ns_per_op = 0;  ///< caller CPU time in enqueue+submit+non-empty poll, per op
   std::uint64_t errors = 0;
   int src_card = 0, dst_card = 0;
-  std::string first_error;      ///< status name of the first failed op
-  double host_memcpy_gbps = 0;  ///< memcpy between two host buffers (THP), for reference
+  std::string first_error;          ///< status name of the first failed op
+  double host_memcpy_gbps = 0;      ///< memcpy between two host buffers (THP), for reference
+  std::optional<npo::Error> fatal;  ///< the failed enqueue/submit that stopped the run
+  bool unreachable = false;         ///< stopped at the first kRemoteUnreachable completion
 };
 
 /// Bytes of a size option ("64", "4K", "16M"); 0 when it is not a size.
@@ -121,7 +123,14 @@ using EnqueueFn = std::function<npo::Result<npo::OpHandle>(npo::DmaQueue&)>;
 /// Runs `batch`-op batches of `enqueue` on every queue until `target_batches` per queue are
 /// done (doubling while the run is shorter than min_seconds when iterations == 0). Keeps
 /// each queue as full as its depth allows; the caller's thread does all HAL calls.
+/// A failed enqueue or submit (a removed card: kUnavailable) stops the run: only the ops
+/// actually enqueued are waited for, at most kDrainLimit once stopped, and the error is
+/// returned in Result::fatal. So does the first kRemoteUnreachable completion (the
+/// destination card is gone), without an error (Result::unreachable).
 Result measure(std::vector<npo::DmaQueue*>& qs, const EnqueueFn& enqueue, std::uint64_t size, const Options& o) {
+  // Once stopped, the outstanding ops complete (or the queue's watchdog fails them) well
+  // within this; it only bounds the wait should a queue never report them.
+  constexpr auto kDrainLimit = std::chrono::seconds(2);
   Result r;
   r.size = size;
   r.batch = std::min(o.batch, o.depth);
@@ -133,20 +142,27 @@ Result measure(std::vector<npo::DmaQueue*>& qs, const EnqueueFn& enqueue, std::u
     target_batches = std::max<std::uint64_t>(4, std::min((256ULL << 20) / (size * r.batch), 65536ULL / r.batch));
   }
   std::vector<npo::OpCompletion> comps(4096);
-  std::uint64_t hal_ticks = 0, issued = 0, done = 0;
+  std::uint64_t hal_ticks = 0, batches = 0, issued = 0, done = 0;
+  std::optional<Clock::time_point> stopped;  // when a failed call stopped the run
   const auto t0 = Clock::now();
   for (;;) {
     bool progressed = false;
     for (auto* q : qs) {
-      if (issued < target_batches * qs.size() && q->outstanding() + r.batch <= q->depth()) {
+      if (!stopped && batches < target_batches * qs.size() && q->outstanding() + r.batch <= q->depth()) {
         const std::uint64_t a = ticks();
         for (unsigned b = 0; b < r.batch; ++b) {
-          if (!enqueue(*q)) break;
+          auto h = enqueue(*q);
+          if (!h) {
+            r.fatal = npo::Error(h.error()).prefixed("enqueue");
+            break;
+          }
+          ++issued;
         }
-        (void)q->submit();
+        if (auto sr = q->submit(); !sr && !r.fatal) r.fatal = npo::Error(sr.error()).prefixed("submit");
         hal_ticks += ticks() - a;
-        ++issued;
+        ++batches;
         progressed = true;
+        if (r.fatal) stopped = Clock::now();
       }
       const std::uint64_t a = ticks();
       const std::size_t n = q->poll(comps);
@@ -155,13 +171,23 @@ Result measure(std::vector<npo::DmaQueue*>& qs, const EnqueueFn& enqueue, std::u
         for (std::size_t k = 0; k < n; ++k) {
           if (comps[k].status != npo::OpStatus::kOk) {
             if (r.errors++ == 0) r.first_error = std::string(npo::op_status_name(comps[k].status));
+            // The destination card is gone (removed, or no route left): every further op
+            // would fail the same way, so stop instead of running the whole count.
+            if (comps[k].status == npo::OpStatus::kRemoteUnreachable && !stopped) {
+              r.unreachable = true;
+              stopped = Clock::now();
+            }
           }
         }
         done += n;
         progressed = true;
       }
     }
-    if (issued >= target_batches * qs.size() && done >= issued * r.batch) {
+    if (stopped) {
+      bool drained = true;
+      for (auto* q : qs) drained = drained && q->outstanding() == 0;
+      if (drained || Clock::now() - *stopped >= kDrainLimit) break;
+    } else if (batches >= target_batches * qs.size() && done >= issued) {
       if (!timed || std::chrono::duration<double>(Clock::now() - t0).count() >= o.min_seconds ||
           target_batches >= (1ULL << 40)) {
         break;
@@ -183,7 +209,7 @@ Result measure(std::vector<npo::DmaQueue*>& qs, const EnqueueFn& enqueue, std::u
   // Bandwidth and rate count successful ops only: a failed op moved nothing.
   r.gbps = static_cast<double>(size) * static_cast<double>(r.ops - r.errors) / r.seconds / 1e9;
   r.ops_per_s = static_cast<double>(r.ops - r.errors) / r.seconds;
-  r.hal_ns_per_op = static_cast<double>(hal_ticks) * ns_per_tick() / static_cast<double>(r.ops);
+  r.hal_ns_per_op = r.ops == 0 ? 0.0 : static_cast<double>(hal_ticks) * ns_per_tick() / static_cast<double>(r.ops);
   return r;
 }
 
@@ -213,6 +239,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   if (auto r = npo::tools::configure_logging(log_level); !r) return fail_with("logging", r.error());
+  if (!npo::tools::check_seconds(kTool, "--min-seconds", o.min_seconds)) return 2;
   std::vector<std::uint64_t> sizes;
   for (const auto& s : o.sizes) {
     const std::uint64_t v = parse_size(s);
@@ -376,6 +403,14 @@ int main(int argc, char** argv) {
     const double mc = memcpy_gbps(base_dst, base_src, size, mc_ops);
     const double host_mc = memcpy_gbps((*hdst)->bytes().data(), (*hsrc)->bytes().data(), size, mc_ops);
     auto finish = [&](Result r, int src_card, int dst_card) {
+      if (r.unreachable && !r.fatal) {
+        // Unreachable because the destination card was removed? Then the run is over (a
+        // removed card's mailbox answers at once: kUnavailable).
+        if (auto hb = s.device(static_cast<std::size_t>(dst_card)).heartbeat();
+            !hb && hb.error().code() == npo::Code::kUnavailable) {
+          r.fatal = npo::Error(hb.error()).prefixed(fmt::format("destination card {}", dst_card));
+        }
+      }
       r.mode = o.mode;
       r.src_card = src_card;
       r.dst_card = dst_card;
@@ -383,6 +418,7 @@ int main(int argc, char** argv) {
       r.host_memcpy_gbps = host_mc;
       r.ratio = r.gbps / mc;
       results.push_back(r);
+      return !r.fatal;
     };
     if (o.mode == "matrix") {
       for (std::size_t i = 0; i < ncards; ++i) {
@@ -395,9 +431,11 @@ int main(int argc, char** argv) {
               qs, [&](npo::DmaQueue& q) { return q.enqueue_remote_write(src, h, 0, len); }, size, o);
           matrix[i][j] = r.gbps;
           matrix_err[i][j] = r.errors != 0;
-          finish(r, static_cast<int>(i), static_cast<int>(j));
+          if (!finish(r, static_cast<int>(i), static_cast<int>(j))) break;
         }
+        if (results.back().fatal) break;
       }
+      if (results.back().fatal) break;
       continue;
     }
     auto qs = queues_of(o.card);
@@ -417,10 +455,31 @@ int main(int argc, char** argv) {
         return q.enqueue_remote_write(src, h, 0, len);
       };
     }
-    finish(measure(qs, fn, size, o), static_cast<int>(o.card),
-           o.mode == "peer" ? static_cast<int>(peer) : static_cast<int>(o.card));
+    if (!finish(measure(qs, fn, size, o), static_cast<int>(o.card),
+                o.mode == "peer" ? static_cast<int>(peer) : static_cast<int>(o.card))) {
+      break;
+    }
+  }
+  // "card N" or, over the fabric, "card N -> M".
+  const auto cards_of = [&](const Result& r) {
+    return fabric ? fmt::format("card {} -> {}", r.src_card, r.dst_card) : fmt::format("card {}", r.src_card);
+  };
+  // A failed enqueue or submit (the card was removed): no table, the error and the ops that
+  // did complete, exit 1.
+  if (!results.empty() && results.back().fatal) {
+    const auto& r = results.back();
+    const npo::Error& e = *r.fatal;
+    std::fprintf(stderr, "npo-dma-bench: %s %s %s: stopped after %llu ops (%llu failed%s%s): %s\n", r.mode.c_str(),
+                 human(r.size).c_str(), cards_of(r).c_str(), static_cast<unsigned long long>(r.ops),
+                 static_cast<unsigned long long>(r.errors), r.errors != 0 ? ", first: " : "", r.first_error.c_str(),
+                 e.to_string().c_str());
+    return 1;
   }
 
+  // The batch a run used: --batch, at most the queue depth (measure()).
+  const unsigned batch = std::min(o.batch, o.depth);
+  const std::string batch_text =
+      batch == o.batch ? fmt::format("{}", batch) : fmt::format("{} (--batch {} limited by --depth)", batch, o.batch);
   if (o.json) {
     nlohmann::json arr = nlohmann::json::array();
     for (const auto& r : results) {
@@ -443,8 +502,8 @@ int main(int argc, char** argv) {
     nlohmann::json out = {{"backend", s.uri()}, {"card", o.card}, {"results", arr}};
     npo::tools::print_json(out);
   } else if (o.mode == "matrix") {
-    fmt::print("npo-dma-bench  backend {}  mode matrix  size {}  batch {}  queues {}\n", s.uri(), human(sizes[0]),
-               o.batch, o.queues);
+    fmt::print("npo-dma-bench  backend {}  mode matrix  size {}  batch {}  queues {}  depth {}\n", s.uri(),
+               human(sizes[0]), batch_text, o.queues, o.depth);
     fmt::print(
         "remote-write bandwidth, GB/s (row: source card, column: destination card; ERR: ops failed, see\n"
         "stderr); memcpy of the same size {:.2f} GB/s\n\n",
@@ -505,7 +564,8 @@ int main(int argc, char** argv) {
     }
   } else {
     fmt::print("npo-dma-bench  backend {}  card {}{}  mode {}  batch {}  queues {}  depth {}\n\n", s.uri(), o.card,
-               o.mode == "peer" ? fmt::format(" -> card {}", peer) : std::string(), o.mode, o.batch, o.queues, o.depth);
+               o.mode == "peer" ? fmt::format(" -> card {}", peer) : std::string(), o.mode, batch_text, o.queues,
+               o.depth);
     const Table table({{"SIZE", 8, Column::Align::kRight, ""},
                        {"OPS", 10},
                        {"GB/s", 9},
@@ -536,9 +596,10 @@ int main(int argc, char** argv) {
   if (errs != 0) {
     for (const auto& r : results) {
       if (r.errors == 0) continue;
-      std::fprintf(stderr, "npo-dma-bench: %s %s card %d -> %d: %llu of %llu ops failed (first: %s)\n", r.mode.c_str(),
-                   human(r.size).c_str(), r.src_card, r.dst_card, static_cast<unsigned long long>(r.errors),
-                   static_cast<unsigned long long>(r.ops), r.first_error.c_str());
+      std::fprintf(stderr, "npo-dma-bench: %s %s %s: %llu of %llu ops failed (first: %s)%s\n", r.mode.c_str(),
+                   human(r.size).c_str(), cards_of(r).c_str(), static_cast<unsigned long long>(r.errors),
+                   static_cast<unsigned long long>(r.ops), r.first_error.c_str(),
+                   r.unreachable ? fmt::format("; run stopped: card {} unreachable", r.dst_card).c_str() : "");
     }
   }
   return errs == 0 ? 0 : 1;

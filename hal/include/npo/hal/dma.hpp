@@ -113,7 +113,9 @@ class DmaQueue {
 
   /// Enqueues a copy of `length` bytes (1 .. max_transfer_bytes) from `src` to `dst`.
   /// Errors: kResourceExhausted when the ring holds `depth` ops not yet reaped (poll first);
-  /// kInvalidArgument for a zero or oversized length. Nothing is enqueued on error.
+  /// kInvalidArgument for a zero or oversized length; kUnavailable once the queue found its
+  /// card removed (every op it held then completed with kTimeout or kAborted). Nothing is
+  /// enqueued on error.
   virtual Result<OpHandle> enqueue_copy(DmaAddress src, DmaAddress dst, std::uint32_t length) = 0;
   /// Enqueues a fill of `length` bytes at `dst` with the little-endian 8-byte `pattern`
   /// repeated. Errors as enqueue_copy.
@@ -146,8 +148,9 @@ class DmaQueue {
   virtual std::size_t poll(std::span<OpCompletion> out) noexcept = 0;
   /// Blocks until at least one completion can be polled or `timeout` passes (platform clock;
   /// on a virtual clock also wall time: waiting never moves emulated time, as the engines
-  /// run in wall time).
-  /// Errors: kDeadlineExceeded; kUnavailable (card removed).
+  /// run in wall time). Returns early when the card is found removed: the next poll()
+  /// completes every outstanding op (kTimeout / kAborted).
+  /// Errors: kDeadlineExceeded; kUnavailable (the queue already found its card removed).
   virtual Result<void> wait(std::chrono::nanoseconds timeout) = 0;
 
   /// Ops enqueued and not yet reaped by poll().

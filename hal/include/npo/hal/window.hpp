@@ -93,7 +93,8 @@ class WindowMapping {
 
 /// Maps a window of `device` (its owner) for CPU access. Consumes aperture budget.
 /// Errors: kInvalidArgument (window of another card), kFailedPrecondition (revoked),
-/// kResourceExhausted ("BAR aperture budget"), kUnimplemented (BAR2 not mappable).
+/// kResourceExhausted ("BAR aperture budget"), kUnimplemented (BAR2 not mappable),
+/// kUnavailable (card removed).
 Result<std::unique_ptr<WindowMapping>> map_window(Device& device, const Window& window);
 
 /// Sends `window` over a connected AF_UNIX socket: the 40-byte handle plus the aperture fd

@@ -178,7 +178,9 @@ class Clock {
   /// Current time in ns (monotonic; epoch unspecified).
   [[nodiscard]] virtual std::uint64_t now_ns() noexcept = 0;
   /// Returns once now_ns() >= t_ns (at once if it already is). Real clocks sleep; the
-  /// virtual clock advances emulated time to t_ns, firing the events due on the way.
+  /// virtual clock advances emulated time to t_ns, firing the events due on the way, and
+  /// first (also when t_ns has been reached) waits for the mailbox requests its firmwares
+  /// are handling: a reply takes no emulated time.
   virtual void sleep_until(std::uint64_t t_ns) noexcept = 0;
   /// True for the emulator's virtual clock.
   [[nodiscard]] virtual bool is_virtual() const noexcept { return false; }
