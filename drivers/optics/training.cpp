@@ -6,6 +6,7 @@
 #include <bit>
 #include <chrono>
 #include <limits>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -211,14 +212,29 @@ class Supervisor {
       std::uint64_t now = clock_.now_ns();
       std::uint64_t next = kNever;
       bool pending = false;
+      const Fsm* gone = nullptr;
       for (auto& f : fsms_) {
         if (f.done) continue;
         if (now >= f.next_poll || now >= f.deadline) step(f, now);
-        if (f.done) continue;
+        if (f.done) {
+          if (f.res.code == TrainCode::kCardRemoved && gone == nullptr) gone = &f;
+          continue;
+        }
         pending = true;
         next = std::min({next, f.next_poll, f.deadline});
       }
       if (!pending) break;
+      if (gone != nullptr && stop_on_removal) {
+        // A whole-fabric bring-up cannot complete without the card: its partners would only
+        // run into their stage timeouts. Stop now; the caller reports the removed card.
+        for (auto& f : fsms_) {
+          if (!f.done) {
+            f.res.detail = fmt::format("bring-up stopped: card {} removed", gone->res.card);
+            finish(f, stage_timeout_code(f.stage), now);
+          }
+        }
+        break;
+      }
       if (now >= end) {
         for (auto& f : fsms_) {
           if (!f.done) {
@@ -242,6 +258,8 @@ class Supervisor {
   }
 
   std::uint64_t t0_ = 0;
+  /// Stop supervising every port as soon as one card is found removed (bring_up_links).
+  bool stop_on_removal = false;
 
  private:
   bool removed(Fsm& f) { return f.m->read32(regs::global::kMagic) == 0xffffffffu; }
@@ -536,9 +554,25 @@ class Supervisor {
 
 }  // namespace
 
+namespace {
+
+Result<std::vector<PortTraining>> supervise(System& system, std::span<const PortRef> ports,
+                                            const TrainingPolicy& policy, std::uint64_t timeout_ns, bool retrain,
+                                            std::span<const PortRef> held_down, bool stop_on_removal);
+
+}  // namespace
+
 Result<std::vector<PortTraining>> train_ports(System& system, std::span<const PortRef> ports,
                                               const TrainingPolicy& policy, std::uint64_t timeout_ns, bool retrain,
                                               std::span<const PortRef> held_down) {
+  return supervise(system, ports, policy, timeout_ns, retrain, held_down, false);
+}
+
+namespace {
+
+Result<std::vector<PortTraining>> supervise(System& system, std::span<const PortRef> ports,
+                                            const TrainingPolicy& policy, std::uint64_t timeout_ns, bool retrain,
+                                            std::span<const PortRef> held_down, bool stop_on_removal) {
   std::vector<PortRef> list(ports.begin(), ports.end());
   if (list.empty()) {
     for (std::size_t c = 0; c < system.device_count(); ++c) {
@@ -558,6 +592,7 @@ Result<std::vector<PortTraining>> train_ports(System& system, std::span<const Po
   }
   Supervisor sup(system, policy);
   sup.t0_ = card::clock_of(system).now_ns();
+  sup.stop_on_removal = stop_on_removal;
   for (const auto& r : list) {
     const bool held = std::find(held_down.begin(), held_down.end(), r) != held_down.end();
     sup.add(r, retrain, held);
@@ -565,6 +600,16 @@ Result<std::vector<PortTraining>> train_ports(System& system, std::span<const Po
   sup.run(timeout_ns);
   return sup.results();
 }
+
+/// The card of the first port that ended CARD_REMOVED, if any.
+std::optional<std::uint32_t> removed_card(const std::vector<PortTraining>& res) {
+  for (const auto& r : res) {
+    if (r.code == TrainCode::kCardRemoved) return r.card;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
 
 Result<LinkBringUp> bring_up_links(System& system, const TrainingPolicy& policy, std::uint64_t timeout_ns) {
   const auto w0 = std::chrono::steady_clock::now();
@@ -576,8 +621,9 @@ Result<LinkBringUp> bring_up_links(System& system, const TrainingPolicy& policy,
       return fail(Code::kUnavailable, "card removed", {.card = static_cast<std::uint32_t>(c)});
     }
   }
-  auto res = train_ports(system, {}, policy, timeout_ns);
+  auto res = supervise(system, {}, policy, timeout_ns, false, {}, true);
   if (!res) return std::unexpected(res.error());
+  if (auto gone = removed_card(*res)) return fail(Code::kUnavailable, "card removed", {.card = *gone});
   // Settle: a port can finish Up and then lose its link when its partner retrains later in
   // the same bring-up (a lane degrade retrains one end; the other follows after the 10 ms
   // link-loss debounce, registers.md §7.2). Wait past the debounce and one training poll,
@@ -597,8 +643,11 @@ Result<LinkBringUp> bring_up_links(System& system, const TrainingPolicy& policy,
     }
     if (again.empty()) break;
     const std::uint64_t used = clock.now_ns() - t0;
-    auto redo = train_ports(system, again, policy, timeout_ns > used ? timeout_ns - used : 0);
+    auto redo = supervise(system, again, policy, timeout_ns > used ? timeout_ns - used : 0, false, {}, true);
     if (!redo) return std::unexpected(redo.error());
+    if (auto gone = removed_card(*redo)) {
+      return fail(Code::kUnavailable, "card removed", {.card = *gone});
+    }
     for (std::size_t k = 0; k < redo->size() && k < where.size(); ++k) (*res)[where[k]] = std::move((*redo)[k]);
   }
   LinkBringUp out;

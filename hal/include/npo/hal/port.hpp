@@ -162,8 +162,10 @@ struct LinkBringUp {
 /// (on the emulator's virtual clock, waiting advances emulated time). Ports without a module
 /// end with NO_MODULE and are not counted in ports_with_module. `timeout_ns` caps the whole
 /// bring-up (platform clock); ports still training then end with their stage's timeout code.
-/// Errors: kUnavailable (a card was removed before training could start). Per-port failures
-/// are results, not errors. Thread-safety: one bring-up per System at a time.
+/// Errors: kUnavailable naming the card when a card was removed before or during the
+/// bring-up (it stops at the first poll that finds the card gone, instead of letting the
+/// partners run into their stage timeouts). Per-port failures are results, not errors. Thread-safety: one bring-up per
+/// System at a time.
 Result<LinkBringUp> bring_up_links(System& system, std::uint64_t timeout_ns = 2'000'000'000);
 /// As above with an explicit policy (timeouts, retry budget, lane degrade).
 Result<LinkBringUp> bring_up_links(System& system, const TrainingPolicy& policy, std::uint64_t timeout_ns);
