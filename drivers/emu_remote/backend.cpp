@@ -693,6 +693,19 @@ class RemoteDevice final : public backend::Device {
                               ci_.iova.last),
                   {.card = ci_.card});
     }
+    {
+      // Refuse an IOVA overlap here, before host_fd may copy and re-back the memory: the
+      // daemon would refuse the map anyway, and the range of a refused map need not even be
+      // the caller's memory (a conformance case maps past its buffer to provoke the error).
+      std::lock_guard lock(mu_);
+      auto next = mapped_.lower_bound(iova);
+      const bool hits_next = next != mapped_.end() && next->first < iova + length;
+      const bool hits_prev = next != mapped_.begin() && std::prev(next)->first + std::prev(next)->second > iova;
+      if (hits_next || hits_prev) {
+        return fail(Code::kAlreadyExists, fmt::format("dma_map: IOVA [{:#x}, +{:#x}) overlaps a mapping", iova, length),
+                    {.card = ci_.card});
+      }
+    }
     auto h = host_fd(vaddr, length);
     if (!h) return std::unexpected(h.error().with({.card = ci_.card}));
     std::array<std::byte, emud::dma_map::kBytes> b{};
@@ -703,6 +716,10 @@ class RemoteDevice final : public backend::Device {
     const int fd = h->fd;
     auto r = c_->call(emud::Command::kDmaMap, b, std::span(&fd, 1));
     if (!r) return std::unexpected(r.error().with({.card = ci_.card}));
+    {
+      std::lock_guard lock(mu_);
+      mapped_[iova] = length;
+    }
     if (h->reback != 0) {
       reback_use(h->reback, +1);
       std::lock_guard lock(mu_);
@@ -717,6 +734,7 @@ class RemoteDevice final : public backend::Device {
     auto r = c_->call(emud::Command::kDmaUnmap, b);
     if (!r) return std::unexpected(r.error().with({.card = ci_.card}));
     std::lock_guard lock(mu_);
+    mapped_.erase(iova);
     if (auto it = reback_of_.find(iova); it != reback_of_.end()) {
       reback_use(it->second, -1);
       reback_of_.erase(it);
@@ -777,6 +795,7 @@ class RemoteDevice final : public backend::Device {
   int aperture_fd_ = -1;
   std::span<std::byte> aperture_;
   std::map<std::uint64_t, std::uintptr_t> reback_of_;  ///< IOVA -> re-backed region it maps
+  std::map<std::uint64_t, std::uint64_t> mapped_;      ///< IOVA -> length of each DMA mapping (overlap check)
   std::shared_ptr<OpenSet> open_;
 };
 
