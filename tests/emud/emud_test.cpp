@@ -729,13 +729,17 @@ TEST(Emud, ToolsWatchCardsAnotherProcessOwnsWhileItRunsDma) {
     } else if (ms > inj_ms + 50) {  // past the 10 ms link-loss debounce
       ++after;
       after_failed += failed ? 1 : 0;
+      // Once a frame shows the fault, every later frame does (the watch never loses it).
+      EXPECT_TRUE(failed || first_failed_delay < 0) << "a frame after the fault showed HEALTHY again:\n" << frame;
       if (failed && first_failed_delay < 0) first_failed_delay = ms - inj_ms;
     }
     at = next;
   }
   EXPECT_GE(before, 1) << watch_out;
   EXPECT_GE(after, 3) << watch_out;
-  EXPECT_EQ(after_failed, after) << "every frame after the injection shows the fault:\n" << watch_out;
+  // Within one refresh: at most the first frame after the injection may still be HEALTHY (a
+  // slow machine or a sanitizer can stretch the debounce and the owner's poll past 50 ms).
+  EXPECT_GE(after_failed + 1, after) << "the fault shows within one refresh:\n" << watch_out;
   EXPECT_GE(first_failed_delay, 0) << "the first frame after the injection shows it (within one refresh)";
 
   // The owner was never disturbed.
