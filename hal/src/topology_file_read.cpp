@@ -191,6 +191,13 @@ Result<std::vector<FabricFault>> parse_faults(const YAML::Node& fs) {
     f.duration_ns = dur->value_or(0);
     if (!fs[i]["kind"] || !fs[i]["kind"].IsScalar()) return bad(fmt::format("{}: needs 'kind'", w));
     f.kind = fs[i]["kind"].Scalar();
+    // A kind is a name like "lane_loss": letters, digits and '_' (the emulator checks which);
+    // anything else -- bytes that are not UTF-8 included -- could not be written back out.
+    if (f.kind.empty() || !std::all_of(f.kind.begin(), f.kind.end(), [](char c) {
+          return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+        })) {
+      return bad(fmt::format("{}.kind: not a fault kind name (letters, digits and '_' only)", w));
+    }
     if (!fs[i]["card"]) return bad(fmt::format("{}: needs 'card'", w));
     auto c = get_uint(fs[i]["card"], w + ".card");
     if (!c) return std::unexpected(c.error());
