@@ -301,7 +301,15 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"dead_lane_twice", kHead + "cables: [{a: '0:0', b: '1:0', dead_lanes: [3, 3]}]",
                 "cables[0].dead_lanes[1]: lane 3 listed twice"},
         BadCase{"hbm_overflow", "cards: {count: 2, hbm: 99999999999G}", "cards.hbm: '99999999999G' is too large"},
-        BadCase{"hbm_bare_prefix", "cards: {count: 2, hbm: 0x}", "got '0x'"}),
+        BadCase{"hbm_bare_prefix", "cards: {count: 2, hbm: 0x}", "got '0x'"},
+        // Found by fuzz_fabric_spec: a kind of non-UTF-8 bytes parsed, then could not be
+        // written back as JSON. A kind is a name: letters, digits and '_'.
+        BadCase{"fault_kind_not_utf8", kHead + "faults: [{at_ms: 1, kind: \"lane\xff\", card: 0}]",
+                "faults[0].kind: not a fault kind name (letters, digits and '_' only)"},
+        BadCase{"fault_kind_space", kHead + "faults: [{at_ms: 1, kind: 'lane loss', card: 0}]",
+                "faults[0].kind: not a fault kind name"},
+        BadCase{"fault_kind_empty", kHead + "faults: [{at_ms: 1, kind: '', card: 0}]",
+                "faults[0].kind: not a fault kind name"}),
     [](const auto& p) { return std::string(p.param.name); });
 
 TEST(FabricSpec, AStreamThatStallsTheYamlParserIsRefusedAtOnce) {
