@@ -281,17 +281,10 @@ std::string media_interface_name(std::uint8_t media_type, std::uint8_t id) {
 }  // namespace detail
 
 Result<DecodedModule> decode_cmis(std::span<const std::byte> linear) {
+  if (auto ok = detail::check_paged_image(linear, "CMIS", "lower memory", detail::is_cmis_identifier); !ok) {
+    return std::unexpected(ok.error());
+  }
   const Bytes b(linear);
-  if (b.size() == 0) return fail(Code::kInvalidArgument, "CMIS: empty module image");
-  if (!detail::is_cmis_identifier(b.u8(0))) return std::unexpected(detail::wrong_identifier("CMIS", b.u8(0)));
-  if (b.size() < 2 * detail::kPageSize) {
-    return fail(Code::kDataLoss,
-                fmt::format("CMIS: {} bytes, need lower memory + page 00h (256 bytes): truncated dump", b.size()));
-  }
-  if (b.size() % detail::kPageSize != 0) {
-    return fail(Code::kDataLoss,
-                fmt::format("CMIS: {} bytes is not a whole number of 128-byte pages (partial page)", b.size()));
-  }
 
   DecodedModule m;
   m.spec = Spec::kCmis;

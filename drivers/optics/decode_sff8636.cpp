@@ -99,17 +99,10 @@ void power_class(const Bytes& b, DecodedModule& m) {
 }  // namespace
 
 Result<DecodedModule> decode_sff8636(std::span<const std::byte> linear) {
+  if (auto ok = detail::check_paged_image(linear, "SFF-8636", "lower page", detail::is_sff8636_identifier); !ok) {
+    return std::unexpected(ok.error());
+  }
   const Bytes b(linear);
-  if (b.size() == 0) return fail(Code::kInvalidArgument, "SFF-8636: empty module image");
-  if (!detail::is_sff8636_identifier(b.u8(0))) return std::unexpected(detail::wrong_identifier("SFF-8636", b.u8(0)));
-  if (b.size() < 2 * detail::kPageSize) {
-    return fail(Code::kDataLoss,
-                fmt::format("SFF-8636: {} bytes, need lower page + page 00h (256 bytes): truncated dump", b.size()));
-  }
-  if (b.size() % detail::kPageSize != 0) {
-    return fail(Code::kDataLoss,
-                fmt::format("SFF-8636: {} bytes is not a whole number of 128-byte pages (partial page)", b.size()));
-  }
 
   DecodedModule m;
   m.spec = Spec::kSff8636;

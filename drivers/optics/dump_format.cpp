@@ -222,6 +222,22 @@ Error wrong_identifier(std::string_view decoder, std::uint8_t id) {
                                                    id, identifier_name(id), decoder));
 }
 
+Result<void> check_paged_image(std::span<const std::byte> linear, std::string_view decoder, std::string_view lower,
+                               bool (*is_identifier)(std::uint8_t)) {
+  if (linear.empty()) return fail(Code::kInvalidArgument, fmt::format("{}: empty module image", decoder));
+  const auto id = std::to_integer<std::uint8_t>(linear[0]);
+  if (!is_identifier(id)) return std::unexpected(wrong_identifier(decoder, id));
+  if (linear.size() < 2 * kPageSize) {
+    return fail(Code::kDataLoss, fmt::format("{}: {} bytes, need {} + page 00h (256 bytes): truncated dump", decoder,
+                                             linear.size(), lower));
+  }
+  if (linear.size() % kPageSize != 0) {
+    return fail(Code::kDataLoss, fmt::format("{}: {} bytes is not a whole number of 128-byte pages (partial page)",
+                                             decoder, linear.size()));
+  }
+  return {};
+}
+
 }  // namespace detail
 
 // ---- Layout detection ----------------------------------------------------------------------------

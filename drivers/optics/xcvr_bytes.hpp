@@ -90,4 +90,12 @@ void apply_lane_flags(DecodedModule& m, LaneFlags flags);
 /// Error for an image of the wrong spec handed to a specific decoder.
 [[nodiscard]] Error wrong_identifier(std::string_view decoder, std::uint8_t id);
 
+/// Checks a paged module image (CMIS 5.2 §8.1, SFF-8636 §6.1: a 128-byte lower memory plus
+/// 128-byte upper pages) before a decoder reads it: not empty (kInvalidArgument), the
+/// identifier at byte 0 accepted by `is_identifier` (kInvalidArgument, wrong_identifier), at
+/// least lower memory + page 00h (kDataLoss "truncated dump"), whole pages only (kDataLoss
+/// "partial page"). `decoder` names the spec and `lower` the first 128 bytes in messages.
+[[nodiscard]] Result<void> check_paged_image(std::span<const std::byte> linear, std::string_view decoder,
+                                             std::string_view lower, bool (*is_identifier)(std::uint8_t));
+
 }  // namespace npo::xcvr::detail
