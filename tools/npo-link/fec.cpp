@@ -24,35 +24,24 @@ int fec_once(System& sys, LinkMonitor& mon, const Common& c) {
                      {"SYM-ERRORS", 12},
                      {"PRE-BER", 9},
                      {"BINS (errors:codewords, bins 1..15)", 0, Column::Align::kLeft, "  "}});
-  std::size_t rows = 0, hidden = 0;
-  for (const auto& cp : snap->cards) {
-    if (!card_selected(c, cp.card)) continue;
-    if (cp.removed) {
-      fmt::print("card {}: REMOVED (card removed: its ports cannot be read)\n", cp.card);
-      continue;
-    }
-    for (std::size_t i = 0; i < cp.ports.size(); ++i) {
-      const auto& ps = cp.ports[i];
-      const auto& h = cp.health[i];
-      if (!selected(c, cp.card, ps, h)) continue;
-      if (brief && h.state == PortState::kHealthy) {
-        ++hidden;
-        continue;
-      }
-      ++rows;
-      fmt::print("card {} port {}: {} ({})\n", cp.card, ps.port, port_state_name(h.state), h.reason);
-      table.print_header();
-      for (unsigned l = 0; l < ps.lanes.size(); ++l) {
-        const auto& lc = ps.lanes[l];
-        std::string bins;
-        for (unsigned b = 1; b < lc.fec_bins.size(); ++b) {
-          if (lc.fec_bins[b] != 0) bins += fmt::format("{}{}:{}", bins.empty() ? "" : " ", b, lc.fec_bins[b]);
+  std::size_t rows = 0;
+  const std::size_t hidden = for_each_selected(
+      *snap, c, brief,
+      [](std::uint32_t card) { fmt::print("card {}: REMOVED (card removed: its ports cannot be read)\n", card); },
+      [&](std::uint32_t card, const PortStatus& ps, const PortHealth& h) {
+        ++rows;
+        fmt::print("card {} port {}: {} ({})\n", card, ps.port, port_state_name(h.state), h.reason);
+        table.print_header();
+        for (unsigned l = 0; l < ps.lanes.size(); ++l) {
+          const auto& lc = ps.lanes[l];
+          std::string bins;
+          for (unsigned b = 1; b < lc.fec_bins.size(); ++b) {
+            if (lc.fec_bins[b] != 0) bins += fmt::format("{}{}:{}", bins.empty() ? "" : " ", b, lc.fec_bins[b]);
+          }
+          table.print_row(l, lc.codewords, lc.corrected, lc.uncorrectable, lc.symbol_errors,
+                          ber_text(lane_ber(ps, h, l)), bins.empty() ? "-" : bins);
         }
-        table.print_row(l, lc.codewords, lc.corrected, lc.uncorrectable, lc.symbol_errors, ber_text(lane_ber(ps, h, l)),
-                        bins.empty() ? "-" : bins);
-      }
-    }
-  }
+      });
   if (rows == 0 && hidden == 0 && !c.filtered()) say_if_empty(rows);
   if (hidden != 0) fmt::print("({} HEALTHY ports not listed; --full lists every port)\n", hidden);
   if (sum.ports != 0 || !sum.removed_cards.empty()) fmt::print("\n{}\n", sum.line());

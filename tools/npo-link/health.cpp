@@ -25,51 +25,41 @@ int health_once(System& sys, LinkMonitor& mon, const Common& c, double interval)
   print_frame_header(c, "health", snap->timestamp_ns);
   json ports = json::array();
   json removed = json::array();
-  std::size_t hidden = 0;
-  for (const auto& cp : snap->cards) {
-    if (!card_selected(c, cp.card)) continue;
-    if (cp.removed) {
-      removed.push_back(cp.card);
-      if (!c.json) fmt::print("card {}: REMOVED (card removed: its ports cannot be read)\n", cp.card);
-      continue;
-    }
-    for (std::size_t i = 0; i < cp.ports.size(); ++i) {
-      const auto& ps = cp.ports[i];
-      const auto& h = cp.health[i];
-      if (!selected(c, cp.card, ps, h)) continue;
-      if (!c.json && brief && h.state == PortState::kHealthy) {
-        ++hidden;
-        continue;
-      }
-      if (c.json) {
-        json lanes = json::array();
-        for (const auto& l : h.lanes) {
-          lanes.push_back({{"lane", l.lane},
-                           {"verdict", std::string(lane_health_name(l.verdict))},
-                           {"raw", std::string(lane_health_name(l.raw))},
-                           {"pre_fec_ber", or_null(l.ber)},
-                           {"baseline_ber", or_null(l.baseline_ber)},
-                           {"tail_codewords", l.tail_codewords},
-                           {"uncorrectable", l.uncorrectable},
-                           {"reasons", l.reasons},
-                           {"verdict_reason", l.verdict_reason}});
+  const std::size_t hidden = for_each_selected(
+      *snap, c, brief && !c.json,
+      [&](std::uint32_t card) {
+        removed.push_back(card);
+        if (!c.json) fmt::print("card {}: REMOVED (card removed: its ports cannot be read)\n", card);
+      },
+      [&](std::uint32_t card, const PortStatus& ps, const PortHealth& h) {
+        if (c.json) {
+          json lanes = json::array();
+          for (const auto& l : h.lanes) {
+            lanes.push_back({{"lane", l.lane},
+                             {"verdict", std::string(lane_health_name(l.verdict))},
+                             {"raw", std::string(lane_health_name(l.raw))},
+                             {"pre_fec_ber", or_null(l.ber)},
+                             {"baseline_ber", or_null(l.baseline_ber)},
+                             {"tail_codewords", l.tail_codewords},
+                             {"uncorrectable", l.uncorrectable},
+                             {"reasons", l.reasons},
+                             {"verdict_reason", l.verdict_reason}});
+          }
+          ports.push_back({{"card", card},
+                           {"port", ps.port},
+                           {"state", std::string(port_state_name(h.state))},
+                           {"reason", h.reason},
+                           {"link_up", h.link_up},
+                           {"lanes", lanes}});
+          return;
         }
-        ports.push_back({{"card", cp.card},
-                         {"port", ps.port},
-                         {"state", std::string(port_state_name(h.state))},
-                         {"reason", h.reason},
-                         {"link_up", h.link_up},
-                         {"lanes", lanes}});
-        continue;
-      }
-      fmt::print("card {} port {}: {} ({})\n", cp.card, ps.port, port_state_name(h.state), h.reason);
-      for (const auto& l : h.lanes) {
-        std::string why;
-        for (const auto& r : l.reasons) why += fmt::format("{}{}", why.empty() ? "" : "; ", r);
-        fmt::print("  lane {}: {:<8} {}\n", l.lane, lane_health_name(l.verdict), why);
-      }
-    }
-  }
+        fmt::print("card {} port {}: {} ({})\n", card, ps.port, port_state_name(h.state), h.reason);
+        for (const auto& l : h.lanes) {
+          std::string why;
+          for (const auto& r : l.reasons) why += fmt::format("{}{}", why.empty() ? "" : "; ", r);
+          fmt::print("  lane {}: {:<8} {}\n", l.lane, lane_health_name(l.verdict), why);
+        }
+      });
   if (c.json) {
     print_doc(c, {{"backend", sys.uri()},
                   {"timestamp_ns", snap->timestamp_ns},

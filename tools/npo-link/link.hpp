@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -70,6 +71,13 @@ int report(const Error& e, std::string_view what);
 /// Whether a port passes --card, --port and --state and is listed (a module, a module that
 /// was removed, or every port with --all).
 [[nodiscard]] bool selected(const Common& c, std::uint32_t card, const PortStatus& ps, const PortHealth& h);
+
+/// Walks the selected cards and ports of `snap` in card, then port order: `on_removed(card)`
+/// for a selected card that is gone, `on_port(card, status, health)` for each selected port.
+/// With `brief`, HEALTHY ports are not visited but counted. Returns how many were skipped so.
+std::size_t for_each_selected(
+    const LinkSnapshot& snap, const Common& c, bool brief, const std::function<void(std::uint32_t card)>& on_removed,
+    const std::function<void(std::uint32_t card, const PortStatus& ps, const PortHealth& h)>& on_port);
 
 /// What the one-line summary counts over the selected ports.
 struct Summary {

@@ -179,6 +179,28 @@ bool card_selected(const Common& c, std::uint32_t card) {
   return c.cards.empty() || std::find(c.cards.begin(), c.cards.end(), card) != c.cards.end();
 }
 
+std::size_t for_each_selected(
+    const LinkSnapshot& snap, const Common& c, bool brief, const std::function<void(std::uint32_t card)>& on_removed,
+    const std::function<void(std::uint32_t card, const PortStatus& ps, const PortHealth& h)>& on_port) {
+  std::size_t hidden = 0;
+  for (const auto& cp : snap.cards) {
+    if (!card_selected(c, cp.card)) continue;
+    if (cp.removed) {
+      on_removed(cp.card);
+      continue;
+    }
+    for (std::size_t i = 0; i < cp.ports.size(); ++i) {
+      if (!selected(c, cp.card, cp.ports[i], cp.health[i])) continue;
+      if (brief && cp.health[i].state == PortState::kHealthy) {
+        ++hidden;
+        continue;
+      }
+      on_port(cp.card, cp.ports[i], cp.health[i]);
+    }
+  }
+  return hidden;
+}
+
 bool selected(const Common& c, std::uint32_t card, const PortStatus& ps, const PortHealth& h) {
   if (!card_selected(c, card)) return false;
   if (!c.ports.empty() && std::find(c.ports.begin(), c.ports.end(), ps.port) == c.ports.end()) return false;

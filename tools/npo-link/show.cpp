@@ -44,39 +44,30 @@ int show_once(System& sys, LinkMonitor& mon, const Common& c) {
                      {"NEIGHBOR", 9, Align::kLeft, "  "},
                      {"WORST-BER", 9},
                      {"REASON", 0, Align::kLeft, "  "}});
-  std::size_t rows = 0, hidden = 0;
+  std::size_t rows = 0;
   // The header goes out with the first row (a brief view of a healthy fabric has none).
   auto header = [&] {
     if (rows == 0) table.print_header();
   };
-  for (const auto& cp : snap->cards) {
-    if (!card_selected(c, cp.card)) continue;
-    if (cp.removed) {
-      // Issue 19: a removed card is marked; the live cards are still shown.
-      header();
-      table.print_row(cp.card, "-", "REMOVED", "", "", "-", "-", "card removed: its ports cannot be read");
-      ++rows;
-      continue;
-    }
-    for (std::size_t i = 0; i < cp.ports.size(); ++i) {
-      const auto& ps = cp.ports[i];
-      const auto& h = cp.health[i];
-      if (!selected(c, cp.card, ps, h)) continue;
-      if (brief && h.state == PortState::kHealthy) {
-        ++hidden;
-        continue;
-      }
-      header();
-      ++rows;
-      std::string nb = "-";
-      if (auto nc = card_of(sys, ps.neighbor_fabric_id)) nb = fmt::format("{}:{}", *nc, ps.neighbor_port.value_or(0));
-      // Speed and lanes of a link that is not up are blank / 0.
-      const std::string speed = h.link_up ? fmt::format("{:g}", ps.speed_gbps()) : std::string();
-      table.print_row(cp.card, ps.port, port_state_name(h.state), speed,
-                      fmt::format("{}/{}", h.link_up ? h.lane_count : 0u, ps.lanes.size()), nb,
-                      ber_text(worst_ber(ps, h)), h.reason);
-    }
-  }
+  const std::size_t hidden = for_each_selected(
+      *snap, c, brief,
+      [&](std::uint32_t card) {
+        // Issue 19: a removed card is marked; the live cards are still shown.
+        header();
+        table.print_row(card, "-", "REMOVED", "", "", "-", "-", "card removed: its ports cannot be read");
+        ++rows;
+      },
+      [&](std::uint32_t card, const PortStatus& ps, const PortHealth& h) {
+        header();
+        ++rows;
+        std::string nb = "-";
+        if (auto nc = card_of(sys, ps.neighbor_fabric_id)) nb = fmt::format("{}:{}", *nc, ps.neighbor_port.value_or(0));
+        // Speed and lanes of a link that is not up are blank / 0.
+        const std::string speed = h.link_up ? fmt::format("{:g}", ps.speed_gbps()) : std::string();
+        table.print_row(card, ps.port, port_state_name(h.state), speed,
+                        fmt::format("{}/{}", h.link_up ? h.lane_count : 0u, ps.lanes.size()), nb,
+                        ber_text(worst_ber(ps, h)), h.reason);
+      });
   if (rows == 0 && hidden == 0 && !c.filtered()) say_if_empty(rows);
   if (sum.ports != 0 || !sum.removed_cards.empty()) {
     if (hidden != 0) fmt::print("({} HEALTHY ports not listed; --full lists every port)\n", hidden);
