@@ -207,8 +207,10 @@ class QueueImpl final : public DmaQueue {
       }
       if (ready() || watchdog_due()) return {};
       // A removed card reads all-ones: return now so poll() fails the ops (watchdog()).
-      if ((spins & 255u) == 0 && bar0_.read32(reg(qr::kStatus)) == 0xffffffffu) {
+      if ((spins == 0 || ((spins & 255u) == 0 && removal_check_due())) &&
+          bar0_.read32(reg(qr::kStatus)) == 0xffffffffu) {
         empty_polls_ = 0;  // the next empty poll checks the card
+        probe_now_ = true;
         return {};
       }
       if (deadline.expired()) {
@@ -315,9 +317,21 @@ class QueueImpl final : public DmaQueue {
     if ((++empty_polls_ & 63u) != 1u) return;
     if (!watchdog_due()) {
       // A removed card reads all-ones: fail everything now rather than after the timeout.
-      if (bar0_.read32(reg(qr::kStatus)) != 0xffffffffu) return;
+      if (!removal_check_due() || bar0_.read32(reg(qr::kStatus)) != 0xffffffffu) return;
     }
     recover();
+  }
+
+  // The removed-card probe is an MMIO read: free in process, a socket round trip on
+  // emu-remote (it wakes the daemon's server thread, which then competes with the engine
+  // doing this very transfer). Probe at most once per kRemovalProbeInterval of wall time,
+  // and always on the next check after wait() saw the card gone.
+  [[nodiscard]] bool removal_check_due() noexcept {
+    const auto now = std::chrono::steady_clock::now();
+    if (!probe_now_ && now < next_removal_probe_) return false;
+    probe_now_ = false;
+    next_removal_probe_ = now + kRemovalProbeInterval;
+    return true;
   }
 
   // Hung engine (or removed card): reset the queue, salvage completions the card wrote,
@@ -411,6 +425,9 @@ class QueueImpl final : public DmaQueue {
   std::size_t pending_head_ = 0;
   std::size_t pending_count_ = 0;
   std::uint64_t empty_polls_ = 0;
+  static constexpr std::chrono::microseconds kRemovalProbeInterval{500};
+  std::chrono::steady_clock::time_point next_removal_probe_{};  ///< see removal_check_due()
+  bool probe_now_ = false;
   std::optional<card::Deadline> hang_;  ///< armed at the first empty poll, cleared on progress
   std::uint64_t resets_ = 0;
   bool dead_ = false;

@@ -713,6 +713,12 @@ class RemoteDevice final : public backend::Device {
     emud::store<std::uint64_t>(b, emud::dma_map::kSize, length);
     emud::store<std::uint64_t>(b, emud::dma_map::kFdOffset, h->offset);
     emud::store<std::uint32_t>(b, emud::dma_map::kAccess, static_cast<std::uint32_t>(access));
+    // A memfd made without MFD_ALLOW_SEALING (DPDK's --no-huge memory) cannot be sealed
+    // against shrinking: ask for a SIGBUS-guarded mapping (spec §5.2 "Unsealed memory").
+    if (const int seals = ::fcntl(h->fd, F_GET_SEALS);
+        seals >= 0 && (seals & F_SEAL_SHRINK) == 0 && (seals & F_SEAL_SEAL) != 0) {
+      emud::store<std::uint32_t>(b, emud::dma_map::kFlags, emud::dma_map::kFlagUnsealed);
+    }
     const int fd = h->fd;
     auto r = c_->call(emud::Command::kDmaMap, b, std::span(&fd, 1));
     if (!r) return std::unexpected(r.error().with({.card = ci_.card}));

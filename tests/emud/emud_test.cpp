@@ -33,6 +33,7 @@
 #include "npo/fw/mailbox.hpp"
 #include "npo/fw/pci.hpp"
 #include "npo/fw/regs.hpp"
+#include "npo/hal/backend/host_memory.hpp"
 #include "npo/hal/backend/registry.hpp"
 #include "npo/hal/dma.hpp"
 #include "npo/hal/memory.hpp"
@@ -442,6 +443,88 @@ TEST(Emud, CraftedMessagesStayInsideTheClientsMemoryAndCard) {
     EXPECT_EQ(ap->size, 64u << 20);
   }
   EXPECT_EQ(d.stop(), 0);
+}
+
+TEST(Emud, UnsealedMemoryIsMappedGuardedAndItsShrinkingCannotKillTheDaemon) {
+  // A memfd made without MFD_ALLOW_SEALING (DPDK's --no-huge memory) is mapped only with the
+  // DMA_MAP flag UNSEALED (protocol §5.2), and then SIGBUS-guarded: the client shrinking it
+  // under the card's DMA leaves the daemon running; the card sees zero pages there.
+  EmudProcess d;
+  ASSERT_TRUE(d.start(emud_path(), "emu:mesh8")) << d.output();
+  {
+    Raw r(sock(d, 1));
+    ASSERT_GE(r.fd, 0);
+    ASSERT_EQ(r.call(version_msg(false)), 0);
+    const int fd = ::memfd_create("nosealing", MFD_CLOEXEC);
+    ASSERT_EQ(::ftruncate(fd, 4096), 0);
+    auto msg = dma_map_msg(0x100000, 4096, 0);
+    EXPECT_EQ(r.call(msg, std::span(&fd, 1)), static_cast<int>(Code::kInvalidArgument)) << "no flag: refused";
+    emud::store<std::uint32_t>(std::span(msg).subspan(emud::hdr::kBytes), emud::dma_map::kFlags, 2);
+    EXPECT_EQ(r.call(msg, std::span(&fd, 1)), static_cast<int>(Code::kInvalidArgument)) << "unknown flag bit";
+    emud::store<std::uint32_t>(std::span(msg).subspan(emud::hdr::kBytes), emud::dma_map::kFlags,
+                               emud::dma_map::kFlagUnsealed);
+    EXPECT_EQ(r.call(msg, std::span(&fd, 1)), 0) << "UNSEALED: mapped, guarded";
+    ::close(fd);
+  }
+  constexpr std::size_t kLen = 64u << 10;
+  auto sys = npo::System::open(d.uri() + "?card=0");
+  ASSERT_TRUE(sys.has_value()) << sys.error().to_string();
+  auto& dev = (*sys)->device(0);
+  const int mfd = ::memfd_create("client-unsealed", MFD_CLOEXEC);
+  ASSERT_GE(mfd, 0);
+  ASSERT_EQ(::ftruncate(mfd, kLen), 0);
+  void* p = ::mmap(nullptr, kLen, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  auto* bytes = static_cast<std::byte*>(p);
+  std::memset(bytes, 0x5a, kLen);
+  npo::backend::register_host_memory_fd(p, kLen, mfd, 0);
+  auto region = npo::register_host_memory(dev, std::span(bytes, kLen), true);
+  ASSERT_TRUE(region.has_value()) << region.error().to_string();
+  auto back = npo::allocate_host_memory(dev, kLen).value();
+  auto q = dev.open_queue({.engine = 0, .depth = 64}).value();
+  // Before: the card reads the client's bytes.
+  ASSERT_TRUE(q->enqueue_copy(DmaAddress::host((*region)->iova()), DmaAddress::hbm(0), kLen));
+  ASSERT_TRUE(q->enqueue_copy(DmaAddress::hbm(0), DmaAddress::host(back->iova()), kLen));
+  auto c = npo_test::run(*q, 2);
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(c[0].status, OpStatus::kOk);
+  EXPECT_EQ(c[1].status, OpStatus::kOk);
+  EXPECT_EQ(back->bytes()[kLen - 1], std::byte{0x5a});
+  // The client shrinks the memfd to nothing (it must not touch its own mapping from now on),
+  // then the card reads and writes it: the daemon's access faults and is repaired.
+  ASSERT_EQ(::ftruncate(mfd, 0), 0);
+  ASSERT_TRUE(q->enqueue_copy(DmaAddress::host((*region)->iova()), DmaAddress::hbm(0), kLen));
+  ASSERT_TRUE(q->enqueue_copy(DmaAddress::hbm(0), DmaAddress::host(back->iova()), kLen));
+  ASSERT_TRUE(q->enqueue_copy(DmaAddress::hbm(0), DmaAddress::host((*region)->iova()), kLen));
+  c = npo_test::run(*q, 3);
+  ASSERT_EQ(c.size(), 3u);
+  for (const auto& x : c) EXPECT_EQ(x.status, OpStatus::kOk);
+  EXPECT_EQ(back->bytes()[0], std::byte{0}) << "the card saw zero pages where the memory shrank";
+  EXPECT_EQ(back->bytes()[kLen - 1], std::byte{0});
+  // The daemon lives on: this client and another card's client still work.
+  auto other = npo::System::open(d.uri() + "?card=1");
+  ASSERT_TRUE(other.has_value()) << other.error().to_string();
+  auto& odev = (*other)->device(0);
+  auto omem = npo::allocate_host_memory(odev, 4096).value();
+  auto oq = odev.open_queue({.engine = 0, .depth = 16}).value();
+  ASSERT_TRUE(oq->enqueue_fill(DmaAddress::host(omem->iova()), 0x0101010101010101ULL, 4096));
+  c = npo_test::run(*oq, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status, OpStatus::kOk);
+  EXPECT_EQ(omem->bytes()[4095], std::byte{1});
+  region->reset();  // DMA_UNMAP: the daemon reports the shrink
+  npo::backend::unregister_host_memory_fd(p);
+  ::munmap(p, kLen);
+  ::close(mfd);
+  for (int i = 0; i < 100 && d.output().find("shrank under its DMA mapping") == std::string::npos; ++i) d.pump(50);
+  EXPECT_NE(d.output().find("shrank under its DMA mapping"), std::string::npos) << d.output();
+  q.reset();  // everything of both clients goes before their Systems, then the daemon stops
+  oq.reset();
+  back.reset();
+  omem.reset();
+  sys->reset();
+  other->reset();
+  EXPECT_EQ(d.stop(), 0) << d.output();
 }
 
 TEST(Emud, DeadDaemonMakesEveryCallFailWithUnavailableWithinOneSecond) {

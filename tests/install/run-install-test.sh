@@ -9,11 +9,13 @@
 # Driven by ctest (tests/install/CMakeLists.txt); by hand:
 #   run-install-test.sh --build build --work /tmp/npo-install [--cmake cmake] [--cxx g++]
 #     [--libdir lib] [--version 0.1.0] [--uri emu:2] [--devices 2] [--sanitize address,undefined]
+#     [--dpdk ON]   (the DPDK driver was built: check its DSO, static library and header are
+#                    installed, run dmadev_autotest on the installed DSO and a static consumer)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build="" work="" cmake_bin="cmake" cxx="${CXX:-g++}" libdir="lib" version="" uri="emu:2" devices=2
-sanitize="" generator=""
+sanitize="" generator="" dpdk="OFF"
 while (($#)); do
   case "$1" in
     --build) build="$2" ;;
@@ -26,6 +28,7 @@ while (($#)); do
     --devices) devices="$2" ;;
     --sanitize) sanitize="$2" ;;
     --generator) generator="$2" ;;
+    --dpdk) dpdk="$2" ;;
     *) echo "run-install-test: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift 2
@@ -123,6 +126,7 @@ step "configure + build tests/install/consumer with CMAKE_PREFIX_PATH=${prefix}"
 cfg=("${cmake_bin}" -S "${here}/consumer" -B "${work}/consumer-build" "-DCMAKE_PREFIX_PATH=${prefix}"
   "-DCMAKE_CXX_COMPILER=${cxx}" -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DNPO_GETTING_STARTED=${getting_started_src}")
 [[ -z "${generator}" ]] || cfg+=(-G "${generator}")
+[[ "${dpdk}" != "ON" ]] || cfg+=(-DNPO_CONSUME_DPDK=ON)
 if ((${#san_flags[@]})); then
   cfg+=("-DCMAKE_CXX_FLAGS=${san_flags[*]}" "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=${sanitize}")
 fi
@@ -131,6 +135,32 @@ grep -F "found npo-hal" "${work}/consumer-configure.log" || true
 run "${work}/consumer-build.log" "${cmake_bin}" --build "${work}/consumer-build"
 check_output "CMake consumer" "${work}/consumer-build/consumer"
 check_getting_started "CMake getting_started" "${work}/consumer-build/getting_started"
+
+# 2b. The DPDK driver: DSO (loadable with -d, finds libnpo-hal by its RPATH), static library
+# and header, the CMake target npo::dpdk; DPDK's own suite on the installed DSO.
+if [[ "${dpdk}" == "ON" ]]; then
+  pmd="${prefix}/${libdir}/dpdk/librte_dma_npo.so"
+  for f in "${pmd}" "${prefix}/${libdir}/libnpo_dpdk.a" "${prefix}/include/npo/dpdk/dmadev.h" \
+    "${prefix}/${libdir}/cmake/npo-hal/npo-hal-dpdk-targets.cmake"; do
+    [[ -f "${f}" ]] || die "not installed: ${f#"${prefix}/"}"
+  done
+  if command -v ldd >/dev/null 2>&1; then
+    env -u LD_LIBRARY_PATH ldd "${pmd}" | grep -F "libnpo-hal.so" | grep -qF "${prefix}/" ||
+      die "the installed DSO does not load libnpo-hal from ${prefix}"
+  fi
+  step "run dpdk_consumer (npo::dpdk, static)"
+  out="$(env -u LD_LIBRARY_PATH "${work}/consumer-build/dpdk_consumer" "${uri}" 2>&1)" || die "dpdk_consumer: ${out}"
+  echo "${out}"
+  grep -q "dmadev dma_npo0: max_vchans" <<<"${out}" || die "dpdk_consumer: expected 'dmadev dma_npo0: max_vchans'"
+  if command -v dpdk-test >/dev/null 2>&1; then
+    step "dmadev_autotest on the installed ${pmd#"${prefix}/"}"
+    run "${work}/dmadev-autotest.log" env -u LD_LIBRARY_PATH bash "${here}/../dpdk/run-dmadev-autotest.sh" "${pmd}" \
+      "dma_npo0,backend=${uri},card=0"
+    tail -n 1 "${work}/dmadev-autotest.log"
+  else
+    step "dpdk-test not found (package dpdk-dev): the installed DSO is not run"
+  fi
+fi
 
 # 3. pkg-config consumer: g++ $(pkg-config --cflags --libs npo-hal).
 command -v pkg-config >/dev/null 2>&1 || die "pkg-config not found (bash tools/setup-debian.sh installs it)"

@@ -70,7 +70,9 @@ Result<ParsedCommand> parse_command(std::span<const std::byte> msg, std::size_t 
       c.fd_offset = load<std::uint64_t>(body, emud::dma_map::kFdOffset);
       c.dma_access = load<std::uint32_t>(body, emud::dma_map::kAccess);
       if (c.dma_access < 1 || c.dma_access > 3) return bad(fmt::format("DMA access {} is not 1, 2 or 3", c.dma_access));
-      if (load<std::uint32_t>(body, emud::dma_map::kReserved) != 0) return bad("DMA_MAP reserved field must be 0");
+      c.dma_flags = load<std::uint32_t>(body, emud::dma_map::kFlags);
+      if ((c.dma_flags & ~emud::dma_map::kFlagUnsealed) != 0)
+        return bad(fmt::format("DMA_MAP flags 0x{:x} has unknown bits", c.dma_flags));
       if (c.fd_offset % kPage != 0) return bad("DMA_MAP fd offset must be 4 KiB aligned");
       if (c.fd_offset > (1ULL << 47) || c.size > (1ULL << 47)) return bad("DMA_MAP offset or size too large");
       break;

@@ -30,6 +30,7 @@ struct ParsedCommand {
   std::uint64_t size = 0;
   std::uint64_t fd_offset = 0;
   std::uint32_t dma_access = 0;
+  std::uint32_t dma_flags = 0;  ///< DMA_MAP: fw::emud::dma_map::kFlag* bits
   // REGION_INFO / REGION_READ / REGION_WRITE
   std::uint32_t region = 0;
   std::uint64_t offset = 0;

@@ -34,6 +34,7 @@
 #include "npo/fw/emud.hpp"
 #include "npo/fw/pci.hpp"
 #include "server/protocol.hpp"
+#include "server/sigbus_guard.hpp"
 #include "system.hpp"
 
 namespace npo::emu {
@@ -60,6 +61,7 @@ constexpr auto kReleaseGrace = std::chrono::milliseconds(250);
 struct Mapping {
   void* addr = nullptr;
   std::uint64_t size = 0;
+  int guard_slot = -1;  ///< server::guard_mapping slot of unsealed memory, -1: sealed
 };
 
 void close_all(std::vector<int>& fds) {
@@ -456,10 +458,19 @@ class Session {
                                   "to the daemon as a memfd"));
     }
     // Sealed against shrinking, the memory cannot vanish under the daemon's mapping (no SIGBUS).
+    // A client that cannot seal it (memfd made without MFD_ALLOW_SEALING) may ask for a mapping
+    // guarded against SIGBUS instead (spec §5.2 "Unsealed memory").
+    bool guarded = false;
     if ((seals & F_SEAL_SHRINK) == 0 && ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0) {
-      return reply_error(c, Error(Code::kInvalidArgument,
-                                  "DMA_MAP: the memfd cannot be sealed against shrinking (create it with "
-                                  "MFD_ALLOW_SEALING)"));
+      if ((c.dma_flags & emud::dma_map::kFlagUnsealed) == 0) {
+        return reply_error(c, Error(Code::kInvalidArgument,
+                                    "DMA_MAP: the memfd cannot be sealed against shrinking (create it with "
+                                    "MFD_ALLOW_SEALING, or set the UNSEALED flag for a SIGBUS-guarded mapping)"));
+      }
+      if (!server::install_sigbus_guard()) {
+        return reply_error(c, Error(Code::kInternal, "DMA_MAP: cannot install the SIGBUS guard for unsealed memory"));
+      }
+      guarded = true;
     }
     if (c.size == 0 || c.fd_offset + c.size > static_cast<std::uint64_t>(st.st_size)) {
       return reply_error(
@@ -478,13 +489,32 @@ class Session {
       const int err = errno;
       return reply_error(c, Error(errno_code(err), fmt::format("DMA_MAP: mmap of the memfd: {}", std::strerror(err))));
     }
+    int slot = -1;
+    if (guarded && (slot = server::guard_mapping(p, c.size)) < 0) {
+      ::munmap(p, c.size);
+      return reply_error(
+          c, Error(Code::kResourceExhausted,
+                   fmt::format("DMA_MAP: all {} guarded mappings of unsealed memory are in use", server::kGuardSlots)));
+    }
     auto r = dev_->dma_map(p, c.iova, c.size, static_cast<backend::DmaAccess>(c.dma_access));
     if (!r) {
+      server::unguard_mapping(slot);
       ::munmap(p, c.size);
       return reply_error(c, r.error());
     }
-    maps_[c.iova] = Mapping{p, c.size};
+    maps_[c.iova] = Mapping{p, c.size, slot};
     reply_ok(c);
+  }
+
+  /// Unmaps the daemon's view of one client mapping (the card no longer reaches it).
+  void drop_mapping(std::uint64_t iova, const Mapping& m) {
+    if (m.guard_slot >= 0 && server::unguard_mapping(m.guard_slot)) {
+      srv_.log(
+          fmt::format("card={} pid={}: unsealed memory at IOVA {:#x} (+{:#x}) shrank under its DMA mapping; "
+                      "the card saw zero pages there since (SIGBUS guard)",
+                      card_, pid_, iova, m.size));
+    }
+    ::munmap(m.addr, m.size);
   }
 
   void dma_unmap(const ParsedCommand& c) {
@@ -494,7 +524,7 @@ class Session {
           c, Error(Code::kNotFound, fmt::format("DMA_UNMAP: no mapping of {} bytes at IOVA {:#x}", c.size, c.iova)));
     }
     if (auto r = dev_->dma_unmap(c.iova, c.size); !r) return reply_error(c, r.error());
-    ::munmap(it->second.addr, it->second.size);
+    drop_mapping(it->first, it->second);
     maps_.erase(it);
     reply_ok(c);
   }
@@ -527,7 +557,7 @@ class Session {
       // in-flight accesses; interrupts disconnected), then the daemon's view of client memory.
       card().release_client_state();
       dev_.reset();
-      for (auto& [iova, m] : maps_) ::munmap(m.addr, m.size);
+      for (auto& [iova, m] : maps_) drop_mapping(iova, m);
       CardSlot& slot = *srv_.slots[card_];
       {
         std::lock_guard lock(slot.mu);

@@ -16,7 +16,7 @@ namespace npo::fw::emud {
 
 /// Protocol version (spec §2). A major mismatch is refused; minors are compatible.
 inline constexpr std::uint16_t kVersionMajor = 1;
-inline constexpr std::uint16_t kVersionMinor = 1;  ///< 1: MAILBOX_OBSERVE
+inline constexpr std::uint16_t kVersionMinor = 2;  ///< 1: MAILBOX_OBSERVE; 2: DMA_MAP kFlagUnsealed
 
 /// Largest message either side sends or accepts, header included (spec §1).
 inline constexpr std::uint32_t kMaxMessage = 8192;
@@ -91,13 +91,18 @@ inline constexpr std::uint32_t kAttachReadOnly = 1u << 0;  ///< observe without 
 
 // ---- DMA_MAP / DMA_UNMAP (spec §5.2, §5.3) -------------------------------------------------
 namespace dma_map {
-inline constexpr std::size_t kIova = 0;       ///< u64, 4 KiB aligned
-inline constexpr std::size_t kSize = 8;       ///< u64 bytes, 4 KiB multiple, > 0
-inline constexpr std::size_t kFdOffset = 16;  ///< u64 offset of the first byte in the attached fd
-inline constexpr std::size_t kAccess = 24;    ///< u32: 1 device reads, 2 device writes, 3 both
-inline constexpr std::size_t kReserved = 28;  ///< u32, 0
+inline constexpr std::size_t kIova = 0;           ///< u64, 4 KiB aligned
+inline constexpr std::size_t kSize = 8;           ///< u64 bytes, 4 KiB multiple, > 0
+inline constexpr std::size_t kFdOffset = 16;      ///< u64 offset of the first byte in the attached fd
+inline constexpr std::size_t kAccess = 24;        ///< u32: 1 device reads, 2 device writes, 3 both
+inline constexpr std::size_t kFlags = 28;         ///< u32 kFlag* bits (protocol 1.2; was reserved, 0)
+inline constexpr std::size_t kReserved = kFlags;  ///< protocol 1.1 name of kFlags
 inline constexpr std::size_t kBytes = 32;
-static_assert(kReserved + 4 == kBytes);
+static_assert(kFlags + 4 == kBytes);
+/// The memfd cannot be sealed against shrinking (made without MFD_ALLOW_SEALING): map it
+/// anyway, guarded against SIGBUS (spec §5.2 "Unsealed memory"). Without this bit such a
+/// memfd is refused.
+inline constexpr std::uint32_t kFlagUnsealed = 1u << 0;
 }  // namespace dma_map
 namespace dma_unmap {
 inline constexpr std::size_t kIova = 0;  ///< u64
