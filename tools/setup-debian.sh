@@ -20,6 +20,9 @@ packages=(
   libdpdk-dev dpdk-dev
   # tests
   libgtest-dev libgmock-dev libbenchmark-dev
+  # Open MPI over the libfabric provider npo (tests/mpi, docs/mpi.md): fi_info/fi_pingpong,
+  # mpirun + mpicc (mtl ofi), NetPIPE's NPopenmpi (integrity check, netpipe_integrity)
+  libfabric-dev libfabric-bin openmpi-bin libopenmpi-dev netpipe-openmpi
   # format check (tests/structure/check-format.sh)
   clang-format
   # VFIO real-kernel test in a QEMU TCG guest (tests/vfio/qemu, ctest label vfio-qemu)
