@@ -22,12 +22,14 @@ Fault mode (--fault KIND --card K [--port P --lane L]): once all N cards are own
 and the job has run --fault-after seconds, injects the fault with `npo-emu fault`. With
 --expect error the job must end non-zero within --within seconds of the injection and its
 output must name the card ("card K" or "npoK") and, for a port fault, the port ("port P");
-with --expect pass it must complete and pass.
+with --expect pass it must complete and pass (--check-port-up CARD:PORT: and that link is still
+up afterwards, read by `npo-link show` as an observer).
 
 Exit codes: 0 passed, 1 failed (the reason is printed), 77 skipped (reason printed: ctest
 SKIP_RETURN_CODE).
 """
 import argparse
+import json
 import os
 import re
 import shutil
@@ -168,6 +170,9 @@ def main():
     ap.add_argument("--card", type=int, default=0)
     ap.add_argument("--port", type=int)
     ap.add_argument("--lane", type=int)
+    ap.add_argument("--duration-ms", type=float, help="fault duration (npo-emu fault --duration-ms)")
+    ap.add_argument("--npo-link", help="npo-link binary (for --check-port-up)")
+    ap.add_argument("--check-port-up", help="CARD:PORT whose link must still be up after the job")
     ap.add_argument("--fault-after", type=float, default=1.0, help="s after all cards are owned")
     ap.add_argument("--expect", choices=["pass", "error"], default="pass")
     ap.add_argument("--within", type=float, default=10.0, help="--expect error: s from fault to job end")
@@ -219,13 +224,13 @@ def main():
         if args.fault:
             deadline = t0 + args.timeout
             while time.monotonic() < deadline and job.proc.poll() is None:
-                if len(daemon.owned_cards()) >= args.np:
-                    break
+                if len(daemon.owned_cards()) >= args.np or args.transport != "npo":
+                    break  # another transport owns no card: inject after --fault-after
                 time.sleep(0.02)
             if job.proc.poll() is not None:
                 log(f"FAIL: the job ended (exit {job.proc.returncode}) before the fault:\n{job.text()}")
                 return 1
-            if len(daemon.owned_cards()) < args.np:
+            if len(daemon.owned_cards()) < args.np and args.transport == "npo":
                 job.kill()
                 log(f"FAIL: only cards {sorted(daemon.owned_cards())} owned after {args.timeout} s")
                 return 1
@@ -235,6 +240,8 @@ def main():
                 fcmd += ["--port", str(args.port)]
             if args.lane is not None:
                 fcmd += ["--lane", str(args.lane)]
+            if args.duration_ms is not None:
+                fcmd += ["--duration-ms", str(args.duration_ms)]
             log("injecting: " + " ".join(fcmd))
             fault_at = time.monotonic()
             subprocess.run(fcmd, check=True, timeout=30)
@@ -279,6 +286,15 @@ def main():
         if bad:
             log("FAIL: " + bad[0])
             return 1
+        if args.check_port_up:
+            card, port = (int(x) for x in args.check_port_up.split(":"))
+            show = subprocess.run([args.npo_link, "show", "--backend", f"emu-remote:{daemon.dir}?card={card}", "--json"],
+                                  capture_output=True, text=True, timeout=30)
+            ports = [p for p in json.loads(show.stdout)["ports"] if p["port"] == port]
+            if not ports or not ports[0]["link_up"]:
+                log(f"FAIL: card {card} port {port} is not up after the job: {ports[0]['reason'] if ports else show.stdout}")
+                return 1
+            log(f"card {card} port {port} after the job: {ports[0]['state']}, {ports[0]['reason']}")
         if args.transport != "npo":
             log(f"PASS (transport {args.transport}: no per-card traffic check)")
             return 0
