@@ -44,8 +44,11 @@ def cpu_name():
     return platform.processor() or "unknown CPU"
 
 
-def run_pingpong(mpirun, mca, env, pingpong, seconds, timeout):
-    cmd = [mpirun] + BASE + mca + [pingpong, "--seconds", str(seconds)] + [str(s) for s in SIZES]
+def run_pingpong(mpirun, mca, env, pingpong, seconds, timeout, pin=False):
+    prog = [pingpong, "--seconds", str(seconds)] + [str(s) for s in SIZES]
+    if pin:  # each rank names its card (FI_NPO_CARD = local rank), see run-mpi.py --pin-card
+        prog = ["sh", "-c", 'FI_NPO_CARD=$OMPI_COMM_WORLD_LOCAL_RANK exec "$@"', "sh"] + prog
+    cmd = [mpirun] + BASE + mca + prog
     print("mpi-bench: " + " ".join(cmd), flush=True)
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          start_new_session=True)
@@ -74,6 +77,7 @@ def main():
     ap.add_argument("--pingpong", required=True)
     ap.add_argument("--seconds", type=float, default=1.0, help="timed round trips per size, s")
     ap.add_argument("--mpirun", default="mpirun")
+    ap.add_argument("--pin-card", action="store_true", help="npo: each rank sets FI_NPO_CARD to its local rank")
     args = ap.parse_args()
     if shutil.which(args.mpirun) is None:
         print("mpi-bench: mpirun not found (apt-get install openmpi-bin libopenmpi-dev)")
@@ -112,7 +116,7 @@ def main():
             results["npo;ofi_rxd"], errors["npo;ofi_rxd"] = run_pingpong(
                 args.mpirun, ["--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "btl", "self",
                               "--mca", "mtl_ofi_provider_include", "npo"], npo_env, args.pingpong, args.seconds,
-                timeout)
+                timeout, args.pin_card)
     finally:
         daemon.send_signal(signal.SIGTERM)
         try:

@@ -7,11 +7,12 @@
 // size); 2 on bad arguments. It knows nothing of npo: which transport carries it is mpirun's
 // choice (tests/mpi/run-mpi.py runs it with `--mca mtl_ofi_provider_include npo`).
 //
-// Usage: npo-mpi-test [--max-bytes N] [--seconds S]
+// Usage: npo-mpi-test [--max-bytes N] [--seconds S] [--verbose]
 //   --max-bytes N  largest size (bytes, default 1048576); sizes are 1, 7, 64, 1000, 4096, 65537,
 //                  262144 and 1048576 up to N, and N itself.
 //   --seconds S    repeat the whole set of rounds until S seconds have passed (rank 0's clock;
 //                  the fault tests keep a job running while they inject); default: one round.
+//   --verbose      rank 0 prints a line after each operation (where a hanging job stopped).
 //
 // Message sizes per operation: Allreduce reduces N bytes (MPI_UNSIGNED_CHAR, MPI_BXOR)
 // and N/8 64-bit integers (MPI_INT64_T, MPI_SUM); Alltoall sends max(1, N/P) bytes to each of
@@ -139,9 +140,14 @@ int main(int argc, char** argv) {
 
   std::size_t max_bytes = 1u << 20;
   double seconds = 0;
+  bool verbose = false;
   for (int a = 1; a < argc; ++a) {
     const std::string arg = argv[a];
     bool ok = a + 1 < argc;
+    if (arg == "--verbose") {
+      verbose = true;
+      continue;
+    }
     if (ok && arg == "--max-bytes") {
       ok = parse_size(argv[++a], &max_bytes);
     } else if (ok && arg == "--seconds") {
@@ -153,7 +159,7 @@ int main(int argc, char** argv) {
     }
     if (!ok) {
       if (ck.rank == 0)
-        std::fprintf(stderr, "npo-mpi-test: bad argument '%s' (usage: [--max-bytes N] [--seconds S])\n", argv[a]);
+        std::fprintf(stderr, "npo-mpi-test: bad argument '%s' (usage: [--max-bytes N] [--seconds S] [--verbose])\n", argv[a]);
       MPI_Finalize();
       return 2;
     }
@@ -169,10 +175,20 @@ int main(int argc, char** argv) {
   for (;;) {
     for (std::size_t k = 0; k < sizes.size(); ++k) {
       const int idx = static_cast<int>(k);
+      const auto step = [&](const char* what) {
+        if (verbose && ck.rank == 0) {
+          std::printf("npo-mpi-test: round %d size %zu %s done\n", round, sizes[k], what);
+          std::fflush(stdout);
+        }
+      };
       allreduce(ck, nprocs, sizes[k], round);
+      step("allreduce");
       alltoall(ck, nprocs, sizes[k], round);
+      step("alltoall");
       bcast(ck, nprocs, sizes[k], round, idx);
+      step("bcast");
       ring(ck, nprocs, sizes[k], round, idx);
+      step("sendrecv-ring");
     }
     ++round;
     // Rank 0 decides whether another round runs, so every rank runs the same number.

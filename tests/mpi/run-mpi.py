@@ -150,6 +150,10 @@ def mpirun_line(args):
     cmd = [args.mpirun, "--allow-run-as-root", "--oversubscribe", "--mca", "plm", "isolated", "-np", str(args.np),
            "--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "btl", "self",
            "--mca", "mtl_ofi_provider_include", args.transport]
+    if args.pin_card:
+        # Each rank names its card itself (FI_NPO_CARD = Open MPI's local rank): for a provider
+        # that lists every card and leaves the choice to mtl ofi.
+        return cmd + ["sh", "-c", 'FI_NPO_CARD=$OMPI_COMM_WORLD_LOCAL_RANK exec "$@"', "sh"] + args.program
     return cmd + args.program
 
 
@@ -177,6 +181,8 @@ def main():
     ap.add_argument("--expect", choices=["pass", "error"], default="pass")
     ap.add_argument("--within", type=float, default=10.0, help="--expect error: s from fault to job end")
     ap.add_argument("--mpirun", default="mpirun")
+    ap.add_argument("--pin-card", action="store_true",
+                    help="wrap each rank so that it sets FI_NPO_CARD to its local rank")
     ap.add_argument("program", nargs=argparse.REMAINDER, help="-- PROGRAM ARGS...")
     args = ap.parse_args()
     if args.program and args.program[0] == "--":
