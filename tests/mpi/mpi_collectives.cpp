@@ -159,7 +159,8 @@ int main(int argc, char** argv) {
     }
     if (!ok) {
       if (ck.rank == 0)
-        std::fprintf(stderr, "npo-mpi-test: bad argument '%s' (usage: [--max-bytes N] [--seconds S] [--verbose])\n", argv[a]);
+        std::fprintf(stderr, "npo-mpi-test: bad argument '%s' (usage: [--max-bytes N] [--seconds S] [--verbose])\n",
+                     argv[a]);
       MPI_Finalize();
       return 2;
     }
