@@ -40,6 +40,7 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
+#include <rdma/providers/fi_log.h>
 #include <rdma/providers/fi_prov.h>
 
 #include "fi_npo_ext.h"
@@ -206,6 +207,14 @@ std::size_t count_cards(const BackendChoice& b) {
   }
   auto sys = local_system_locked(s, b.uri);
   return sys ? (*sys)->device_count() : 0;
+}
+
+extern fi_provider g_provider;
+
+// Logs through libfabric (FI_LOG_LEVEL=warn shows it), as every provider does.
+void warn(fi_log_subsys sub, const std::string& msg) {
+  if (fi_log_enabled(&g_provider, FI_LOG_WARN, sub))
+    fi_log(&g_provider, FI_LOG_WARN, sub, "npo", __LINE__, "%s\n", msg.c_str());
 }
 
 // ---- Small helpers ------------------------------------------------------------------------
@@ -1414,8 +1423,12 @@ int domain_open(fid_fabric* f, fi_info* info, fid_domain** out, void* context) {
   d->fabric = fab;
   d->card = *k;
   if (fab->backend.remote) {
-    auto sys = System::open("emu-remote:" + fab->backend.dir + "?card=" + std::to_string(*k));
-    if (!sys) return -fi_errno_of(sys.error());
+    const std::string uri = "emu-remote:" + fab->backend.dir + "?card=" + std::to_string(*k);
+    auto sys = System::open(uri);
+    if (!sys) {
+      warn(FI_LOG_DOMAIN, "cannot open card " + std::to_string(*k) + " (" + uri + "): " + sys.error().to_string());
+      return -fi_errno_of(sys.error());
+    }
     d->sys = std::shared_ptr<System>(std::move(*sys));
     if (d->sys->device_count() != 1) return -FI_ENODEV;
     d->dev = &d->sys->device(0);
@@ -1582,8 +1595,23 @@ int getinfo(std::uint32_t, const char*, const char*, std::uint64_t, const fi_inf
   const BackendChoice b = choose_backend();
   const std::size_t n = count_cards(b);
   if (n == 0) return -FI_ENODATA;
+  // Card choice (docs/libfabric.md "Picking a card"): a domain named in the hints; else
+  // FI_NPO_CARD; else, inside a parallel job, the local rank modulo the card count (so rank
+  // i of a node drives card i, whatever entry the runtime would pick); else every card.
   std::optional<unsigned> only;
-  if (const char* c = env("FI_NPO_CARD")) only = static_cast<unsigned>(std::atoi(c));
+  const bool named = hints && hints->domain_attr && hints->domain_attr->name;
+  if (!named) {
+    if (const char* c = env("FI_NPO_CARD")) {
+      only = static_cast<unsigned>(std::atoi(c));
+    } else {
+      for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "SLURM_LOCALID"}) {
+        if (const char* r = env(var)) {
+          only = static_cast<unsigned>(std::atoi(r)) % static_cast<unsigned>(n);
+          break;
+        }
+      }
+    }
+  }
   fi_info* head = nullptr;
   fi_info* tail = nullptr;
   for (unsigned k = 0; k < n; ++k) {
