@@ -356,33 +356,51 @@ TEST_F(ProviderPair, AvInsertLookupStraddrRemove) {
   round_trip(16);
 }
 
-TEST_F(ProviderPair, SendToARevokedWindowIsAnErrorCompletionNamingTheCards) {
-  // Close b's endpoint: its ring window is revoked. a's send then fails at the owner card.
-  std::vector<std::uint8_t> stale = b_.addr;
-  ASSERT_EQ(fi_close(&b_.ep->fid), 0);
+TEST_F(ProviderPair, APeerWhoseWindowIsRevokedDropsDatagramsThenRaisesAnEqErrorNamingTheCards) {
+  // DGRAM semantics: a datagram the fabric cannot deliver is dropped and its send completes
+  // (ofi_rxd retransmits); the drop is counted; a peer that keeps failing for NPO_FI_FAULT_MS
+  // (2 s here) is a fault reported on the EQ (NPO_FI_FAULT=report, the default outside a job).
+  ::setenv("NPO_FI_FAULT_MS", "2000", 1);
+  fid_eq* eq = nullptr;
+  fi_eq_attr eq_attr{};
+  ASSERT_EQ(fi_eq_open(a_.fabric, &eq_attr, &eq, nullptr), 0);
+  ASSERT_EQ(fi_ep_bind(a_.ep, &eq->fid, 0), 0);
+  ASSERT_EQ(fi_close(&b_.ep->fid), 0);  // b's ring window is revoked
   b_.ep = nullptr;
+  const fi_npo_dma_counters before = counters(a_.domain);
   char c = 1;
   ASSERT_EQ(fi_send(a_.ep, &c, 1, nullptr, a_to_b_, &tx_ctx_), 0);
   fi_cq_data_entry tx{};
-  ASSERT_EQ(read_one(a_.cq, &tx), -FI_EAVAIL);
-  fi_cq_err_entry err{};
-  ASSERT_EQ(fi_cq_readerr(a_.cq, &err, 0), 1);
-  EXPECT_EQ(err.op_context, &tx_ctx_);
+  ASSERT_EQ(read_one(a_.cq, &tx), 1);
+  EXPECT_EQ(tx.op_context, &tx_ctx_);
+  const fi_npo_dma_counters after = counters(a_.domain);
+  EXPECT_EQ(after.datagrams_dropped, before.datagrams_dropped + 1);
+  EXPECT_GT(after.ops_failed, before.ops_failed);
+  // keep sending: within 2 s + a bit the EQ holds the fault
+  fi_eq_err_entry err{};
+  ssize_t got = -FI_EAGAIN;
+  const auto start = std::chrono::steady_clock::now();
+  while (got == -FI_EAGAIN && std::chrono::steady_clock::now() - start < std::chrono::seconds(6)) {
+    ASSERT_EQ(fi_send(a_.ep, &c, 1, nullptr, a_to_b_, &tx_ctx_), 0);
+    ASSERT_EQ(read_one(a_.cq, &tx), 1);
+    std::uint32_t event = 0;
+    fi_eq_entry entry{};
+    if (fi_eq_read(eq, &event, &entry, sizeof entry, 0) == -FI_EAVAIL) got = fi_eq_readerr(eq, &err, 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const auto waited = std::chrono::steady_clock::now() - start;
+  ::unsetenv("NPO_FI_FAULT_MS");
+  ASSERT_EQ(got, static_cast<ssize_t>(sizeof err));
+  EXPECT_GE(waited, std::chrono::milliseconds(1900));
+  EXPECT_EQ(err.fid, &a_.ep->fid);
   EXPECT_EQ(err.err, FI_ECONNREFUSED);
-  const std::string msg = fi_cq_strerror(a_.cq, err.prov_errno, err.err_data, nullptr, 0);
+  const std::string msg = fi_eq_strerror(eq, err.prov_errno, err.err_data, nullptr, 0);
   EXPECT_NE(msg.find("card 0"), std::string::npos) << msg;
   EXPECT_NE(msg.find("fabric id 2"), std::string::npos) << msg;
   EXPECT_NE(msg.find("window"), std::string::npos) << msg;
-  // caller-provided err_data buffer (API >= 1.5) gets a copy
-  ASSERT_EQ(fi_send(a_.ep, &c, 1, nullptr, a_to_b_, &tx_ctx_), 0);
-  ASSERT_EQ(read_one(a_.cq, &tx), -FI_EAVAIL);
-  char mine[256] = {};
-  err = {};
-  err.err_data = mine;
-  err.err_data_size = sizeof mine;
-  ASSERT_EQ(fi_cq_readerr(a_.cq, &err, 0), 1);
-  EXPECT_EQ(err.err_data, mine);
-  EXPECT_NE(std::string(mine).find("fabric id 2"), std::string::npos) << mine;
+  ASSERT_EQ(fi_close(&a_.ep->fid), 0);
+  a_.ep = nullptr;
+  EXPECT_EQ(fi_close(&eq->fid), 0);
 }
 
 TEST_F(ProviderPair, TheCardsDmaCountersMoveWithTraffic) {
