@@ -411,6 +411,7 @@ struct Cq {
   std::deque<Err> errors;
   std::string last_msg;
   std::vector<Ep*> eps;  // endpoints bound (progressed on read)
+  unsigned empty_polls = 0;
   std::atomic<unsigned> refs{0};
 
   void push(const Comp& c) { comps.push_back(c); }
@@ -752,6 +753,12 @@ int eq_close(fid* f) {
 fi_ops eq_fi_ops{sizeof(fi_ops), eq_close, no_bind, no_control, no_ops_open, no_tostr, no_ops_set};
 fi_ops_eq eq_ops{sizeof(fi_ops_eq), eq_read, eq_readerr, eq_write, eq_sread, eq_strerror};
 
+constexpr unsigned kEmptyPollsBeforeBackoff = 64;
+bool backoff_enabled() {
+  static const bool v = !(env("NPO_FI_POLL_BACKOFF") && std::string_view(env("NPO_FI_POLL_BACKOFF")) == "0");
+  return v;
+}
+
 // ---- CQ ops -------------------------------------------------------------------------------
 std::size_t cq_entry_size(fi_cq_format f) {
   switch (f) {
@@ -790,7 +797,18 @@ ssize_t cq_readfrom(fid_cq* f, void* buf, std::size_t count, fi_addr_t* src) {
   std::lock_guard lk(q->domain->mu);
   q->progress();
   if (!q->errors.empty()) return -FI_EAVAIL;
-  if (q->comps.empty()) return -FI_EAGAIN;
+  if (q->comps.empty()) {
+    // A caller spinning on an empty CQ would starve the card's engines on a host with few
+    // cores (the emulator's engines are threads); after a burst of empty polls, give the
+    // CPU away briefly (NPO_FI_POLL_BACKOFF=0 disables it).
+    if (++q->empty_polls > kEmptyPollsBeforeBackoff && backoff_enabled()) {
+      q->domain->mu.unlock();
+      std::this_thread::sleep_for(std::chrono::microseconds(1));
+      q->domain->mu.lock();
+    }
+    return -FI_EAGAIN;
+  }
+  q->empty_polls = 0;
   const std::size_t sz = cq_entry_size(q->format);
   std::size_t n = 0;
   for (; n < count && !q->comps.empty(); ++n) {
