@@ -18,6 +18,8 @@ packages=(
   libspdlog-dev libfmt-dev libnuma-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
   # DPDK: headers/libraries, plus dpdk-test (dmadev_autotest) and dpdk-telemetry.py
   libdpdk-dev dpdk-dev
+  # libfabric provider libnpo-fi.so (drivers/libfabric): headers, and fi_info/fi_pingpong for its tests
+  libfabric-dev libfabric-bin
   # tests
   libgtest-dev libgmock-dev libbenchmark-dev
   # format check (tests/structure/check-format.sh)
