@@ -17,6 +17,8 @@
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <rdma/fi_tagged.h>
 
 #include "fi_npo_ext.h"
 
@@ -202,6 +204,53 @@ TEST(Provider, CardChosenByFiNpoCard) {
   EXPECT_EQ(info->next, nullptr);
   fi_freeinfo(info);
   fi_freeinfo(hints);
+}
+
+// Every ops table starts with its size; every function pointer after it must be set.
+void expect_complete(const void* table, const char* name) {
+  ASSERT_NE(table, nullptr) << name;
+  std::size_t size = 0;
+  std::memcpy(&size, table, sizeof size);
+  ASSERT_GT(size, sizeof(std::size_t)) << name;
+  for (std::size_t off = sizeof(std::size_t); off + sizeof(void*) <= size; off += sizeof(void*)) {
+    void* fn = nullptr;
+    std::memcpy(&fn, static_cast<const std::byte*>(table) + off, sizeof fn);
+    EXPECT_NE(fn, nullptr) << name << " has a NULL entry at byte " << off;
+  }
+}
+
+TEST_F(ProviderPair, EveryOpsTableIsComplete) {
+  expect_complete(a_.fabric->fid.ops, "fabric fi_ops");
+  expect_complete(a_.fabric->ops, "fi_ops_fabric");
+  expect_complete(a_.domain->fid.ops, "domain fi_ops");
+  expect_complete(a_.domain->ops, "fi_ops_domain");
+  expect_complete(a_.domain->mr, "fi_ops_mr");
+  expect_complete(a_.cq->fid.ops, "cq fi_ops");
+  expect_complete(a_.cq->ops, "fi_ops_cq");
+  expect_complete(a_.av->fid.ops, "av fi_ops");
+  expect_complete(a_.av->ops, "fi_ops_av");
+  expect_complete(a_.ep->fid.ops, "ep fi_ops");
+  expect_complete(a_.ep->ops, "fi_ops_ep");
+  expect_complete(a_.ep->cm, "fi_ops_cm");
+  expect_complete(a_.ep->msg, "fi_ops_msg");
+  expect_complete(a_.ep->rma, "fi_ops_rma");
+  expect_complete(a_.ep->tagged, "fi_ops_tagged");
+  expect_complete(a_.ep->atomic, "fi_ops_atomic");
+  expect_complete(a_.ep->collective, "fi_ops_collective");
+  fid_eq* eq = nullptr;
+  fi_eq_attr eq_attr{};
+  ASSERT_EQ(fi_eq_open(a_.fabric, &eq_attr, &eq, nullptr), 0);
+  expect_complete(eq->fid.ops, "eq fi_ops");
+  expect_complete(eq->ops, "fi_ops_eq");
+  fid_mr* mr = nullptr;
+  char buf[64];
+  ASSERT_EQ(fi_mr_reg(a_.domain, buf, sizeof buf, FI_SEND, 0, 0, 0, &mr, nullptr), 0);
+  expect_complete(mr->fid.ops, "mr fi_ops");
+  EXPECT_EQ(fi_close(&mr->fid), 0);
+  EXPECT_EQ(fi_close(&eq->fid), 0);
+  // what the core provider does not offer answers -FI_ENOSYS, never crashes
+  EXPECT_EQ(fi_tsend(a_.ep, buf, 1, nullptr, a_to_b_, 0, nullptr), -FI_ENOSYS);
+  EXPECT_EQ(fi_write(a_.ep, buf, 1, nullptr, a_to_b_, 0, 0, nullptr), -FI_ENOSYS);
 }
 
 TEST_F(ProviderPair, SendRecvEverySizeFromOneByteToTheMaximumWithDataChecked) {
