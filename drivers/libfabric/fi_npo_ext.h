@@ -24,6 +24,7 @@ struct fi_npo_dma_counters {
   uint64_t ops_ok;       /**< DMA ops the card completed with status OK */
   uint64_t ops_failed;   /**< DMA ops the card (or the driver) completed with another status */
   uint64_t bytes_moved;  /**< bytes the card reported moved by the OK ops */
+  uint64_t datagrams_dropped; /**< sends the fabric did not deliver (completed, not delivered) */
   uint32_t card;         /**< card index of the supernode (domain npo<card>) */
   uint32_t fabric_id;    /**< the card's fabric ID */
 };

@@ -74,9 +74,58 @@ struct SlotHeader {
   std::uint64_t data;   // remote CQ data
   std::uint32_t magic;  // kHdrMagic
   std::uint32_t src_fabric_id;
-  std::uint8_t pad[32];
+  std::uint64_t sum;  // payload_sum() of the payload: a failed payload write is detected
+  std::uint8_t pad[24];
 };
+constexpr std::uint32_t kFlagData = 1;  // data is valid
+constexpr std::uint32_t kFlagSkip = 2;  // tombstone: the message of this seq was lost, skip the slot
+
+// Checksum of a payload (64-bit multiply-xorshift over 8-byte words, length folded in). Not
+// cryptographic: it tells a slot whose payload write failed (stale bytes) from a good one.
+std::uint64_t payload_sum(const std::byte* p, std::size_t len) {
+  std::uint64_t h = 0x9e3779b97f4a7c15ull ^ len;
+  std::size_t i = 0;
+  for (; i + 8 <= len; i += 8) {
+    std::uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = (h ^ w) * 0xff51afd7ed558ccdull;
+    h ^= h >> 32;
+  }
+  std::uint64_t tail = 0;
+  if (i < len) std::memcpy(&tail, p + i, len - i);
+  h = (h ^ tail) * 0xc4ceb9fe1a85ec53ull;
+  return h ^ (h >> 29);
+}
 static_assert(sizeof(SlotHeader) == kHdr);
+
+// CPU access to the ring in HBM (the BAR aperture), which the card writes by DMA while we
+// poll it, as a CPU polls device-written memory: acquire load of the seq, release store of
+// the consumer counter. ThreadSanitizer cannot see the card's side as synchronisation (the
+// in-process emulator's engines are threads that memcpy into HBM), so under TSan these few
+// accesses are left uninstrumented; everything else stays checked.
+#if defined(__SANITIZE_THREAD__)
+#define NPO_HW_ACCESS __attribute__((no_sanitize_thread, noinline))
+NPO_HW_ACCESS std::uint64_t hw_load64(const std::byte* p) {
+  return __atomic_load_n(reinterpret_cast<const volatile std::uint64_t*>(p), __ATOMIC_ACQUIRE);
+}
+NPO_HW_ACCESS void hw_store64(std::byte* p, std::uint64_t v) {
+  __atomic_store_n(reinterpret_cast<volatile std::uint64_t*>(p), v, __ATOMIC_RELEASE);
+}
+NPO_HW_ACCESS void hw_copy(std::byte* dst, const std::byte* src, std::size_t n) {
+  auto* vs = reinterpret_cast<const volatile std::byte*>(src);
+  auto* vd = reinterpret_cast<volatile std::byte*>(dst);
+  for (std::size_t i = 0; i < n; ++i) vd[i] = vs[i];
+}
+#else
+std::uint64_t hw_load64(const std::byte* p) {
+  return std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(const_cast<std::byte*>(p)))
+      .load(std::memory_order_acquire);
+}
+void hw_store64(std::byte* p, std::uint64_t v) {
+  std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(p)).store(v, std::memory_order_release);
+}
+void hw_copy(std::byte* dst, const std::byte* src, std::size_t n) { std::memcpy(dst, src, n); }
+#endif
 
 // Endpoint address: the window handle of the ring plus its geometry.
 struct WireAddr {
@@ -240,6 +289,20 @@ int fi_errno_of(OpStatus st) {
   }
 }
 
+// A status that says the fabric did not deliver (as opposed to a failure of the own card).
+bool is_path_failure(OpStatus st) {
+  switch (st) {
+    case OpStatus::kRemoteUnreachable:
+    case OpStatus::kWindowInvalid:
+    case OpStatus::kWindowKey:
+    case OpStatus::kWindowRange:
+    case OpStatus::kWindowRights:
+    case OpStatus::kWindowRevoked:
+    case OpStatus::kFenceSkipped: return true;
+    default: return false;
+  }
+}
+
 int fi_errno_of(const Error& e) {
   switch (e.code()) {
     case Code::kUnavailable: return FI_ENODEV;
@@ -253,6 +316,45 @@ int fi_errno_of(const Error& e) {
 struct Ep;
 struct Cq;
 struct Eq;
+
+// What a card-level fault does (docs/libfabric.md "Faults"): "report" puts it on the CQ (and
+// the EQ) only; "abort" also ends the process with the message on stderr, so a parallel job
+// whose runtime swallows core-provider errors (ofi_rxd retries for minutes) ends within
+// seconds, naming the card. Default: abort inside a parallel job (a local-rank variable is
+// set), report otherwise. NPO_FI_FAULT=report|abort overrides.
+bool in_parallel_job() {
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "SLURM_LOCALID"})
+    if (env(var)) return true;
+  return false;
+}
+bool abort_on_fault() {
+  static const bool v = [] {
+    if (const char* f = env("NPO_FI_FAULT")) return std::string_view(f) == "abort";
+    return in_parallel_job();
+  }();
+  return v;
+}
+// A peer unreachable or its window refused for this long is a fault, not a transient (a link
+// retrain or reroute under it is survived). NPO_FI_FAULT_MS overrides (default 5000 ms).
+std::chrono::milliseconds fault_persistence() {
+  if (const char* v = env("NPO_FI_FAULT_MS")) return std::chrono::milliseconds(std::max(0, std::atoi(v)));
+  return std::chrono::milliseconds(5000);
+}
+// How often progress checks that the own card still answers (mailbox heartbeat).
+constexpr auto kHeartbeatPeriod = std::chrono::seconds(1);
+
+// Ports of `dev` with a module whose link is not up: "port 3 (down, neighbour fabric id 4)".
+std::string down_ports(Device& dev) {
+  std::string out;
+  for (unsigned p = 0; p < dev.port_count(); ++p) {
+    auto st = read_port(dev, p);
+    if (!st || !st->module_present || st->link_up) continue;
+    if (!out.empty()) out += ", ";
+    out += "port " + std::to_string(p) + " down";
+    if (st->neighbor_fabric_id) out += " (neighbour fabric id " + std::to_string(*st->neighbor_fabric_id) + ")";
+  }
+  return out;
+}
 
 // ---- Fabric -------------------------------------------------------------------------------
 struct Fabric {
@@ -297,7 +399,7 @@ struct Domain {
   Device* dev = nullptr;
   unsigned card = 0;
   std::uint32_t fabric_id = 0;
-  std::atomic<std::uint64_t> ops_ok{0}, ops_failed{0}, bytes_moved{0};
+  std::atomic<std::uint64_t> ops_ok{0}, ops_failed{0}, bytes_moved{0}, datagrams_dropped{0};
   std::atomic<unsigned> refs{0};  // AVs, CQs, EPs, MRs open on it
 };
 
@@ -338,6 +440,7 @@ struct Cq {
   std::deque<Err> errors;
   std::string last_msg;
   std::vector<Ep*> eps;  // endpoints bound (progressed on read)
+  unsigned empty_polls = 0;
   std::atomic<unsigned> refs{0};
 
   void push(const Comp& c) { comps.push_back(c); }
@@ -376,9 +479,12 @@ struct Ep {
   std::unique_ptr<MemoryRegion> staging;
   std::unique_ptr<DmaQueue> queue;
   WireAddr wire{};
-  std::vector<std::uint64_t> rx_consumed;  // per lane: messages consumed
+  std::vector<std::uint64_t> rx_consumed;                               // per lane: messages consumed
+  std::vector<std::byte> rx_scratch = std::vector<std::byte>(kMaxMsg);  // a slot's payload, read once
   unsigned rx_lane_cursor = 0;
   bool fatal_reported = false;
+  std::uint64_t dropped = 0;     // received datagrams lost to failed writes (tombstones, bad checksums)
+  std::uint64_t dropped_tx = 0;  // sent datagrams the fabric did not deliver
 
   struct Rx {
     void* ctx;
@@ -397,6 +503,9 @@ struct Ep {
     unsigned slot = 0;
     std::uint64_t cq_flags = 0;
     std::uint32_t dest_fabric = 0;
+    std::uint64_t dest_key = 0;
+    std::uint64_t seq = 0;
+    bool header_failed = false;
     OpStatus worst = OpStatus::kOk;
     std::uint64_t info = 0;
     bool done = false;
@@ -406,7 +515,10 @@ struct Ep {
   struct Dest {
     std::uint64_t next_seq = 1;
     std::uint64_t consumed = 0;
+    std::optional<std::chrono::steady_clock::time_point> failing_since;  // first error of a run
+    std::vector<std::uint64_t> holes;  // seqs whose header write failed: tombstones owed
   };
+  std::chrono::steady_clock::time_point next_heartbeat = std::chrono::steady_clock::now() + kHeartbeatPeriod;
   std::unordered_map<std::uint64_t, Dest> dests;
 
   std::byte* staging_slot(unsigned s) { return staging->bytes().data() + std::size_t{s} * kSlot; }
@@ -423,11 +535,56 @@ struct Ep {
   void progress() {
     poll_dma();
     poll_rx();
+    check_card();
   }
   void report_fatal(const std::string& msg, int err) {
     if (fatal_reported) return;
     fatal_reported = true;
     if (eq) eq->push_error(&ep.fid, ep.fid.context, err, msg);
+    if (abort_on_fault()) {
+      const std::string_view m = std::string_view(msg).starts_with("npo: ") ? std::string_view(msg).substr(5) : msg;
+      std::fprintf(stderr, "npo: fatal: %.*s (NPO_FI_FAULT=report keeps the process running)\n",
+                   static_cast<int>(m.size()), m.data());
+      std::fflush(stderr);
+      std::_Exit(1);
+    }
+  }
+  // A failed send to `dest_key`: fatal once that peer kept failing for fault_persistence().
+  void send_failed(std::uint64_t dest_key, OpStatus st, const std::string& msg) {
+    if (st == OpStatus::kTimeout || st == OpStatus::kAborted) {
+      // the own queue was reset: the own card hung or was removed
+      report_fatal(msg, FI_ENODEV);
+      return;
+    }
+    auto it = dests.find(dest_key);
+    if (it == dests.end()) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (!it->second.failing_since) it->second.failing_since = now;
+    if (now - *it->second.failing_since >= fault_persistence()) {
+      std::string m =
+          msg + " for " +
+          std::to_string(
+              std::chrono::duration_cast<std::chrono::milliseconds>(now - *it->second.failing_since).count()) +
+          " ms";
+      if (st == OpStatus::kRemoteUnreachable) {
+        const std::string ports = down_ports(*domain->dev);
+        if (!ports.empty()) m += "; links of " + where() + ": " + ports;
+      }
+      report_fatal(m, fi_errno_of(st));
+    }
+  }
+  void send_ok(std::uint64_t dest_key) {
+    auto it = dests.find(dest_key);
+    if (it != dests.end()) it->second.failing_since.reset();
+  }
+  // Once per kHeartbeatPeriod: the own card still answers its mailbox, else fatal.
+  void check_card() {
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_heartbeat) return;
+    next_heartbeat = now + kHeartbeatPeriod;
+    auto hb = domain->dev->heartbeat();
+    if (!hb && hb.error().code() == Code::kUnavailable)
+      report_fatal(where() + " is gone: " + hb.error().to_string(), FI_ENODEV);
   }
 };
 
@@ -457,6 +614,10 @@ void Ep::poll_dma() {
         it->info = c.info;
       }
       if (c.handle != it->last) continue;
+      if (c.status != OpStatus::kOk && it->kind == Tx::kSend) {
+        // the header never landed: the peer waits for this seq; owe it a tombstone
+        if (auto d = dests.find(it->dest_key); d != dests.end()) d->second.holes.push_back(it->seq);
+      }
       it->done = true;
       if (it->kind == Tx::kSend) {
         free_slots.push_back(it->slot);
@@ -465,10 +626,21 @@ void Ep::poll_dma() {
           const std::string msg = "npo: send of " + std::to_string(it->len) + " B from " + where() +
                                   " to the card with fabric id " + std::to_string(it->dest_fabric) +
                                   " failed: " + std::string(op_status_name(it->worst));
-          if (cq) cq->push_error(it->ctx, it->cq_flags, 0, 0, fi_errno_of(it->worst), msg);
-          if (it->worst == OpStatus::kTimeout || it->worst == OpStatus::kAborted) report_fatal(msg, FI_ENODEV);
-        } else if (cq && it->completion) {
-          cq->push({it->ctx, it->cq_flags, it->len, nullptr, 0});
+          if (is_path_failure(it->worst)) {
+            // The fabric did not deliver the datagram (peer unreachable, its ring window gone):
+            // like a UD/UDP datagram it is dropped and the send completes; a reliability layer
+            // (ofi_rxd) retransmits. A peer that keeps failing is a fault (send_failed).
+            ++dropped_tx;
+            domain->datagrams_dropped.fetch_add(1, std::memory_order_relaxed);
+            warn(FI_LOG_EP_DATA, msg);
+            if (cq && it->completion) cq->push({it->ctx, it->cq_flags, it->len, nullptr, 0});
+          } else if (cq) {
+            cq->push_error(it->ctx, it->cq_flags, 0, 0, fi_errno_of(it->worst), msg);
+          }
+          send_failed(it->dest_key, it->worst, msg);
+        } else {
+          send_ok(it->dest_key);
+          if (cq && it->completion) cq->push({it->ctx, it->cq_flags, it->len, nullptr, 0});
         }
         tx.erase(it);
       }
@@ -488,12 +660,19 @@ void Ep::poll_rx() {
     for (;;) {
       if (rx.empty()) break;
       const std::uint64_t want = rx_consumed[lane] + 1;
-      std::byte* slot = base + slot_offset(lane, kSlotsPerLane, want);
-      auto* seq_p = reinterpret_cast<std::uint64_t*>(slot);
-      const std::uint64_t seq = std::atomic_ref<std::uint64_t>(*seq_p).load(std::memory_order_acquire);
-      if (seq != want) break;
+      const std::byte* slot = base + slot_offset(lane, kSlotsPerLane, want);
+      if (hw_load64(slot) != want) break;
       SlotHeader h;
-      std::memcpy(&h, slot, sizeof h);
+      hw_copy(reinterpret_cast<std::byte*>(&h), slot, sizeof h);
+      const bool bad_header = (h.flags & kFlagSkip) || h.magic != kHdrMagic || h.len > kMaxMsg;
+      if (!bad_header) hw_copy(rx_scratch.data(), slot + kHdr, h.len);
+      if (bad_header || payload_sum(rx_scratch.data(), h.len) != h.sum) {
+        // a tombstone, or a payload write that failed: the datagram is dropped (DGRAM)
+        ++dropped;
+        rx_consumed[lane] = want;
+        hw_store64(base + std::size_t{lane} * 64, want);
+        continue;
+      }
       Rx r = rx.front();
       rx.pop_front();
       std::size_t cap = 0;
@@ -502,10 +681,10 @@ void Ep::poll_rx() {
       std::size_t copied = 0;
       for (std::size_t i = 0; i < r.count && copied < len; ++i) {
         const std::size_t n = std::min(r.iov[i].iov_len, len - copied);
-        std::memcpy(r.iov[i].iov_base, slot + kHdr + copied, n);
+        std::memcpy(r.iov[i].iov_base, rx_scratch.data() + copied, n);
         copied += n;
       }
-      const std::uint64_t flags = FI_RECV | FI_MSG | ((h.flags & 1) ? FI_REMOTE_CQ_DATA : 0);
+      const std::uint64_t flags = FI_RECV | FI_MSG | ((h.flags & kFlagData) ? FI_REMOTE_CQ_DATA : 0);
       if (rx_cq) {
         if (len > cap) {
           rx_cq->push_error(r.ctx, flags, copied, len - copied, FI_ETRUNC,
@@ -513,12 +692,11 @@ void Ep::poll_rx() {
                                 " B, buffer of " + std::to_string(cap) + " B");
           rx_cq->errors.back().entry.data = h.data;
         } else if (!rx_selective || (r.flags & FI_COMPLETION)) {
-          rx_cq->push({r.ctx, flags, len, r.count ? r.iov[0].iov_base : nullptr, (h.flags & 1) ? h.data : 0});
+          rx_cq->push({r.ctx, flags, len, r.count ? r.iov[0].iov_base : nullptr, (h.flags & kFlagData) ? h.data : 0});
         }
       }
       rx_consumed[lane] = want;
-      auto* ctr = reinterpret_cast<std::uint64_t*>(base + std::size_t{lane} * 64);
-      std::atomic_ref<std::uint64_t>(*ctr).store(want, std::memory_order_release);
+      hw_store64(base + std::size_t{lane} * 64, want);
     }
   }
   rx_lane_cursor = (rx_lane_cursor + 1) % lanes;
@@ -601,6 +779,12 @@ int eq_close(fid* f) {
 fi_ops eq_fi_ops{sizeof(fi_ops), eq_close, no_bind, no_control, no_ops_open, no_tostr, no_ops_set};
 fi_ops_eq eq_ops{sizeof(fi_ops_eq), eq_read, eq_readerr, eq_write, eq_sread, eq_strerror};
 
+constexpr unsigned kEmptyPollsBeforeBackoff = 64;
+bool backoff_enabled() {
+  static const bool v = !(env("NPO_FI_POLL_BACKOFF") && std::string_view(env("NPO_FI_POLL_BACKOFF")) == "0");
+  return v;
+}
+
 // ---- CQ ops -------------------------------------------------------------------------------
 std::size_t cq_entry_size(fi_cq_format f) {
   switch (f) {
@@ -639,7 +823,18 @@ ssize_t cq_readfrom(fid_cq* f, void* buf, std::size_t count, fi_addr_t* src) {
   std::lock_guard lk(q->domain->mu);
   q->progress();
   if (!q->errors.empty()) return -FI_EAVAIL;
-  if (q->comps.empty()) return -FI_EAGAIN;
+  if (q->comps.empty()) {
+    // A caller spinning on an empty CQ would starve the card's engines on a host with few
+    // cores (the emulator's engines are threads); after a burst of empty polls, give the
+    // CPU away briefly (NPO_FI_POLL_BACKOFF=0 disables it).
+    if (++q->empty_polls > kEmptyPollsBeforeBackoff && backoff_enabled()) {
+      q->domain->mu.unlock();
+      std::this_thread::sleep_for(std::chrono::microseconds(1));
+      q->domain->mu.lock();
+    }
+    return -FI_EAGAIN;
+  }
+  q->empty_polls = 0;
   const std::size_t sz = cq_entry_size(q->format);
   std::size_t n = 0;
   for (; n < count && !q->comps.empty(); ++n) {
@@ -902,65 +1097,48 @@ Result<std::uint64_t> refresh_consumed(Ep& e, const WindowHandle& h) {
   }
 }
 
-ssize_t do_send(Ep& e, const iovec* iov, std::size_t count, fi_addr_t dest, void* ctx, std::uint64_t data,
-                bool has_data, bool inject, bool completion) {
-  if (!e.enabled) return -FI_EOPBADSTATE;
-  if (!e.av) return -FI_EINVAL;
-  if (count > kIovLimit) return -FI_EINVAL;
-  std::size_t len = 0;
-  for (std::size_t i = 0; i < count; ++i) len += iov[i].iov_len;
-  if (len > kMaxMsg) return -FI_EMSGSIZE;
-  if (dest >= e.av->table.size() || !e.av->table[dest].valid) return -FI_EINVAL;
-  const Av::Entry& peer = e.av->table[dest];
-  e.poll_dma();
-  if (e.free_slots.empty()) return -FI_EAGAIN;
-  if (e.queue->outstanding() + 4 > e.queue->depth()) return -FI_EAGAIN;
+// Writes one slot of the peer's ring: payload (if any), a fence, then the header (so the
+// receiver sees a header only after the payload landed; the checksum catches a payload that
+// failed). A tombstone (flags kFlagSkip, no payload) stands for a seq whose header never
+// landed. Returns 0 when posted, 1 when it failed and was reported on the CQ.
+ssize_t post_slot(Ep& e, const Av::Entry& peer, Ep::Dest& d, std::uint64_t key, std::uint64_t seq, const iovec* iov,
+                  std::size_t count, std::size_t len, void* ctx, std::uint64_t data, std::uint32_t flags,
+                  bool completion) {
   const WindowHandle& h = peer.handle;
   const unsigned lanes = peer.wire.lanes, slots = peer.wire.slots;
   const unsigned lane = e.my_lane % lanes;
-  const std::uint64_t key = (std::uint64_t{h.fabric_id} << 32) | (std::uint64_t{h.window_id} << 16) | h.generation;
-  Ep::Dest& d = e.dests[key];
-  if (d.next_seq - 1 - d.consumed >= slots) {
-    auto c = refresh_consumed(e, h);
-    if (!c) {
-      if (c.error().code() == Code::kDeadlineExceeded) return -FI_EAGAIN;
-      e.tx_cq->push_error(ctx, FI_SEND | FI_MSG, 0, 0, FI_EHOSTUNREACH,
-                          "npo: send from " + e.where() + " to the card with fabric id " + std::to_string(h.fabric_id) +
-                              " failed: " + c.error().to_string());
-      return 0;
-    }
-    d.consumed = std::max(d.consumed, *c);
-    if (d.next_seq - 1 - d.consumed >= slots) return -FI_EAGAIN;
-  }
   const unsigned s = e.free_slots.back();
   std::byte* st = e.staging_slot(s);
-  SlotHeader hdr{};
-  hdr.seq = d.next_seq;
-  hdr.len = static_cast<std::uint32_t>(len);
-  hdr.flags = has_data ? 1u : 0u;
-  hdr.data = data;
-  hdr.magic = kHdrMagic;
-  hdr.src_fabric_id = e.domain->fabric_id;
-  std::memcpy(st, &hdr, sizeof hdr);
   std::size_t off = 0;
   for (std::size_t i = 0; i < count; ++i) {
     if (iov[i].iov_len) std::memcpy(st + kHdr + off, iov[i].iov_base, iov[i].iov_len);
     off += iov[i].iov_len;
   }
-  const std::uint64_t dst = slot_offset(lane, slots, d.next_seq);
+  SlotHeader hdr{};
+  hdr.seq = seq;
+  hdr.len = static_cast<std::uint32_t>(len);
+  hdr.flags = flags;
+  hdr.data = data;
+  hdr.magic = kHdrMagic;
+  hdr.src_fabric_id = e.domain->fabric_id;
+  hdr.sum = payload_sum(st + kHdr, len);
+  std::memcpy(st, &hdr, sizeof hdr);
+  const std::uint64_t dst = slot_offset(lane, slots, seq);
   auto fail_enqueue = [&](const Error& err) -> ssize_t {
     const std::string msg = "npo: send from " + e.where() + " failed: " + err.to_string();
+    if (e.tx_cq && completion) e.tx_cq->push_error(ctx, FI_SEND | FI_MSG, 0, 0, fi_errno_of(err), msg);
     e.report_fatal(msg, fi_errno_of(err));
-    if (e.tx_cq) e.tx_cq->push_error(ctx, FI_SEND | FI_MSG, 0, 0, fi_errno_of(err), msg);
-    return 0;
+    return 1;  // reported on the CQ; nothing was posted
   };
   Ep::Tx t;
   t.ctx = ctx;
-  t.completion = completion && !inject;
+  t.completion = completion;
   t.len = len;
   t.slot = s;
   t.cq_flags = FI_SEND | FI_MSG;
   t.dest_fabric = h.fabric_id;
+  t.dest_key = key;
+  t.seq = seq;
   bool first_set = false;
   if (len) {
     auto op = e.queue->enqueue_remote_write(DmaAddress::host(e.staging_iova(s) + kHdr), h, dst + kHdr,
@@ -978,8 +1156,58 @@ ssize_t do_send(Ep& e, const iovec* iov, std::size_t count, fi_addr_t dest, void
   if (auto sub = e.queue->submit(); !sub) return fail_enqueue(sub.error());
   e.free_slots.pop_back();
   e.tx.push_back(t);
-  ++d.next_seq;
+  (void)d;
   return 0;
+}
+
+ssize_t do_send(Ep& e, const iovec* iov, std::size_t count, fi_addr_t dest, void* ctx, std::uint64_t data,
+                bool has_data, bool inject, bool completion) {
+  if (!e.enabled) return -FI_EOPBADSTATE;
+  if (!e.av) return -FI_EINVAL;
+  if (count > kIovLimit) return -FI_EINVAL;
+  std::size_t len = 0;
+  for (std::size_t i = 0; i < count; ++i) len += iov[i].iov_len;
+  if (len > kMaxMsg) return -FI_EMSGSIZE;
+  if (dest >= e.av->table.size() || !e.av->table[dest].valid) return -FI_EINVAL;
+  const Av::Entry peer = e.av->table[dest];
+  e.poll_dma();
+  const WindowHandle& h = peer.handle;
+  const std::uint64_t key = (std::uint64_t{h.fabric_id} << 32) | (std::uint64_t{h.window_id} << 16) | h.generation;
+  Ep::Dest& d = e.dests[key];
+  // tombstones first: the peer's lane is stuck at the oldest seq whose header never landed
+  while (!d.holes.empty()) {
+    if (e.free_slots.empty() || e.queue->outstanding() + 4 > e.queue->depth()) return -FI_EAGAIN;
+    const std::uint64_t hole = d.holes.front();
+    d.holes.erase(d.holes.begin());
+    if (post_slot(e, peer, d, key, hole, nullptr, 0, 0, nullptr, 0, kFlagSkip, false) != 0) {
+      d.holes.insert(d.holes.begin(), hole);
+      return 0;
+    }
+  }
+  if (e.free_slots.empty()) return -FI_EAGAIN;
+  if (e.queue->outstanding() + 4 > e.queue->depth()) return -FI_EAGAIN;
+  const unsigned slots = peer.wire.slots;
+  if (d.next_seq - 1 - d.consumed >= slots) {
+    auto c = refresh_consumed(e, h);
+    if (!c) {
+      if (c.error().code() == Code::kDeadlineExceeded) return -FI_EAGAIN;
+      // the peer's ring cannot be read: the datagram is dropped (see poll_dma)
+      const std::string msg = "npo: send from " + e.where() + " to the card with fabric id " +
+                              std::to_string(h.fabric_id) + " dropped: " + c.error().to_string();
+      ++e.dropped_tx;
+      e.domain->datagrams_dropped.fetch_add(1, std::memory_order_relaxed);
+      warn(FI_LOG_EP_DATA, msg);
+      if (e.tx_cq && completion && !inject) e.tx_cq->push({ctx, FI_SEND | FI_MSG, len, nullptr, 0});
+      e.send_failed(key, OpStatus::kRemoteUnreachable, msg);
+      return 0;
+    }
+    d.consumed = std::max(d.consumed, *c);
+    if (d.next_seq - 1 - d.consumed >= slots) return -FI_EAGAIN;
+  }
+  const ssize_t r = post_slot(e, peer, d, key, d.next_seq, iov, count, len, ctx, data, has_data ? kFlagData : 0,
+                              completion && !inject);
+  if (r == 0) ++d.next_seq;
+  return r == 1 ? 0 : r;
 }
 
 Ep* ep_of(fid_ep* f) { return reinterpret_cast<Ep*>(f); }
@@ -1368,6 +1596,7 @@ int dma_counters(fid_domain* f, fi_npo_dma_counters* out) {
   out->ops_ok = d->ops_ok.load();
   out->ops_failed = d->ops_failed.load();
   out->bytes_moved = d->bytes_moved.load();
+  out->datagrams_dropped = d->datagrams_dropped.load();
   out->card = d->card;
   out->fabric_id = d->fabric_id;
   return 0;

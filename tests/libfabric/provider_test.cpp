@@ -17,6 +17,8 @@
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <rdma/fi_tagged.h>
 
 #include "fi_npo_ext.h"
 
@@ -204,6 +206,53 @@ TEST(Provider, CardChosenByFiNpoCard) {
   fi_freeinfo(hints);
 }
 
+// Every ops table starts with its size; every function pointer after it must be set.
+void expect_complete(const void* table, const char* name) {
+  ASSERT_NE(table, nullptr) << name;
+  std::size_t size = 0;
+  std::memcpy(&size, table, sizeof size);
+  ASSERT_GT(size, sizeof(std::size_t)) << name;
+  for (std::size_t off = sizeof(std::size_t); off + sizeof(void*) <= size; off += sizeof(void*)) {
+    void* fn = nullptr;
+    std::memcpy(&fn, static_cast<const std::byte*>(table) + off, sizeof fn);
+    EXPECT_NE(fn, nullptr) << name << " has a NULL entry at byte " << off;
+  }
+}
+
+TEST_F(ProviderPair, EveryOpsTableIsComplete) {
+  expect_complete(a_.fabric->fid.ops, "fabric fi_ops");
+  expect_complete(a_.fabric->ops, "fi_ops_fabric");
+  expect_complete(a_.domain->fid.ops, "domain fi_ops");
+  expect_complete(a_.domain->ops, "fi_ops_domain");
+  expect_complete(a_.domain->mr, "fi_ops_mr");
+  expect_complete(a_.cq->fid.ops, "cq fi_ops");
+  expect_complete(a_.cq->ops, "fi_ops_cq");
+  expect_complete(a_.av->fid.ops, "av fi_ops");
+  expect_complete(a_.av->ops, "fi_ops_av");
+  expect_complete(a_.ep->fid.ops, "ep fi_ops");
+  expect_complete(a_.ep->ops, "fi_ops_ep");
+  expect_complete(a_.ep->cm, "fi_ops_cm");
+  expect_complete(a_.ep->msg, "fi_ops_msg");
+  expect_complete(a_.ep->rma, "fi_ops_rma");
+  expect_complete(a_.ep->tagged, "fi_ops_tagged");
+  expect_complete(a_.ep->atomic, "fi_ops_atomic");
+  expect_complete(a_.ep->collective, "fi_ops_collective");
+  fid_eq* eq = nullptr;
+  fi_eq_attr eq_attr{};
+  ASSERT_EQ(fi_eq_open(a_.fabric, &eq_attr, &eq, nullptr), 0);
+  expect_complete(eq->fid.ops, "eq fi_ops");
+  expect_complete(eq->ops, "fi_ops_eq");
+  fid_mr* mr = nullptr;
+  char buf[64];
+  ASSERT_EQ(fi_mr_reg(a_.domain, buf, sizeof buf, FI_SEND, 0, 0, 0, &mr, nullptr), 0);
+  expect_complete(mr->fid.ops, "mr fi_ops");
+  EXPECT_EQ(fi_close(&mr->fid), 0);
+  EXPECT_EQ(fi_close(&eq->fid), 0);
+  // what the core provider does not offer answers -FI_ENOSYS, never crashes
+  EXPECT_EQ(fi_tsend(a_.ep, buf, 1, nullptr, a_to_b_, 0, nullptr), -FI_ENOSYS);
+  EXPECT_EQ(fi_write(a_.ep, buf, 1, nullptr, a_to_b_, 0, 0, nullptr), -FI_ENOSYS);
+}
+
 TEST_F(ProviderPair, SendRecvEverySizeFromOneByteToTheMaximumWithDataChecked) {
   for (std::size_t len : {1, 2, 3, 7, 8, 63, 64, 65, 100, 511, 1000, 1024, 2047, 3000, 4095, 4096}) {
     round_trip(len);
@@ -356,33 +405,51 @@ TEST_F(ProviderPair, AvInsertLookupStraddrRemove) {
   round_trip(16);
 }
 
-TEST_F(ProviderPair, SendToARevokedWindowIsAnErrorCompletionNamingTheCards) {
-  // Close b's endpoint: its ring window is revoked. a's send then fails at the owner card.
-  std::vector<std::uint8_t> stale = b_.addr;
-  ASSERT_EQ(fi_close(&b_.ep->fid), 0);
+TEST_F(ProviderPair, APeerWhoseWindowIsRevokedDropsDatagramsThenRaisesAnEqErrorNamingTheCards) {
+  // DGRAM semantics: a datagram the fabric cannot deliver is dropped and its send completes
+  // (ofi_rxd retransmits); the drop is counted; a peer that keeps failing for NPO_FI_FAULT_MS
+  // (2 s here) is a fault reported on the EQ (NPO_FI_FAULT=report, the default outside a job).
+  ::setenv("NPO_FI_FAULT_MS", "2000", 1);
+  fid_eq* eq = nullptr;
+  fi_eq_attr eq_attr{};
+  ASSERT_EQ(fi_eq_open(a_.fabric, &eq_attr, &eq, nullptr), 0);
+  ASSERT_EQ(fi_ep_bind(a_.ep, &eq->fid, 0), 0);
+  ASSERT_EQ(fi_close(&b_.ep->fid), 0);  // b's ring window is revoked
   b_.ep = nullptr;
+  const fi_npo_dma_counters before = counters(a_.domain);
   char c = 1;
   ASSERT_EQ(fi_send(a_.ep, &c, 1, nullptr, a_to_b_, &tx_ctx_), 0);
   fi_cq_data_entry tx{};
-  ASSERT_EQ(read_one(a_.cq, &tx), -FI_EAVAIL);
-  fi_cq_err_entry err{};
-  ASSERT_EQ(fi_cq_readerr(a_.cq, &err, 0), 1);
-  EXPECT_EQ(err.op_context, &tx_ctx_);
+  ASSERT_EQ(read_one(a_.cq, &tx), 1);
+  EXPECT_EQ(tx.op_context, &tx_ctx_);
+  const fi_npo_dma_counters after = counters(a_.domain);
+  EXPECT_EQ(after.datagrams_dropped, before.datagrams_dropped + 1);
+  EXPECT_GT(after.ops_failed, before.ops_failed);
+  // keep sending: within 2 s + a bit the EQ holds the fault
+  fi_eq_err_entry err{};
+  ssize_t got = -FI_EAGAIN;
+  const auto start = std::chrono::steady_clock::now();
+  while (got == -FI_EAGAIN && std::chrono::steady_clock::now() - start < std::chrono::seconds(6)) {
+    ASSERT_EQ(fi_send(a_.ep, &c, 1, nullptr, a_to_b_, &tx_ctx_), 0);
+    ASSERT_EQ(read_one(a_.cq, &tx), 1);
+    std::uint32_t event = 0;
+    fi_eq_entry entry{};
+    if (fi_eq_read(eq, &event, &entry, sizeof entry, 0) == -FI_EAVAIL) got = fi_eq_readerr(eq, &err, 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const auto waited = std::chrono::steady_clock::now() - start;
+  ::unsetenv("NPO_FI_FAULT_MS");
+  ASSERT_EQ(got, static_cast<ssize_t>(sizeof err));
+  EXPECT_GE(waited, std::chrono::milliseconds(1900));
+  EXPECT_EQ(err.fid, &a_.ep->fid);
   EXPECT_EQ(err.err, FI_ECONNREFUSED);
-  const std::string msg = fi_cq_strerror(a_.cq, err.prov_errno, err.err_data, nullptr, 0);
+  const std::string msg = fi_eq_strerror(eq, err.prov_errno, err.err_data, nullptr, 0);
   EXPECT_NE(msg.find("card 0"), std::string::npos) << msg;
   EXPECT_NE(msg.find("fabric id 2"), std::string::npos) << msg;
   EXPECT_NE(msg.find("window"), std::string::npos) << msg;
-  // caller-provided err_data buffer (API >= 1.5) gets a copy
-  ASSERT_EQ(fi_send(a_.ep, &c, 1, nullptr, a_to_b_, &tx_ctx_), 0);
-  ASSERT_EQ(read_one(a_.cq, &tx), -FI_EAVAIL);
-  char mine[256] = {};
-  err = {};
-  err.err_data = mine;
-  err.err_data_size = sizeof mine;
-  ASSERT_EQ(fi_cq_readerr(a_.cq, &err, 0), 1);
-  EXPECT_EQ(err.err_data, mine);
-  EXPECT_NE(std::string(mine).find("fabric id 2"), std::string::npos) << mine;
+  ASSERT_EQ(fi_close(&a_.ep->fid), 0);
+  a_.ep = nullptr;
+  EXPECT_EQ(fi_close(&eq->fid), 0);
 }
 
 TEST_F(ProviderPair, TheCardsDmaCountersMoveWithTraffic) {
