@@ -20,8 +20,9 @@ from the npo provider.
 
 Fault mode (--fault KIND --card K [--port P --lane L]): once all N cards are owned by the ranks
 and the job has run --fault-after seconds, injects the fault with `npo-emu fault`. With
---expect error the job must end non-zero within --within seconds of the injection and its
-output must name the card ("card K" or "npoK") and, for a port fault, the port ("port P");
+--expect error the job must end non-zero within --within seconds of the injection and one line
+of its output must name the card ("card K" or "npoK") and, for a port fault, the port ("port P")
+-- of either end of the link (with --npo-link the neighbour is looked up before the fault);
 with --expect pass it must complete and pass (--check-port-up CARD:PORT: and that link is still
 up afterwards, read by `npo-link show` as an observer).
 
@@ -146,6 +147,29 @@ class Job:
         return "".join(self.out)
 
 
+def link_far_end(npo_link, sockdir, card, port):
+    """(card, port) at the other end of card:port, from `npo-link show` on every card (observer)."""
+    show = subprocess.run([npo_link, "show", "--backend", f"emu-remote:{sockdir}", "--json"], capture_output=True,
+                          text=True, timeout=30)
+    for p in json.loads(show.stdout)["ports"]:
+        n = p.get("neighbor") or {}
+        if p["card"] == card and p["port"] == port and n.get("card") is not None:
+            log(f"card {card} port {port} is linked to card {n['card']} port {n['port']}")
+            return (int(n["card"]), int(n["port"]))
+    return None
+
+
+def naming_line(out, ends):
+    """The first output line naming one of `ends` ((card, port or None)), or None."""
+    for line in out.splitlines():
+        for card, port in ends:
+            if not re.search(rf"card[ =]{card}\b|\bnpo{card}\b", line):
+                continue
+            if port is None or re.search(rf"port[ =]{port}\b", line):
+                return line
+    return None
+
+
 def mpirun_line(args):
     cmd = [args.mpirun, "--allow-run-as-root", "--oversubscribe", "--mca", "plm", "isolated", "-np", str(args.np),
            "--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "btl", "self",
@@ -181,6 +205,8 @@ def main():
     ap.add_argument("--expect", choices=["pass", "error"], default="pass")
     ap.add_argument("--within", type=float, default=10.0, help="--expect error: s from fault to job end")
     ap.add_argument("--mpirun", default="mpirun")
+    ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                    help="extra environment for mpirun and its ranks")
     ap.add_argument("--pin-card", action="store_true",
                     help="wrap each rank so that it sets FI_NPO_CARD to its local rank")
     ap.add_argument("program", nargs=argparse.REMAINDER, help="-- PROGRAM ARGS...")
@@ -220,6 +246,9 @@ def main():
         env["NPO_FI_BACKEND"] = f"emu-remote:{daemon.dir}"
         if args.transport != "npo":
             env["FI_PROVIDER"] = args.transport
+        for kv in args.env:
+            name, _, value = kv.partition("=")
+            env[name] = value
         # Ranks run oversubscribed on few cores: yield instead of spinning while they wait.
         env["OMPI_MCA_mpi_yield_when_idle"] = "1"
         cmd = mpirun_line(args)
@@ -227,6 +256,7 @@ def main():
         t0 = time.monotonic()
         job = Job(cmd, env)
         fault_at = None
+        far = None
         if args.fault:
             deadline = t0 + args.timeout
             while time.monotonic() < deadline and job.proc.poll() is None:
@@ -240,6 +270,8 @@ def main():
                 job.kill()
                 log(f"FAIL: only cards {sorted(daemon.owned_cards())} owned after {args.timeout} s")
                 return 1
+            if args.port is not None and args.npo_link:
+                far = link_far_end(args.npo_link, daemon.dir, args.card, args.port)
             time.sleep(args.fault_after)
             fcmd = [args.emu, "fault", "--socket-dir", daemon.dir, "--kind", args.fault, "--card", str(args.card)]
             if args.port is not None:
@@ -271,15 +303,20 @@ def main():
             if took > args.within:
                 log(f"FAIL: the job ended {took:.1f} s after the fault (bound {args.within} s)")
                 return 1
-            names = [rf"card[ =]{args.card}\b", rf"\bnpo{args.card}\b"]
-            if not any(re.search(n, out) for n in names):
-                log(f"FAIL: no message names card {args.card} ('card {args.card}' or 'npo{args.card}')")
-                return 1
-            if args.port is not None and not re.search(rf"port[ =]{args.port}\b", out):
-                log(f"FAIL: no message names port {args.port}")
-                return 1
-            log(f"PASS: the job ended with exit {rc} {took:.2f} s after the fault, naming card {args.card}"
-                + (f" port {args.port}" if args.port is not None else ""))
+            if args.port is None:
+                line = naming_line(out, [(args.card, None)])
+                if line is None:
+                    log(f"FAIL: no message names card {args.card} ('card {args.card}' or 'npo{args.card}')")
+                    return 1
+            else:
+                # A link fault may be reported from either end of the link: card:port or the
+                # neighbour's card:port (npo-link show, read before the fault), on one line.
+                ends = [(args.card, args.port)] + ([far] if far else [])
+                line = naming_line(out, ends)
+                if line is None:
+                    log("FAIL: no message names " + " or ".join(f"card {c} with port {p}" for c, p in ends))
+                    return 1
+            log(f"PASS: the job ended with exit {rc} {took:.2f} s after the fault; named in: {line.strip()}")
             return 0
 
         if rc != 0:
