@@ -200,8 +200,15 @@ struct Shared {
   // endpoint numbers in use per card fabric ID (lanes)
   std::map<std::uint32_t, unsigned> ep_used;
 };
+// Created on first use, deleted by cleanup() (libfabric's fi_fini, before it unloads the
+// module): no static destructor, whose order against fi_fini at exit is not defined.
+std::atomic<Shared*> g_shared{nullptr};
 Shared& shared() {
-  static auto* s = new Shared;  // never destroyed: providers are unloaded at process exit
+  Shared* s = g_shared.load(std::memory_order_acquire);
+  if (s) return *s;
+  auto* fresh = new Shared;
+  if (g_shared.compare_exchange_strong(s, fresh, std::memory_order_acq_rel)) return *fresh;
+  delete fresh;
   return *s;
 }
 
@@ -1864,9 +1871,7 @@ int getinfo(std::uint32_t, const char*, const char*, std::uint64_t, const fi_inf
 }
 
 void cleanup() {
-  auto& s = shared();
-  std::lock_guard lk(s.mu);
-  s.local.reset();
+  delete g_shared.exchange(nullptr);  // closes the process-wide System, if any
 }
 
 fi_provider g_provider{

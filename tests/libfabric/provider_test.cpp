@@ -3,6 +3,7 @@
 // only, as a runtime would: two endpoints on two cards of emu:mesh8 (one emulated supernode
 // inside the provider), every message size with data checked, injects, CQ formats, AV
 // calls, truncation, cancel, error completions, and the cards' DMA counters.
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -151,7 +152,7 @@ class ProviderPair : public ::testing::TestWithParam<fi_cq_format> {
     EXPECT_EQ(rx.op_context, &rx_ctx_);
     EXPECT_EQ(rx.len, len);
     EXPECT_EQ(rx.flags, FI_RECV | FI_MSG);
-    EXPECT_EQ(std::memcmp(src.data(), dst.data(), len), 0) << len << " B";
+    EXPECT_TRUE(std::equal(src.begin(), src.end(), dst.begin())) << len << " B";
     EXPECT_EQ(dst[len], 0xee) << "wrote past the message";
   }
 
