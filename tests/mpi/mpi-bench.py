@@ -130,7 +130,9 @@ def main():
     shm = results["shm"]
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     print()
-    print(f"CPU: {cpu_name()} ({os.cpu_count()} cores), {date}, 2 ranks, {args.seconds} s per size")
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"CPU: {cpu_name()} ({os.cpu_count()} cores), {date}, 2 ranks, {args.seconds} s per size, "
+          f"load average {load}")
     print()
     print("| transport | latency 8 B (us) | vs shm | bandwidth 64 KiB (MB/s) | vs shm | bandwidth 1 MiB (MB/s) | vs shm |")
     print("|---|---|---|---|---|---|---|")
