@@ -151,7 +151,7 @@ def main():
                 cells.append(f"{lat / shm[s][0]:.2f}x" if shm else "-")
             else:
                 cells.append(f"{bw:.0f}")
-                cells.append(f"{bw / shm[s][1]:.3f}" if shm else "-")
+                cells.append(f"{bw / shm[s][1]:.2g}" if shm else "-")
         print(f"| {label} | " + " | ".join(cells) + " |")
     return 0 if all(r is not None for r in results.values()) else 1
 
