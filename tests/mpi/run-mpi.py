@@ -8,8 +8,9 @@ for its "ready" line, runs
     mpirun --allow-run-as-root --oversubscribe --mca plm isolated -np N \\
            --mca pml cm --mca mtl ofi --mca btl self --mca mtl_ofi_provider_include npo PROGRAM...
 
-with FI_PROVIDER_PATH=<provider dir> and NPO_FI_BACKEND=emu-remote:DIR (Open MPI's mtl ofi takes
-fi_info entry local_rank % n: rank i on card i), then stops the daemon and reads the per-card
+with FI_PROVIDER_PATH=<provider dir> and NPO_FI_BACKEND=emu-remote:DIR (inside a job the
+provider offers only the card of the rank's local rank: rank i on card i), then stops the
+daemon and reads the per-card
 DMA traffic it logged for each owner session (`disconnect card=K ... dma_ops=O dma_bytes=B`,
 docs/spec/emud-protocol.md §6). Fails unless the job passed and every one of the N cards moved
 at least --min-bytes (nothing fell back to shared memory or TCP: `--mca btl self` forbids both).
