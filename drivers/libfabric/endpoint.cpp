@@ -121,9 +121,9 @@ void Ep::poll_rx() {
 
 // ---- Endpoint data path -------------------------------------------------------------------
 // Reads the peer's consumer counter of our lane (a remote read of 8 bytes), waiting for it.
-Result<std::uint64_t> refresh_consumed(Ep& e, const WindowHandle& h) {
-  auto op =
-      e.queue->enqueue_remote_read(h, std::uint64_t{e.my_lane % 0xffff} * 64, DmaAddress::host(e.readback_iova()), 8);
+// `lane`: our lane in that peer's ring (my_lane mod the peer's lane count).
+Result<std::uint64_t> refresh_consumed(Ep& e, const WindowHandle& h, unsigned lane) {
+  auto op = e.queue->enqueue_remote_read(h, std::uint64_t{lane} * 64, DmaAddress::host(e.readback_iova()), 8);
   if (!op) return std::unexpected(op.error());
   Ep::Tx t;
   t.kind = Ep::Tx::kRead;
@@ -244,7 +244,7 @@ ssize_t do_send(Ep& e, const iovec* iov, std::size_t count, fi_addr_t dest, void
   if (e.queue->outstanding() + 4 > e.queue->depth()) return -FI_EAGAIN;
   const unsigned slots = peer.wire.slots;
   if (d.next_seq - 1 - d.consumed >= slots) {
-    auto c = refresh_consumed(e, h);
+    auto c = refresh_consumed(e, h, e.my_lane % peer.wire.lanes);
     if (!c) {
       if (c.error().code() == Code::kDeadlineExceeded) return -FI_EAGAIN;
       // the peer's ring cannot be read: the datagram is dropped (see poll_dma)
