@@ -120,8 +120,8 @@ void Ep::poll_rx() {
 }
 
 // ---- Endpoint data path -------------------------------------------------------------------
-// Reads the peer's consumer counter of our lane `lane` (my_lane modulo the peer's lane count,
-// where the receiver writes it: poll_rx) by a remote read of 8 bytes, waiting for it.
+// Reads the peer's consumer counter of our lane (a remote read of 8 bytes), waiting for it.
+// `lane`: our lane in that peer's ring (my_lane mod the peer's lane count).
 Result<std::uint64_t> refresh_consumed(Ep& e, const WindowHandle& h, unsigned lane) {
   auto op = e.queue->enqueue_remote_read(h, std::uint64_t{lane} * 64, DmaAddress::host(e.readback_iova()), 8);
   if (!op) return std::unexpected(op.error());

@@ -121,6 +121,45 @@ fi_npo_dma_counters counters(fid_domain* d) {
   return c;
 }
 
+// 200 messages, more than a lane's 16 slots: the sender sees -FI_EAGAIN until the receiver
+// consumes, never overwrites, and every message arrives once, in order.
+void flow_control(Side& from, Side& to, fi_addr_t dest) {
+  constexpr int kCount = 200;
+  std::vector<std::uint32_t> got;
+  std::vector<std::uint32_t> rxbuf(1);
+  int sent = 0, eagain = 0;
+  bool posted = false;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (static_cast<int>(got.size()) < kCount && std::chrono::steady_clock::now() < end) {
+    if (sent < kCount) {
+      const std::uint32_t v = 0xabc00000u + static_cast<std::uint32_t>(sent);
+      const ssize_t r = fi_send(from.ep, &v, sizeof v, nullptr, dest, nullptr);
+      if (r == 0) {
+        ++sent;
+      } else {
+        ASSERT_EQ(r, -FI_EAGAIN);
+        ++eagain;
+      }
+      fi_cq_data_entry tx{};
+      (void)fi_cq_read(from.cq, &tx, 1);
+    }
+    // the receiver lags: it starts after the sender was pushed back once
+    if (eagain == 0 && sent < kCount) continue;
+    if (!posted) {
+      ASSERT_EQ(fi_recv(to.ep, rxbuf.data(), sizeof(std::uint32_t), nullptr, FI_ADDR_UNSPEC, nullptr), 0);
+      posted = true;
+    }
+    fi_cq_data_entry rx{};
+    if (fi_cq_read(to.cq, &rx, 1) == 1) {
+      got.push_back(rxbuf[0]);
+      posted = false;
+    }
+  }
+  ASSERT_EQ(static_cast<int>(got.size()), kCount);
+  for (int i = 0; i < kCount; ++i) EXPECT_EQ(got[i], 0xabc00000u + static_cast<std::uint32_t>(i));
+  EXPECT_GT(eagain, 0) << "the lane never filled up";
+}
+
 class ProviderPair : public ::testing::TestWithParam<fi_cq_format> {
  protected:
   void SetUp() override {
@@ -265,43 +304,27 @@ TEST_F(ProviderPair, SendRecvEverySizeFromOneByteToTheMaximumWithDataChecked) {
   EXPECT_EQ(fi_send(a_.ep, big.data(), big.size(), nullptr, a_to_b_, nullptr), -FI_EMSGSIZE);
 }
 
-TEST_F(ProviderPair, ManyMessagesQueueUpAndFlowControlHolds) {
-  // 200 messages, more than a lane's 16 slots: the sender sees -FI_EAGAIN until the receiver
-  // consumes, never overwrites, and every message arrives once, in order.
-  constexpr int kCount = 200;
-  std::vector<std::uint32_t> got;
-  std::vector<std::uint32_t> rxbuf(1);
-  int sent = 0, eagain = 0;
-  bool posted = false;
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (static_cast<int>(got.size()) < kCount && std::chrono::steady_clock::now() < end) {
-    if (sent < kCount) {
-      const std::uint32_t v = 0xabc00000u + static_cast<std::uint32_t>(sent);
-      const ssize_t r = fi_send(a_.ep, &v, sizeof v, nullptr, a_to_b_, nullptr);
-      if (r == 0) {
-        ++sent;
-      } else {
-        ASSERT_EQ(r, -FI_EAGAIN);
-        ++eagain;
-      }
-      fi_cq_data_entry tx{};
-      (void)fi_cq_read(a_.cq, &tx, 1);
-    }
-    // the receiver lags: it starts after the sender was pushed back once
-    if (eagain == 0 && sent < kCount) continue;
-    if (!posted) {
-      ASSERT_EQ(fi_recv(b_.ep, rxbuf.data(), sizeof(std::uint32_t), nullptr, FI_ADDR_UNSPEC, nullptr), 0);
-      posted = true;
-    }
-    fi_cq_data_entry rx{};
-    if (fi_cq_read(b_.cq, &rx, 1) == 1) {
-      got.push_back(rxbuf[0]);
-      posted = false;
-    }
-  }
-  ASSERT_EQ(static_cast<int>(got.size()), kCount);
-  for (int i = 0; i < kCount; ++i) EXPECT_EQ(got[i], 0xabc00000u + static_cast<std::uint32_t>(i));
-  EXPECT_GT(eagain, 0) << "the lane never filled up";
+TEST_F(ProviderPair, ManyMessagesQueueUpAndFlowControlHolds) { flow_control(a_, b_, a_to_b_); }
+
+TEST(Provider, FlowControlReadsTheCounterOfTheLaneInThePeersRing) {
+  // Rings of 8 lanes: the sender on card 2 (fabric ID 3, lane 3*4 = 12) writes lane 12 mod 8
+  // = 4 of the receiver's ring, and must read that lane's consumer counter to get credit back.
+  use_provider();
+  ::setenv("NPO_FI_RING_LANES", "8", 1);
+  Side from, to;
+  from.open(2, FI_CQ_FORMAT_DATA);
+  to.open(3, FI_CQ_FORMAT_DATA);
+  ::unsetenv("NPO_FI_RING_LANES");
+  ASSERT_FALSE(HasFatalFailure());
+  fi_addr_t dest = FI_ADDR_NOTAVAIL;
+  ASSERT_EQ(fi_av_insert(from.av, to.addr.data(), 1, &dest, 0, nullptr), 1);
+  char buf[128];
+  std::size_t len = sizeof buf;
+  fi_av_straddr(from.av, to.addr.data(), buf, &len);
+  EXPECT_NE(std::string(buf).find("ring8x16"), std::string::npos) << buf;
+  flow_control(from, to, dest);
+  to.close();
+  from.close();
 }
 
 TEST_F(ProviderPair, InjectHasNoCompletionAndArrives) {
