@@ -491,8 +491,13 @@ struct Ep {
   // A failed send to `dest_key`: fatal once that peer kept failing for fault_persistence().
   void send_failed(std::uint64_t dest_key, OpStatus st, const std::string& msg) {
     if (st == OpStatus::kTimeout || st == OpStatus::kAborted) {
-      // the own queue was reset: the own card hung or was removed
-      report_fatal(msg, FI_ENODEV);
+      // the own queue was reset: the own card hung or was removed (the heartbeat tells which)
+      auto hb = domain->dev->heartbeat();
+      if (!hb && hb.error().code() == Code::kUnavailable) {
+        report_fatal(where() + " is gone: " + hb.error().to_string(), FI_ENODEV);
+      } else {
+        report_fatal(msg, FI_ENODEV);
+      }
       return;
     }
     auto it = dests.find(dest_key);
