@@ -18,8 +18,13 @@ packages=(
   libspdlog-dev libfmt-dev libnuma-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
   # DPDK: headers/libraries, plus dpdk-test (dmadev_autotest) and dpdk-telemetry.py
   libdpdk-dev dpdk-dev
+  # libfabric provider libnpo-fi.so (drivers/libfabric): headers, and fi_info/fi_pingpong for its tests
+  libfabric-dev libfabric-bin
   # tests
   libgtest-dev libgmock-dev libbenchmark-dev
+  # Open MPI over the libfabric provider npo (tests/mpi, docs/mpi.md): mpirun + mpicc (mtl ofi),
+  # NetPIPE's NPopenmpi (integrity check, netpipe_integrity)
+  openmpi-bin libopenmpi-dev netpipe-openmpi
   # format check (tests/structure/check-format.sh)
   clang-format
   # VFIO real-kernel test in a QEMU TCG guest (tests/vfio/qemu, ctest label vfio-qemu)

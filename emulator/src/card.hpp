@@ -118,6 +118,22 @@ class Card {
   void inject_link_fault(const Fault& f) { ports_.inject_fault(f); }
   /// Appends to the system event log, tagged with this card.
   void log_event(const std::string& text);
+  /// Cumulative data ops (copies, local and remote) this card's engines completed with status
+  /// OK, and their bytes, since the card was created: never reset (not by a queue or card
+  /// reset, nor a client's disconnect), so npo-emud can report what one owner's session moved.
+  struct DmaTotals {
+    std::uint64_t ops = 0;
+    std::uint64_t bytes = 0;
+  };
+  /// Counts one completed data op of `bytes`. Thread-safe (relaxed atomics).
+  void count_dma_op(std::uint64_t bytes) noexcept {
+    dma_ops_total_.fetch_add(1, std::memory_order_relaxed);
+    dma_bytes_total_.fetch_add(bytes, std::memory_order_relaxed);
+  }
+  /// The totals now. Thread-safe; the two values are read one after the other.
+  [[nodiscard]] DmaTotals dma_totals() const noexcept {
+    return {dma_ops_total_.load(std::memory_order_relaxed), dma_bytes_total_.load(std::memory_order_relaxed)};
+  }
 
  private:
   std::uint64_t global_read(std::uint32_t off);
@@ -141,6 +157,8 @@ class Card {
   std::atomic<std::uint64_t> scratch64_{0};
   std::atomic<std::uint32_t> fault_count_{0};
   std::atomic<std::uint32_t> inject_iommu_{0};
+  std::atomic<std::uint64_t> dma_ops_total_{0};    ///< see dma_totals()
+  std::atomic<std::uint64_t> dma_bytes_total_{0};  ///< see dma_totals()
   std::mutex fault_mu_;
   std::deque<std::pair<std::uint64_t, std::uint32_t>> faults_;  // (iova, info), oldest first; max 16
 

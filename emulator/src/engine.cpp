@@ -488,6 +488,8 @@ bool QueueModel::run_once() {
       st = Status::kFenceSkipped;
     } else {
       st = execute(d, &info);
+      if (st == Status::kOk && d.opcode() != dma::Opcode::kNop && d.opcode() != dma::Opcode::kFence)
+        card_.count_dma_op(d.length());
     }
     if (fenced) failed_since_fence_ = false;
     if (st != Status::kOk && st != Status::kFenceSkipped) failed_since_fence_ = true;

@@ -634,6 +634,13 @@ TEST(Emud, ClientKilledMidDmaLosesItsStateOthersContinue) {
   const auto at = d.output().find(line);
   ASSERT_NE(at, std::string::npos) << d.output();
   EXPECT_GE(std::stoi(d.output().substr(at + line.size())), 2) << "its queue rings and buffer were mapped";
+  // The session on card 2 completed exactly 8 copies of kLen bytes (the remote read of the
+  // revoked window failed and does not count): the daemon's per-session DMA traffic.
+  const std::string line2 = "disconnect card=2 pid=" + std::to_string(::getpid()) + " mode=owner dma_maps_dropped=";
+  const auto at2 = d.output().find(line2);
+  ASSERT_NE(at2, std::string::npos) << d.output();
+  const std::string rest = d.output().substr(at2, d.output().find('\n', at2) - at2);
+  EXPECT_NE(rest.find(" dma_ops=8 dma_bytes=" + std::to_string(8 * kLen)), std::string::npos) << rest;
 }
 
 }  // namespace

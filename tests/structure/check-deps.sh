@@ -11,6 +11,9 @@
 #   hal-api-no-backend     the user API (hal/include/npo/hal/*.hpp) never includes npo/hal/backend/
 #   hal-composition-root   in hal/src only builtin_backends.cpp includes the backends, and only
 #                          their registration headers (npo/emu/register.hpp, vfio/register.hpp)
+#   provider-public-api-only  the libfabric provider (drivers/libfabric) includes hal's public
+#                          headers npo/hal/*.hpp (not backend/), libfabric's rdma/*, its own
+#                          headers and the standard/POSIX library: it is a HAL user like a tool
 # Usage: check-deps.sh [ROOT]   (ROOT defaults to the repository holding this script)
 # Prints "file:line: [rule] message" per violation; exits 1 if there is any.
 set -euo pipefail
@@ -154,6 +157,18 @@ check_include() { # file line kind(<,") path spelled
       if is_driver_path "${p}" && ! { [[ "${kind}" == '"' ]] && resolves_locally "${f}" "${p}"; }; then
         report "${f}" "${n}" emu-no-drivers "the emulator must not include drivers (it is the hardware)" "${s}"
       fi
+      ;;
+    drivers/libfabric/*)
+      local ok=0
+      if [[ "${p}" =~ ^npo/hal/[A-Za-z0-9_]+\.hpp$ ]]; then
+        ok=1
+      elif [[ "${kind}" == '<' ]]; then
+        if is_std "${p}" || is_posix "${p}" || [[ "${p}" == rdma/* ]]; then ok=1; fi
+      elif resolves_locally "${f}" "${p}"; then
+        ok=1
+      fi
+      ((ok)) || report "${f}" "${n}" provider-public-api-only \
+        "the libfabric provider may include only npo/hal/*.hpp (not backend/), rdma/*, its own headers, std/POSIX" "${s}"
       ;;
     drivers/*)
       if is_emu_path "${p}"; then

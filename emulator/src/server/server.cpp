@@ -256,6 +256,7 @@ class Session {
       dev_ = std::move(*d);
       slot.owner = pid_ > 0 ? pid_ : 1;
       owner_ = true;
+      dma_at_attach_ = card().dma_totals();
     }
     attached_ = true;
     srv_.log(fmt::format("connect card={} pid={} mode={}", card_, pid_, read_only_ ? "read-only" : "owner"));
@@ -552,10 +553,14 @@ class Session {
   }
 
   void release() {
+    std::string session;
     if (owner_) {
       // Order: stop the card's queues and windows, then the device (IOMMU cleared, waiting for
       // in-flight accesses; interrupts disconnected), then the daemon's view of client memory.
       card().release_client_state();
+      // What this owner's session made the card's engines move (§6: the per-card traffic of a job).
+      const auto t = card().dma_totals();
+      session = fmt::format(" dma_ops={} dma_bytes={}", t.ops - dma_at_attach_.ops, t.bytes - dma_at_attach_.bytes);
       dev_.reset();
       for (auto& [iova, m] : maps_) drop_mapping(iova, m);
       CardSlot& slot = *srv_.slots[card_];
@@ -572,8 +577,8 @@ class Session {
       fd = -1;
     }
     if (attached_) {
-      srv_.log(fmt::format("disconnect card={} pid={} mode={} dma_maps_dropped={}", card_, pid_,
-                           read_only_ ? "read-only" : "owner", nmaps));
+      srv_.log(fmt::format("disconnect card={} pid={} mode={} dma_maps_dropped={}{}", card_, pid_,
+                           read_only_ ? "read-only" : "owner", nmaps, session));
     }
     attached_ = owner_ = false;
     if (conn_ >= 0) ::close(conn_);
@@ -587,6 +592,7 @@ class Session {
   bool attached_ = false;
   bool read_only_ = false;
   bool owner_ = false;
+  Card::DmaTotals dma_at_attach_;  ///< the card's DMA totals when this owner attached
   std::unique_ptr<backend::Device> dev_;
   std::map<std::uint64_t, Mapping> maps_;
   std::array<int, pci::kMsixVectors> msix_fds_{};

@@ -1,0 +1,601 @@
+// SPDX-License-Identifier: Apache-2.0
+// libnpo-fi.so: endpoints -- the data path over the HAL (staged remote DMA into the peer's
+// ring, ring polling), progress and faults (docs/libfabric.md "Data path", "Faults").
+#include "provider.hpp"
+
+namespace npo::fi {
+
+void Cq::progress() {
+  for (Ep* e : eps) e->progress();
+}
+
+// Reaps the card's completions and finishes sends (CQ entries) and remote reads.
+void Ep::poll_dma() {
+  if (!queue) return;
+  std::array<OpCompletion, 64> out;
+  for (;;) {
+    const std::size_t n = queue->poll(out);
+    for (std::size_t i = 0; i < n; ++i) {
+      const OpCompletion& c = out[i];
+      if (c.status == OpStatus::kOk) {
+        domain->ops_ok.fetch_add(1, std::memory_order_relaxed);
+        domain->bytes_moved.fetch_add(c.info, std::memory_order_relaxed);
+      } else {
+        domain->ops_failed.fetch_add(1, std::memory_order_relaxed);
+      }
+      auto it =
+          std::find_if(tx.begin(), tx.end(), [&](const Tx& t) { return c.handle >= t.first && c.handle <= t.last; });
+      if (it == tx.end()) continue;
+      if (c.status != OpStatus::kOk && it->worst == OpStatus::kOk) {
+        it->worst = c.status;
+        it->info = c.info;
+      }
+      if (c.handle != it->last) continue;
+      if (c.status != OpStatus::kOk && it->kind == Tx::kSend) {
+        // the header never landed: the peer waits for this seq; owe it a tombstone
+        if (auto d = dests.find(it->dest_key); d != dests.end()) d->second.holes.push_back(it->seq);
+      }
+      it->done = true;
+      if (it->kind == Tx::kSend) {
+        free_slots.push_back(it->slot);
+        Cq* cq = tx_cq;
+        if (it->worst != OpStatus::kOk) {
+          const std::string msg = "npo: send of " + std::to_string(it->len) + " B from " + where() +
+                                  " to the card with fabric id " + std::to_string(it->dest_fabric) +
+                                  " failed: " + std::string(op_status_name(it->worst));
+          if (is_path_failure(it->worst)) {
+            // The fabric did not deliver the datagram (peer unreachable, its ring window gone):
+            // like a UD/UDP datagram it is dropped and the send completes; a reliability layer
+            // (ofi_rxd) retransmits. A peer that keeps failing is a fault (send_failed).
+            ++dropped_tx;
+            domain->datagrams_dropped.fetch_add(1, std::memory_order_relaxed);
+            warn(FI_LOG_EP_DATA, msg);
+            if (cq && it->completion) cq->push({it->ctx, it->cq_flags, it->len, nullptr, 0});
+          } else if (cq) {
+            cq->push_error(it->ctx, it->cq_flags, 0, 0, fi_errno_of(it->worst), msg);
+          }
+          send_failed(it->dest_key, it->worst, msg);
+        } else {
+          send_ok(it->dest_key);
+          if (cq && it->completion) cq->push({it->ctx, it->cq_flags, it->len, nullptr, 0});
+        }
+        tx.erase(it);
+      }
+    }
+    if (n < out.size()) break;
+  }
+  // finished reads are removed by their waiter; drop stale ones
+  while (!tx.empty() && tx.front().kind == Tx::kRead && tx.front().done && tx.front().ctx == nullptr) tx.pop_front();
+}
+
+// Consumes arrived datagrams into posted receives, lane by lane.
+void Ep::poll_rx() {
+  if (!map || rx.empty()) return;
+  std::byte* base = map->bytes().data();
+  for (unsigned scanned = 0; scanned < lanes && !rx.empty(); ++scanned) {
+    const unsigned lane = (rx_lane_cursor + scanned) % lanes;
+    for (;;) {
+      if (rx.empty()) break;
+      const std::uint64_t want = rx_consumed[lane] + 1;
+      const std::byte* slot = base + slot_offset(lane, kSlotsPerLane, want);
+      if (hw_load64(slot) != want) break;
+      SlotHeader h;
+      hw_copy(reinterpret_cast<std::byte*>(&h), slot, sizeof h);
+      const bool bad_header = (h.flags & kFlagSkip) || h.magic != kHdrMagic || h.len > kMaxMsg;
+      if (!bad_header) hw_copy(rx_scratch.data(), slot + kHdr, h.len);
+      if (bad_header || payload_sum(rx_scratch.data(), h.len) != h.sum) {
+        // a tombstone, or a payload write that failed: the datagram is dropped (DGRAM)
+        ++dropped;
+        rx_consumed[lane] = want;
+        hw_store64(base + std::size_t{lane} * 64, want);
+        continue;
+      }
+      Rx r = rx.front();
+      rx.pop_front();
+      std::size_t cap = 0;
+      for (std::size_t i = 0; i < r.count; ++i) cap += r.iov[i].iov_len;
+      const std::size_t len = std::min<std::size_t>(h.len, kMaxMsg);
+      std::size_t copied = 0;
+      for (std::size_t i = 0; i < r.count && copied < len; ++i) {
+        const std::size_t n = std::min(r.iov[i].iov_len, len - copied);
+        std::memcpy(r.iov[i].iov_base, rx_scratch.data() + copied, n);
+        copied += n;
+      }
+      const std::uint64_t flags = FI_RECV | FI_MSG | ((h.flags & kFlagData) ? FI_REMOTE_CQ_DATA : 0);
+      if (rx_cq) {
+        if (len > cap) {
+          rx_cq->push_error(r.ctx, flags, copied, len - copied, FI_ETRUNC,
+                            "npo: receive on " + where() + " truncated: message of " + std::to_string(len) +
+                                " B, buffer of " + std::to_string(cap) + " B");
+          rx_cq->errors.back().entry.data = h.data;
+        } else if (!rx_selective || (r.flags & FI_COMPLETION)) {
+          rx_cq->push({r.ctx, flags, len, r.count ? r.iov[0].iov_base : nullptr, (h.flags & kFlagData) ? h.data : 0});
+        }
+      }
+      rx_consumed[lane] = want;
+      hw_store64(base + std::size_t{lane} * 64, want);
+    }
+  }
+  rx_lane_cursor = (rx_lane_cursor + 1) % lanes;
+}
+
+// ---- Endpoint data path -------------------------------------------------------------------
+// Reads the peer's consumer counter of our lane (a remote read of 8 bytes), waiting for it.
+// `lane`: our lane in that peer's ring (my_lane mod the peer's lane count).
+Result<std::uint64_t> refresh_consumed(Ep& e, const WindowHandle& h, unsigned lane) {
+  auto op = e.queue->enqueue_remote_read(h, std::uint64_t{lane} * 64, DmaAddress::host(e.readback_iova()), 8);
+  if (!op) return std::unexpected(op.error());
+  Ep::Tx t;
+  t.kind = Ep::Tx::kRead;
+  t.first = t.last = *op;
+  t.ctx = &t;  // marks a waiter
+  e.tx.push_back(t);
+  if (auto s = e.queue->submit(); !s) return std::unexpected(s.error());
+  const auto end = std::chrono::steady_clock::now() + kRefreshTimeout;
+  for (;;) {
+    e.poll_dma();
+    auto it = std::find_if(e.tx.begin(), e.tx.end(),
+                           [&](const Ep::Tx& x) { return x.kind == Ep::Tx::kRead && x.last == *op; });
+    if (it != e.tx.end() && it->done) {
+      const OpStatus st = it->worst;
+      e.tx.erase(it);
+      if (st != OpStatus::kOk)
+        return fail(Code::kUnavailable, "remote read of the peer's ring counter: " + std::string(op_status_name(st)));
+      std::uint64_t v;
+      std::memcpy(&v, e.readback(), 8);
+      return v;
+    }
+    if (std::chrono::steady_clock::now() >= end) {
+      if (it != e.tx.end()) it->ctx = nullptr;  // abandoned: dropped when it completes
+      return fail(Code::kDeadlineExceeded, "remote read of the peer's ring counter timed out");
+    }
+    std::this_thread::yield();
+  }
+}
+
+// Writes one slot of the peer's ring: payload (if any), a fence, then the header (so the
+// receiver sees a header only after the payload landed; the checksum catches a payload that
+// failed). A tombstone (flags kFlagSkip, no payload) stands for a seq whose header never
+// landed. Returns 0 when posted, 1 when it failed and was reported on the CQ.
+ssize_t post_slot(Ep& e, const Av::Entry& peer, Ep::Dest& d, std::uint64_t key, std::uint64_t seq, const iovec* iov,
+                  std::size_t count, std::size_t len, void* ctx, std::uint64_t data, std::uint32_t flags,
+                  bool completion) {
+  const WindowHandle& h = peer.handle;
+  const unsigned lanes = peer.wire.lanes, slots = peer.wire.slots;
+  const unsigned lane = e.my_lane % lanes;
+  const unsigned s = e.free_slots.back();
+  std::byte* st = e.staging_slot(s);
+  std::size_t off = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (iov[i].iov_len) std::memcpy(st + kHdr + off, iov[i].iov_base, iov[i].iov_len);
+    off += iov[i].iov_len;
+  }
+  SlotHeader hdr{};
+  hdr.seq = seq;
+  hdr.len = static_cast<std::uint32_t>(len);
+  hdr.flags = flags;
+  hdr.data = data;
+  hdr.magic = kHdrMagic;
+  hdr.src_fabric_id = e.domain->fabric_id;
+  hdr.sum = payload_sum(st + kHdr, len);
+  std::memcpy(st, &hdr, sizeof hdr);
+  const std::uint64_t dst = slot_offset(lane, slots, seq);
+  auto fail_enqueue = [&](const Error& err) -> ssize_t {
+    const std::string msg = "npo: send from " + e.where() + " failed: " + err.to_string();
+    if (e.tx_cq && completion) e.tx_cq->push_error(ctx, FI_SEND | FI_MSG, 0, 0, fi_errno_of(err), msg);
+    e.report_fatal(msg, fi_errno_of(err));
+    return 1;  // reported on the CQ; nothing was posted
+  };
+  Ep::Tx t;
+  t.ctx = ctx;
+  t.completion = completion;
+  t.len = len;
+  t.slot = s;
+  t.cq_flags = FI_SEND | FI_MSG;
+  t.dest_fabric = h.fabric_id;
+  t.dest_key = key;
+  t.seq = seq;
+  bool first_set = false;
+  if (len) {
+    auto op = e.queue->enqueue_remote_write(DmaAddress::host(e.staging_iova(s) + kHdr), h, dst + kHdr,
+                                            static_cast<std::uint32_t>(len));
+    if (!op) return fail_enqueue(op.error());
+    t.first = *op;
+    first_set = true;
+    auto fence = e.queue->enqueue_fence();
+    if (!fence) return fail_enqueue(fence.error());
+  }
+  auto hop = e.queue->enqueue_remote_write(DmaAddress::host(e.staging_iova(s)), h, dst, kHdr);
+  if (!hop) return fail_enqueue(hop.error());
+  if (!first_set) t.first = *hop;
+  t.last = *hop;
+  if (auto sub = e.queue->submit(); !sub) return fail_enqueue(sub.error());
+  e.free_slots.pop_back();
+  e.tx.push_back(t);
+  (void)d;
+  return 0;
+}
+
+ssize_t do_send(Ep& e, const iovec* iov, std::size_t count, fi_addr_t dest, void* ctx, std::uint64_t data,
+                bool has_data, bool inject, bool completion) {
+  if (!e.enabled) return -FI_EOPBADSTATE;
+  if (!e.av) return -FI_EINVAL;
+  if (count > kIovLimit) return -FI_EINVAL;
+  std::size_t len = 0;
+  for (std::size_t i = 0; i < count; ++i) len += iov[i].iov_len;
+  if (len > kMaxMsg) return -FI_EMSGSIZE;
+  if (dest >= e.av->table.size() || !e.av->table[dest].valid) return -FI_EINVAL;
+  const Av::Entry peer = e.av->table[dest];
+  e.poll_dma();
+  const WindowHandle& h = peer.handle;
+  const std::uint64_t key = (std::uint64_t{h.fabric_id} << 32) | (std::uint64_t{h.window_id} << 16) | h.generation;
+  Ep::Dest& d = e.dests[key];
+  // tombstones first: the peer's lane is stuck at the oldest seq whose header never landed
+  while (!d.holes.empty()) {
+    if (e.free_slots.empty() || e.queue->outstanding() + 4 > e.queue->depth()) return -FI_EAGAIN;
+    const std::uint64_t hole = d.holes.front();
+    d.holes.erase(d.holes.begin());
+    if (post_slot(e, peer, d, key, hole, nullptr, 0, 0, nullptr, 0, kFlagSkip, false) != 0) {
+      d.holes.insert(d.holes.begin(), hole);
+      return 0;
+    }
+  }
+  if (e.free_slots.empty()) return -FI_EAGAIN;
+  if (e.queue->outstanding() + 4 > e.queue->depth()) return -FI_EAGAIN;
+  const unsigned slots = peer.wire.slots;
+  if (d.next_seq - 1 - d.consumed >= slots) {
+    auto c = refresh_consumed(e, h, e.my_lane % peer.wire.lanes);
+    if (!c) {
+      if (c.error().code() == Code::kDeadlineExceeded) return -FI_EAGAIN;
+      // the peer's ring cannot be read: the datagram is dropped (see poll_dma)
+      const std::string msg = "npo: send from " + e.where() + " to the card with fabric id " +
+                              std::to_string(h.fabric_id) + " dropped: " + c.error().to_string();
+      ++e.dropped_tx;
+      e.domain->datagrams_dropped.fetch_add(1, std::memory_order_relaxed);
+      warn(FI_LOG_EP_DATA, msg);
+      if (e.tx_cq && completion && !inject) e.tx_cq->push({ctx, FI_SEND | FI_MSG, len, nullptr, 0});
+      e.send_failed(key, OpStatus::kRemoteUnreachable, msg);
+      return 0;
+    }
+    d.consumed = std::max(d.consumed, *c);
+    if (d.next_seq - 1 - d.consumed >= slots) return -FI_EAGAIN;
+  }
+  const ssize_t r = post_slot(e, peer, d, key, d.next_seq, iov, count, len, ctx, data, has_data ? kFlagData : 0,
+                              completion && !inject);
+  if (r == 0) ++d.next_seq;
+  return r == 1 ? 0 : r;
+}
+
+Ep* ep_of(fid_ep* f) { return reinterpret_cast<Ep*>(f); }
+
+ssize_t ep_sendv(fid_ep* f, const iovec* iov, void**, std::size_t count, fi_addr_t dest, void* ctx) {
+  Ep* e = ep_of(f);
+  std::lock_guard lk(e->domain->mu);
+  return do_send(*e, iov, count, dest, ctx, 0, false, false, !e->tx_selective);
+}
+ssize_t ep_send(fid_ep* f, const void* buf, std::size_t len, void* desc, fi_addr_t dest, void* ctx) {
+  iovec iov{const_cast<void*>(buf), len};
+  return ep_sendv(f, &iov, &desc, 1, dest, ctx);
+}
+ssize_t ep_sendmsg(fid_ep* f, const fi_msg* msg, std::uint64_t flags) {
+  Ep* e = ep_of(f);
+  std::lock_guard lk(e->domain->mu);
+  return do_send(*e, msg->msg_iov, msg->iov_count, msg->addr, msg->context, msg->data, (flags & FI_REMOTE_CQ_DATA) != 0,
+                 (flags & FI_INJECT) != 0, !e->tx_selective || (flags & FI_COMPLETION));
+}
+ssize_t ep_inject(fid_ep* f, const void* buf, std::size_t len, fi_addr_t dest) {
+  Ep* e = ep_of(f);
+  std::lock_guard lk(e->domain->mu);
+  iovec iov{const_cast<void*>(buf), len};
+  return do_send(*e, &iov, 1, dest, nullptr, 0, false, true, false);
+}
+ssize_t ep_senddata(fid_ep* f, const void* buf, std::size_t len, void*, std::uint64_t data, fi_addr_t dest, void* ctx) {
+  Ep* e = ep_of(f);
+  std::lock_guard lk(e->domain->mu);
+  iovec iov{const_cast<void*>(buf), len};
+  return do_send(*e, &iov, 1, dest, ctx, data, true, false, !e->tx_selective);
+}
+ssize_t ep_injectdata(fid_ep* f, const void* buf, std::size_t len, std::uint64_t data, fi_addr_t dest) {
+  Ep* e = ep_of(f);
+  std::lock_guard lk(e->domain->mu);
+  iovec iov{const_cast<void*>(buf), len};
+  return do_send(*e, &iov, 1, dest, nullptr, data, true, true, false);
+}
+ssize_t do_recv(Ep& e, const iovec* iov, std::size_t count, void* ctx, std::uint64_t flags) {
+  if (!e.enabled) return -FI_EOPBADSTATE;
+  if (count > kIovLimit) return -FI_EINVAL;
+  if (e.rx.size() >= kRxSize) return -FI_EAGAIN;
+  Ep::Rx r{};
+  r.ctx = ctx;
+  r.count = count;
+  r.flags = flags;
+  for (std::size_t i = 0; i < count; ++i) r.iov[i] = iov[i];
+  e.rx.push_back(r);
+  return 0;
+}
+ssize_t ep_recvv(fid_ep* f, const iovec* iov, void**, std::size_t count, fi_addr_t, void* ctx) {
+  Ep* e = ep_of(f);
+  std::lock_guard lk(e->domain->mu);
+  return do_recv(*e, iov, count, ctx, FI_COMPLETION);
+}
+ssize_t ep_recv(fid_ep* f, void* buf, std::size_t len, void* desc, fi_addr_t src, void* ctx) {
+  iovec iov{buf, len};
+  return ep_recvv(f, &iov, &desc, 1, src, ctx);
+}
+ssize_t ep_recvmsg(fid_ep* f, const fi_msg* msg, std::uint64_t flags) {
+  Ep* e = ep_of(f);
+  std::lock_guard lk(e->domain->mu);
+  return do_recv(*e, msg->msg_iov, msg->iov_count, msg->context, flags);
+}
+fi_ops_msg ep_msg_ops{sizeof(fi_ops_msg), ep_recv,    ep_recvv,  ep_recvmsg,  ep_send,
+                      ep_sendv,           ep_sendmsg, ep_inject, ep_senddata, ep_injectdata};
+
+ssize_t ep_cancel(fid_t f, void* ctx) {
+  Ep* e = reinterpret_cast<Ep*>(f);
+  std::lock_guard lk(e->domain->mu);
+  auto it = std::find_if(e->rx.begin(), e->rx.end(), [&](const Ep::Rx& r) { return r.ctx == ctx; });
+  if (it == e->rx.end()) return -FI_ENOENT;
+  e->rx.erase(it);
+  if (e->rx_cq) e->rx_cq->push_error(ctx, FI_RECV | FI_MSG, 0, 0, FI_ECANCELED, "npo: receive canceled");
+  return 0;
+}
+int ep_getopt(fid_t, int level, int optname, void* optval, std::size_t* optlen) {
+  if (level != FI_OPT_ENDPOINT) return -FI_ENOPROTOOPT;
+  if (optname == FI_OPT_MIN_MULTI_RECV) return -FI_ENOPROTOOPT;
+  (void)optval;
+  (void)optlen;
+  return -FI_ENOPROTOOPT;
+}
+int ep_setopt(fid_t, int level, int, const void*, std::size_t) {
+  return level == FI_OPT_ENDPOINT ? -FI_ENOPROTOOPT : -FI_ENOPROTOOPT;
+}
+ssize_t ep_rx_size_left(fid_ep* f) {
+  Ep* e = ep_of(f);
+  std::lock_guard lk(e->domain->mu);
+  return static_cast<ssize_t>(kRxSize - e->rx.size());
+}
+ssize_t ep_tx_size_left(fid_ep* f) {
+  Ep* e = ep_of(f);
+  std::lock_guard lk(e->domain->mu);
+  return static_cast<ssize_t>(e->free_slots.size());
+}
+fi_ops_ep ep_base_ops{sizeof(fi_ops_ep),
+                      ep_cancel,
+                      ep_getopt,
+                      ep_setopt,
+                      NPO_ENOSYS(fi_ops_ep, tx_ctx),
+                      NPO_ENOSYS(fi_ops_ep, rx_ctx),
+                      ep_rx_size_left,
+                      ep_tx_size_left};
+
+int ep_getname(fid_t f, void* addr, std::size_t* addrlen) {
+  Ep* e = reinterpret_cast<Ep*>(f);
+  const std::size_t have = *addrlen;
+  *addrlen = kAddrLen;
+  if (have < kAddrLen) return -FI_ETOOSMALL;
+  std::memcpy(addr, &e->wire, kAddrLen);
+  return 0;
+}
+fi_ops_cm ep_cm_ops{sizeof(fi_ops_cm),
+                    NPO_ENOSYS(fi_ops_cm, setname),
+                    ep_getname,
+                    NPO_ENOSYS(fi_ops_cm, getpeer),
+                    NPO_ENOSYS(fi_ops_cm, connect),
+                    NPO_ENOSYS(fi_ops_cm, listen),
+                    NPO_ENOSYS(fi_ops_cm, accept),
+                    NPO_ENOSYS(fi_ops_cm, reject),
+                    NPO_ENOSYS(fi_ops_cm, shutdown),
+                    NPO_ENOSYS(fi_ops_cm, join)};
+fi_ops_rma ep_rma_ops{sizeof(fi_ops_rma),
+                      NPO_ENOSYS(fi_ops_rma, read),
+                      NPO_ENOSYS(fi_ops_rma, readv),
+                      NPO_ENOSYS(fi_ops_rma, readmsg),
+                      NPO_ENOSYS(fi_ops_rma, write),
+                      NPO_ENOSYS(fi_ops_rma, writev),
+                      NPO_ENOSYS(fi_ops_rma, writemsg),
+                      NPO_ENOSYS(fi_ops_rma, inject),
+                      NPO_ENOSYS(fi_ops_rma, writedata),
+                      NPO_ENOSYS(fi_ops_rma, injectdata)};
+fi_ops_tagged ep_tagged_ops{sizeof(fi_ops_tagged),
+                            NPO_ENOSYS(fi_ops_tagged, recv),
+                            NPO_ENOSYS(fi_ops_tagged, recvv),
+                            NPO_ENOSYS(fi_ops_tagged, recvmsg),
+                            NPO_ENOSYS(fi_ops_tagged, send),
+                            NPO_ENOSYS(fi_ops_tagged, sendv),
+                            NPO_ENOSYS(fi_ops_tagged, sendmsg),
+                            NPO_ENOSYS(fi_ops_tagged, inject),
+                            NPO_ENOSYS(fi_ops_tagged, senddata),
+                            NPO_ENOSYS(fi_ops_tagged, injectdata)};
+fi_ops_atomic ep_atomic_ops{sizeof(fi_ops_atomic),
+                            NPO_ENOSYS(fi_ops_atomic, write),
+                            NPO_ENOSYS(fi_ops_atomic, writev),
+                            NPO_ENOSYS(fi_ops_atomic, writemsg),
+                            NPO_ENOSYS(fi_ops_atomic, inject),
+                            NPO_ENOSYS(fi_ops_atomic, readwrite),
+                            NPO_ENOSYS(fi_ops_atomic, readwritev),
+                            NPO_ENOSYS(fi_ops_atomic, readwritemsg),
+                            NPO_ENOSYS(fi_ops_atomic, compwrite),
+                            NPO_ENOSYS(fi_ops_atomic, compwritev),
+                            NPO_ENOSYS(fi_ops_atomic, compwritemsg),
+                            NPO_ENOSYS(fi_ops_atomic, writevalid),
+                            NPO_ENOSYS(fi_ops_atomic, readwritevalid),
+                            NPO_ENOSYS(fi_ops_atomic, compwritevalid)};
+fi_ops_collective ep_coll_ops{sizeof(fi_ops_collective),
+                              NPO_ENOSYS(fi_ops_collective, barrier),
+                              NPO_ENOSYS(fi_ops_collective, broadcast),
+                              NPO_ENOSYS(fi_ops_collective, alltoall),
+                              NPO_ENOSYS(fi_ops_collective, allreduce),
+                              NPO_ENOSYS(fi_ops_collective, allgather),
+                              NPO_ENOSYS(fi_ops_collective, reduce_scatter),
+                              NPO_ENOSYS(fi_ops_collective, reduce),
+                              NPO_ENOSYS(fi_ops_collective, scatter),
+                              NPO_ENOSYS(fi_ops_collective, gather),
+                              NPO_ENOSYS(fi_ops_collective, msg),
+                              NPO_ENOSYS(fi_ops_collective, barrier2)};
+
+int ep_close(fid* f) {
+  Ep* e = reinterpret_cast<Ep*>(f);
+  Domain* d = e->domain;
+  {
+    std::lock_guard lk(d->mu);
+    // let sends in flight finish (bounded), so no DMA targets freed staging memory
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (e->queue && e->queue->outstanding() > 0 && std::chrono::steady_clock::now() < end) {
+      e->poll_dma();
+      std::this_thread::yield();
+    }
+    if (e->tx_cq == e->rx_cq) {
+      if (e->tx_cq) {
+        std::erase(e->tx_cq->eps, e);
+        e->tx_cq->refs.fetch_sub(1);
+      }
+    } else {
+      if (e->tx_cq) {
+        std::erase(e->tx_cq->eps, e);
+        e->tx_cq->refs.fetch_sub(1);
+      }
+      if (e->rx_cq) {
+        std::erase(e->rx_cq->eps, e);
+        e->rx_cq->refs.fetch_sub(1);
+      }
+    }
+    if (e->av) e->av->refs.fetch_sub(1);
+    e->queue.reset();
+    e->map.reset();
+    if (e->window) (void)e->window->revoke();
+    e->window.reset();
+    if (e->hbm.size) (void)free_hbm(*d->dev, e->hbm);
+    e->staging.reset();
+  }
+  {
+    auto& s = shared();
+    std::lock_guard lk(s.mu);
+    s.ep_used[d->fabric_id] &= ~(1u << e->ep_no);
+  }
+  d->refs.fetch_sub(1);
+  delete e;
+  return 0;
+}
+int ep_bind(fid* f, fid* b, std::uint64_t flags) {
+  Ep* e = reinterpret_cast<Ep*>(f);
+  std::lock_guard lk(e->domain->mu);
+  switch (b->fclass) {
+    case FI_CLASS_AV: {
+      auto* a = reinterpret_cast<Av*>(b);
+      if (a->domain != e->domain) return -FI_EINVAL;
+      if (e->av) return -FI_EINVAL;
+      e->av = a;
+      a->refs.fetch_add(1);
+      return 0;
+    }
+    case FI_CLASS_CQ: {
+      auto* q = reinterpret_cast<Cq*>(b);
+      if (q->domain != e->domain) return -FI_EINVAL;
+      if (!(flags & (FI_TRANSMIT | FI_RECV))) return -FI_EBADFLAGS;
+      if (flags & FI_TRANSMIT) {
+        if (e->tx_cq) return -FI_EINVAL;
+        e->tx_cq = q;
+        e->tx_selective = (flags & FI_SELECTIVE_COMPLETION) != 0;
+      }
+      if (flags & FI_RECV) {
+        if (e->rx_cq) return -FI_EINVAL;
+        e->rx_cq = q;
+        e->rx_selective = (flags & FI_SELECTIVE_COMPLETION) != 0;
+      }
+      if (std::find(q->eps.begin(), q->eps.end(), e) == q->eps.end()) {
+        q->eps.push_back(e);
+        q->refs.fetch_add(1);
+      }
+      return 0;
+    }
+    case FI_CLASS_EQ: e->eq = reinterpret_cast<Eq*>(b); return 0;
+    default: return -FI_ENOSYS;
+  }
+}
+int ep_control(fid* f, int command, void*) {
+  Ep* e = reinterpret_cast<Ep*>(f);
+  std::lock_guard lk(e->domain->mu);
+  if (command != FI_ENABLE) return -FI_ENOSYS;
+  if (!e->tx_cq || !e->rx_cq) return -FI_ENOCQ;
+  if (!e->av) return -FI_ENOAV;
+  e->enabled = true;
+  return 0;
+}
+fi_ops ep_fi_ops{sizeof(fi_ops), ep_close, ep_bind, ep_control, no_ops_open, no_tostr, no_ops_set};
+
+// Creates the endpoint's ring window, aperture mapping, staging memory and DMA queue.
+int ep_setup(Ep& e) {
+  Domain& d = *e.domain;
+  const std::uint64_t bytes = ring_bytes(e.lanes);
+  auto hbm = allocate_hbm(*d.dev, bytes, 4096);
+  if (!hbm) return -FI_ENOMEM;
+  e.hbm = *hbm;
+  auto w = export_window(*d.dev, e.hbm.offset, e.hbm.size, {.read = true, .write = true});
+  if (!w) return -fi_errno_of(w.error());
+  e.window = std::move(*w);
+  auto m = map_window(*d.dev, *e.window);
+  if (!m) return -fi_errno_of(m.error());
+  e.map = std::move(*m);
+  std::memset(e.map->bytes().data(), 0, e.map->bytes().size());
+  auto st = allocate_host_memory(*d.dev, std::size_t{kTxSize} * kSlot + 4096);
+  if (!st) return -fi_errno_of(st.error());
+  e.staging = std::move(*st);
+  const unsigned engines = std::max(1u, d.dev->info().num_engines);
+  Result<std::unique_ptr<DmaQueue>> q = fail(Code::kResourceExhausted, "no queue");
+  for (unsigned i = 0; i < engines && !q; ++i) q = d.dev->open_queue({.engine = (e.ep_no + i) % engines, .depth = 256});
+  if (!q) return -fi_errno_of(q.error());
+  e.queue = std::move(*q);
+  e.wire.handle = e.window->handle().serialize();
+  e.wire.lanes = static_cast<std::uint16_t>(e.lanes);
+  e.wire.slots = kSlotsPerLane;
+  e.wire.magic = kAddrMagic;
+  e.rx_consumed.assign(e.lanes, 0);
+  for (unsigned s = kTxSize; s > 0; --s) e.free_slots.push_back(s - 1);
+  return 0;
+}
+
+int ep_open(fid_domain* f, fi_info* info, fid_ep** out, void* context) {
+  auto* d = reinterpret_cast<Domain*>(f);
+  if (info && info->ep_attr && info->ep_attr->type != FI_EP_DGRAM && info->ep_attr->type != FI_EP_UNSPEC)
+    return -FI_EINVAL;
+  auto e = std::make_unique<Ep>();
+  e->domain = d;
+  e->ep.fid.fclass = FI_CLASS_EP;
+  e->ep.fid.context = context;
+  e->ep.fid.ops = &ep_fi_ops;
+  e->ep.ops = &ep_base_ops;
+  e->ep.cm = &ep_cm_ops;
+  e->ep.msg = &ep_msg_ops;
+  e->ep.rma = &ep_rma_ops;
+  e->ep.tagged = &ep_tagged_ops;
+  e->ep.atomic = &ep_atomic_ops;
+  e->ep.collective = &ep_coll_ops;
+  if (const char* l = env("NPO_FI_RING_LANES")) e->lanes = std::clamp(static_cast<unsigned>(std::atoi(l)), 1u, 4096u);
+  {
+    auto& s = shared();
+    std::lock_guard lk(s.mu);
+    unsigned& used = s.ep_used[d->fabric_id];
+    unsigned no = 0;
+    while (no < kEpsPerCard && (used & (1u << no))) ++no;
+    if (no == kEpsPerCard) return -FI_EBUSY;
+    used |= 1u << no;
+    e->ep_no = no;
+  }
+  e->my_lane = d->fabric_id * kEpsPerCard + e->ep_no;
+  std::lock_guard lk(d->mu);
+  if (const int r = ep_setup(*e); r != 0) {
+    e->queue.reset();
+    e->map.reset();
+    e->window.reset();
+    if (e->hbm.size) (void)free_hbm(*d->dev, e->hbm);
+    auto& s = shared();
+    std::lock_guard lk2(s.mu);
+    s.ep_used[d->fabric_id] &= ~(1u << e->ep_no);
+    return r;
+  }
+  d->refs.fetch_add(1);
+  *out = &e.release()->ep;
+  return 0;
+}
+
+}  // namespace npo::fi

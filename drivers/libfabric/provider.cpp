@@ -1,0 +1,287 @@
+// SPDX-License-Identifier: Apache-2.0
+// libnpo-fi.so: the `npo` libfabric provider -- fabric, domains (one per card), getinfo and the
+// entry point fi_prov_ini, the module's only exported symbol (docs/libfabric.md).
+#include "provider.hpp"
+
+namespace npo::fi {
+
+int dma_counters(fid_domain* f, fi_npo_dma_counters* out) {
+  if (!f || !out) return -FI_EINVAL;
+  auto* d = reinterpret_cast<Domain*>(f);
+  out->ops_ok = d->ops_ok.load();
+  out->ops_failed = d->ops_failed.load();
+  out->bytes_moved = d->bytes_moved.load();
+  out->datagrams_dropped = d->datagrams_dropped.load();
+  out->card = d->card;
+  out->fabric_id = d->fabric_id;
+  return 0;
+}
+fi_npo_domain_ops npo_domain_ops{sizeof(fi_npo_domain_ops), dma_counters};
+int domain_ops_open(fid*, const char* name, std::uint64_t, void** ops, void*) {
+  if (!name || std::string_view(name) != FI_NPO_DOMAIN_OPS_NAME) return -FI_ENOSYS;
+  *ops = &npo_domain_ops;
+  return 0;
+}
+int domain_close(fid* f) {
+  auto* d = reinterpret_cast<Domain*>(f);
+  if (d->refs.load() != 0) return -FI_EBUSY;
+  delete d;
+  return 0;
+}
+int endpoint2(fid_domain* f, fi_info* info, fid_ep** ep, std::uint64_t flags, void* context) {
+  if (flags) return -FI_EBADFLAGS;
+  return ep_open(f, info, ep, context);
+}
+fi_ops domain_fi_ops{sizeof(fi_ops), domain_close, no_bind, no_control, domain_ops_open, no_tostr, no_ops_set};
+fi_ops_domain domain_ops{sizeof(fi_ops_domain),
+                         av_open,
+                         cq_open,
+                         ep_open,
+                         NPO_ENOSYS(fi_ops_domain, scalable_ep),
+                         NPO_ENOSYS(fi_ops_domain, cntr_open),
+                         NPO_ENOSYS(fi_ops_domain, poll_open),
+                         NPO_ENOSYS(fi_ops_domain, stx_ctx),
+                         NPO_ENOSYS(fi_ops_domain, srx_ctx),
+                         NPO_ENOSYS(fi_ops_domain, query_atomic),
+                         NPO_ENOSYS(fi_ops_domain, query_collective),
+                         endpoint2};
+
+// ---- Fabric ops ---------------------------------------------------------------------------
+std::optional<unsigned> card_of_domain_name(const char* name) {
+  if (!name) return std::nullopt;
+  std::string_view n(name);
+  if (!n.starts_with("npo") || n.size() == 3) return std::nullopt;
+  unsigned k = 0;
+  for (char c : n.substr(3)) {
+    if (c < '0' || c > '9') return std::nullopt;
+    k = k * 10 + static_cast<unsigned>(c - '0');
+  }
+  return k;
+}
+
+int domain_open(fid_fabric* f, fi_info* info, fid_domain** out, void* context) {
+  auto* fab = reinterpret_cast<Fabric*>(f);
+  auto k = card_of_domain_name(info && info->domain_attr ? info->domain_attr->name : nullptr);
+  if (!k) return -FI_EINVAL;
+  auto d = std::make_unique<Domain>();
+  d->fabric = fab;
+  d->card = *k;
+  if (fab->backend.remote) {
+    const std::string uri = "emu-remote:" + fab->backend.dir + "?card=" + std::to_string(*k);
+    auto sys = System::open(uri);
+    if (!sys) {
+      warn(FI_LOG_DOMAIN, "cannot open card " + std::to_string(*k) + " (" + uri + "): " + sys.error().to_string());
+      return -fi_errno_of(sys.error());
+    }
+    d->sys = std::shared_ptr<System>(std::move(*sys));
+    if (d->sys->device_count() != 1) return -FI_ENODEV;
+    d->dev = &d->sys->device(0);
+  } else {
+    auto& s = shared();
+    std::lock_guard lk(s.mu);
+    auto sys = local_system_locked(s, fab->backend.uri);
+    if (!sys) return -fi_errno_of(sys.error());
+    d->sys = *sys;
+    if (*k >= d->sys->device_count()) return -FI_ENODEV;
+    d->dev = &d->sys->device(*k);
+  }
+  d->fabric_id = d->dev->info().fabric_id;
+  d->dom.fid.fclass = FI_CLASS_DOMAIN;
+  d->dom.fid.context = context;
+  d->dom.fid.ops = &domain_fi_ops;
+  d->dom.ops = &domain_ops;
+  d->dom.mr = &mr_ops;
+  *out = &d.release()->dom;
+  return 0;
+}
+int domain2_open(fid_fabric* f, fi_info* info, fid_domain** out, std::uint64_t flags, void* context) {
+  if (flags) return -FI_EBADFLAGS;
+  return domain_open(f, info, out, context);
+}
+int fabric_trywait(fid_fabric*, fid** fids, int count) {
+  for (int i = 0; i < count; ++i) {
+    if (fids[i]->fclass != FI_CLASS_CQ) continue;
+    auto* q = reinterpret_cast<Cq*>(fids[i]);
+    std::lock_guard lk(q->domain->mu);
+    q->progress();
+    if (!q->comps.empty() || !q->errors.empty()) return -FI_EAGAIN;
+  }
+  return 0;
+}
+int fabric_close(fid* f) {
+  delete reinterpret_cast<Fabric*>(f);
+  return 0;
+}
+fi_ops fabric_fi_ops{sizeof(fi_ops), fabric_close, no_bind, no_control, no_ops_open, no_tostr, no_ops_set};
+fi_ops_fabric fabric_ops{sizeof(fi_ops_fabric),
+                         domain_open,
+                         NPO_ENOSYS(fi_ops_fabric, passive_ep),
+                         eq_open,
+                         NPO_ENOSYS(fi_ops_fabric, wait_open),
+                         fabric_trywait,
+                         domain2_open};
+
+int fabric_open(fi_fabric_attr* attr, fid_fabric** out, void* context) {
+  if (attr && attr->name && std::string_view(attr->name) != "npo") return -FI_EINVAL;
+  auto* fab = new Fabric;
+  fab->backend = choose_backend();
+  fab->fab.fid.fclass = FI_CLASS_FABRIC;
+  fab->fab.fid.context = context;
+  fab->fab.fid.ops = &fabric_fi_ops;
+  fab->fab.ops = &fabric_ops;
+  *out = &fab->fab;
+  return 0;
+}
+
+// ---- getinfo ------------------------------------------------------------------------------
+bool hints_match(const fi_info* hints, unsigned card) {
+  if (!hints) return true;
+  if (hints->caps & ~(kCaps | FI_MULTICAST | FI_SOURCE | FI_NAMED_RX_CTX | FI_DIRECTED_RECV | FI_TRIGGER | FI_FENCE |
+                      FI_RMA_EVENT | FI_SOURCE_ERR | FI_LOCAL_COMM | FI_REMOTE_COMM | FI_SHARED_AV | FI_HMEM))
+    if (hints->caps & ~kCaps &
+        (FI_TAGGED | FI_RMA | FI_ATOMIC | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | FI_COLLECTIVE |
+         FI_MULTI_RECV))
+      return false;
+  if (hints->caps & (FI_TAGGED | FI_RMA | FI_ATOMIC | FI_COLLECTIVE | FI_MULTI_RECV | FI_SOURCE | FI_DIRECTED_RECV |
+                     FI_HMEM | FI_TRIGGER | FI_MULTICAST | FI_NAMED_RX_CTX | FI_RMA_EVENT))
+    return false;
+  if (hints->ep_attr && hints->ep_attr->type != FI_EP_UNSPEC && hints->ep_attr->type != FI_EP_DGRAM) return false;
+  if (hints->ep_attr && hints->ep_attr->max_msg_size > kMaxMsg) return false;
+  if (hints->domain_attr && hints->domain_attr->name &&
+      std::string_view(hints->domain_attr->name) != "npo" + std::to_string(card))
+    return false;
+  if (hints->fabric_attr && hints->fabric_attr->name && std::string_view(hints->fabric_attr->name) != "npo")
+    return false;
+  if (hints->addr_format != FI_FORMAT_UNSPEC) return false;
+  if (hints->domain_attr && hints->domain_attr->cq_data_size > 8) return false;
+  if (hints->tx_attr && (hints->tx_attr->inject_size > kMaxMsg || hints->tx_attr->iov_limit > kIovLimit)) return false;
+  if (hints->rx_attr && hints->rx_attr->iov_limit > kIovLimit) return false;
+  return true;
+}
+
+fi_info* make_info(unsigned card, const fi_info* hints) {
+  fi_info* i = fi_allocinfo();
+  if (!i) return nullptr;
+  const std::uint64_t caps = kCaps;
+  i->caps = caps;
+  i->mode = 0;
+  i->addr_format = FI_FORMAT_UNSPEC;
+  i->tx_attr->caps = caps & (FI_MSG | FI_SEND);
+  i->tx_attr->mode = 0;
+  i->tx_attr->op_flags = 0;
+  i->tx_attr->msg_order = FI_ORDER_SAS;
+  i->tx_attr->comp_order = FI_ORDER_NONE;
+  i->tx_attr->inject_size = kMaxMsg;
+  i->tx_attr->size = kTxSize;
+  i->tx_attr->iov_limit = kIovLimit;
+  i->tx_attr->rma_iov_limit = 0;
+  i->rx_attr->caps = caps & (FI_MSG | FI_RECV);
+  i->rx_attr->mode = 0;
+  i->rx_attr->op_flags = 0;
+  i->rx_attr->msg_order = FI_ORDER_SAS;
+  i->rx_attr->comp_order = FI_ORDER_NONE;
+  i->rx_attr->total_buffered_recv = 0;
+  i->rx_attr->size = kRxSize;
+  i->rx_attr->iov_limit = kIovLimit;
+  i->ep_attr->type = FI_EP_DGRAM;
+  i->ep_attr->protocol = FI_PROTO_UNSPEC;
+  i->ep_attr->protocol_version = 1;
+  i->ep_attr->max_msg_size = kMaxMsg;
+  i->ep_attr->msg_prefix_size = 0;
+  i->ep_attr->max_order_raw_size = 0;
+  i->ep_attr->max_order_war_size = 0;
+  i->ep_attr->max_order_waw_size = 0;
+  i->ep_attr->mem_tag_format = 0;
+  i->ep_attr->tx_ctx_cnt = 1;
+  i->ep_attr->rx_ctx_cnt = 1;
+  i->domain_attr->name = dup("npo" + std::to_string(card));
+  i->domain_attr->threading = FI_THREAD_SAFE;
+  i->domain_attr->control_progress = FI_PROGRESS_MANUAL;
+  i->domain_attr->data_progress = FI_PROGRESS_MANUAL;
+  i->domain_attr->resource_mgmt = FI_RM_ENABLED;
+  i->domain_attr->av_type = (hints && hints->domain_attr && hints->domain_attr->av_type != FI_AV_UNSPEC)
+                                ? hints->domain_attr->av_type
+                                : FI_AV_TABLE;
+  i->domain_attr->mr_mode = 0;
+  i->domain_attr->mr_key_size = 8;
+  i->domain_attr->cq_data_size = 8;
+  i->domain_attr->cq_cnt = 64;
+  i->domain_attr->ep_cnt = kEpsPerCard;
+  i->domain_attr->tx_ctx_cnt = kEpsPerCard;
+  i->domain_attr->rx_ctx_cnt = kEpsPerCard;
+  i->domain_attr->max_ep_tx_ctx = 1;
+  i->domain_attr->max_ep_rx_ctx = 1;
+  i->domain_attr->max_ep_stx_ctx = 0;
+  i->domain_attr->max_ep_srx_ctx = 0;
+  i->domain_attr->cntr_cnt = 0;
+  i->domain_attr->mr_iov_limit = 1;
+  i->domain_attr->caps = FI_LOCAL_COMM | FI_REMOTE_COMM;
+  i->domain_attr->mode = 0;
+  i->domain_attr->mr_cnt = 1 << 16;
+  i->fabric_attr->name = dup("npo");
+  i->fabric_attr->prov_version = FI_VERSION(0, 1);
+  i->fabric_attr->api_version = FI_VERSION(1, 17);
+  return i;
+}
+
+int getinfo(std::uint32_t, const char*, const char*, std::uint64_t, const fi_info* hints, fi_info** info) {
+  *info = nullptr;
+  const BackendChoice b = choose_backend();
+  const std::size_t n = count_cards(b);
+  if (n == 0) return -FI_ENODATA;
+  // Card choice (docs/libfabric.md "Picking a card"): a domain named in the hints; else
+  // FI_NPO_CARD; else, inside a parallel job, the local rank modulo the card count (so rank
+  // i of a node drives card i, whatever entry the runtime would pick); else every card.
+  std::optional<unsigned> only;
+  const bool named = hints && hints->domain_attr && hints->domain_attr->name;
+  if (!named) {
+    if (const char* c = env("FI_NPO_CARD")) {
+      only = static_cast<unsigned>(std::atoi(c));
+    } else {
+      for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "SLURM_LOCALID"}) {
+        if (const char* r = env(var)) {
+          only = static_cast<unsigned>(std::atoi(r)) % static_cast<unsigned>(n);
+          break;
+        }
+      }
+    }
+  }
+  fi_info* head = nullptr;
+  fi_info* tail = nullptr;
+  for (unsigned k = 0; k < n; ++k) {
+    if (only && *only != k) continue;
+    if (!hints_match(hints, k)) continue;
+    fi_info* i = make_info(k, hints);
+    if (!i) {
+      fi_freeinfo(head);
+      return -FI_ENOMEM;
+    }
+    if (tail) {
+      tail->next = i;
+    } else {
+      head = i;
+    }
+    tail = i;
+  }
+  if (!head) return -FI_ENODATA;
+  *info = head;
+  return 0;
+}
+
+void cleanup() {
+  delete g_shared.exchange(nullptr);  // closes the process-wide System, if any
+}
+
+fi_provider g_provider{
+    .version = FI_VERSION(0, 1),
+    .fi_version = FI_VERSION(1, 17),
+    .context = {},
+    .name = "npo",
+    .getinfo = getinfo,
+    .fabric = fabric_open,
+    .cleanup = cleanup,
+};
+
+}  // namespace npo::fi
+
+extern "C" FI_EXT_INI { return &npo::fi::g_provider; }

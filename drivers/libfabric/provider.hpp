@@ -1,0 +1,553 @@
+// SPDX-License-Identifier: Apache-2.0
+// libnpo-fi.so: the `npo` libfabric provider over npo-hal's public API (docs/libfabric.md).
+//
+// A core provider: FI_EP_DGRAM + FI_MSG (libfabric's ofi_rxd layers FI_EP_RDM + FI_TAGGED on
+// it). One endpoint = one card. Each endpoint owns a receive ring in its card's HBM, exported
+// as a window; the endpoint's address is that window's serialized handle plus the ring
+// geometry. A send copies the payload into DMA-able host memory (staging), then the card
+// writes it by remote DMA into the peer's ring slot, a fence, then the slot header. Progress
+// (CQ reads) polls the card's completions and the own ring through the BAR aperture.
+// Only fi_prov_ini is exported (npo-fi.map).
+//
+// This private header holds the ring format, the objects behind each fid and the helpers the
+// sources share: backend.cpp (backend choice, process-wide state), cq_eq.cpp (EQ, CQ),
+// av_mr.cpp (AV, MR), endpoint.cpp (data path, progress, faults), provider.cpp (fabric,
+// domain, getinfo, fi_prov_ini). Thread-safety: every fid of a domain is serialised by the
+// domain's mutex (FI_THREAD_SAFE); the EQ has its own.
+#pragma once
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_atomic.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_collective.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <rdma/fi_tagged.h>
+#include <rdma/providers/fi_log.h>
+#include <rdma/providers/fi_prov.h>
+
+#include "fi_npo_ext.h"
+#include "npo/hal/hal.hpp"
+
+namespace npo::fi {
+
+// ---- Constants (docs/libfabric.md "Ring format") ------------------------------------------
+constexpr std::size_t kMaxMsg = 4096;          // payload bytes per datagram
+constexpr std::size_t kHdr = 64;               // slot header bytes
+constexpr std::size_t kSlot = kHdr + kMaxMsg;  // one ring slot
+constexpr std::size_t kCtrl = 4096;            // per-lane consumer counters (64 B each)
+constexpr unsigned kDefaultLanes = 64;         // sender lanes per ring
+constexpr unsigned kSlotsPerLane = 16;         // slots per lane
+constexpr unsigned kEpsPerCard = 4;            // endpoints per card per process
+constexpr unsigned kTxSize = 64;               // tx context depth (staging slots)
+constexpr unsigned kRxSize = 256;              // posted receives
+constexpr unsigned kIovLimit = 4;
+constexpr std::uint32_t kHdrMagic = 0x46504f4e;   // "NOPF"
+constexpr std::uint32_t kAddrMagic = 0x31414e50;  // "PNA1"
+constexpr std::size_t kAddrLen = 48;              // fi_getname / fi_av_insert address bytes
+constexpr std::uint64_t kCaps = FI_MSG | FI_SEND | FI_RECV | FI_LOCAL_COMM | FI_REMOTE_COMM;
+constexpr auto kRefreshTimeout = std::chrono::milliseconds(200);
+
+// Slot header, little-endian, at the start of a slot; written last (after the payload and a fence).
+struct SlotHeader {
+  std::uint64_t seq;    // lane sequence number of the message, 1-based; the "valid" mark
+  std::uint32_t len;    // payload bytes
+  std::uint32_t flags;  // bit0: data is valid (FI_REMOTE_CQ_DATA)
+  std::uint64_t data;   // remote CQ data
+  std::uint32_t magic;  // kHdrMagic
+  std::uint32_t src_fabric_id;
+  std::uint64_t sum;  // payload_sum() of the payload: a failed payload write is detected
+  std::uint8_t pad[24];
+};
+constexpr std::uint32_t kFlagData = 1;  // data is valid
+constexpr std::uint32_t kFlagSkip = 2;  // tombstone: the message of this seq was lost, skip the slot
+
+// Checksum of a payload (64-bit multiply-xorshift over 8-byte words, length folded in). Not
+// cryptographic: it tells a slot whose payload write failed (stale bytes) from a good one.
+inline std::uint64_t payload_sum(const std::byte* p, std::size_t len) {
+  std::uint64_t h = 0x9e3779b97f4a7c15ull ^ len;
+  std::size_t i = 0;
+  for (; i + 8 <= len; i += 8) {
+    std::uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = (h ^ w) * 0xff51afd7ed558ccdull;
+    h ^= h >> 32;
+  }
+  std::uint64_t tail = 0;
+  if (i < len) std::memcpy(&tail, p + i, len - i);
+  h = (h ^ tail) * 0xc4ceb9fe1a85ec53ull;
+  return h ^ (h >> 29);
+}
+static_assert(sizeof(SlotHeader) == kHdr);
+
+// CPU access to the ring in HBM (the BAR aperture), which the card writes by DMA while we
+// poll it, as a CPU polls device-written memory: acquire load of the seq, release store of
+// the consumer counter. ThreadSanitizer cannot see the card's side as synchronisation (the
+// in-process emulator's engines are threads that memcpy into HBM), so under TSan these few
+// accesses are left uninstrumented; everything else stays checked.
+#if defined(__SANITIZE_THREAD__)
+#define NPO_HW_ACCESS __attribute__((no_sanitize_thread, noinline))
+inline NPO_HW_ACCESS std::uint64_t hw_load64(const std::byte* p) {
+  return __atomic_load_n(reinterpret_cast<const volatile std::uint64_t*>(p), __ATOMIC_ACQUIRE);
+}
+inline NPO_HW_ACCESS void hw_store64(std::byte* p, std::uint64_t v) {
+  __atomic_store_n(reinterpret_cast<volatile std::uint64_t*>(p), v, __ATOMIC_RELEASE);
+}
+inline NPO_HW_ACCESS void hw_copy(std::byte* dst, const std::byte* src, std::size_t n) {
+  auto* vs = reinterpret_cast<const volatile std::byte*>(src);
+  auto* vd = reinterpret_cast<volatile std::byte*>(dst);
+  for (std::size_t i = 0; i < n; ++i) vd[i] = vs[i];
+}
+#else
+inline std::uint64_t hw_load64(const std::byte* p) {
+  return std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(const_cast<std::byte*>(p)))
+      .load(std::memory_order_acquire);
+}
+inline void hw_store64(std::byte* p, std::uint64_t v) {
+  std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(p)).store(v, std::memory_order_release);
+}
+inline void hw_copy(std::byte* dst, const std::byte* src, std::size_t n) { std::memcpy(dst, src, n); }
+#endif
+
+// Endpoint address: the window handle of the ring plus its geometry.
+struct WireAddr {
+  std::array<std::byte, WindowHandle::kSerializedSize> handle;
+  std::uint16_t lanes;
+  std::uint16_t slots;
+  std::uint32_t magic;
+};
+static_assert(sizeof(WireAddr) == kAddrLen);
+
+inline std::uint64_t ring_bytes(unsigned lanes) {
+  const std::uint64_t b = kCtrl + std::uint64_t{lanes} * kSlotsPerLane * kSlot;
+  return (b + 4095) & ~std::uint64_t{4095};
+}
+inline std::uint64_t slot_offset(unsigned lane, unsigned slots, std::uint64_t seq) {
+  return kCtrl + (std::uint64_t{lane} * slots + (seq - 1) % slots) * kSlot;
+}
+
+inline char* dup(std::string_view s) {
+  auto* p = static_cast<char*>(std::malloc(s.size() + 1));
+  if (p) {
+    std::memcpy(p, s.data(), s.size());
+    p[s.size()] = '\0';
+  }
+  return p;
+}
+
+inline const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? v : nullptr;
+}
+
+// ---- Backend choice and the process-wide state (backend.cpp) -----------------------------
+struct BackendChoice {
+  std::string uri;      // as configured
+  bool remote = false;  // emu-remote:DIR (one System per card)
+  std::string dir;      // remote: socket dir
+};
+
+/// The backend of this process: NPO_FI_BACKEND, else NPO_BACKEND, else emu-remote:/run/npo-emud
+/// when that directory exists, else vfio:all (docs/libfabric.md "Backend").
+BackendChoice choose_backend();
+
+struct Shared {
+  std::mutex mu;
+  bool logging_configured = false;
+  // in-process backends (emu:..., vfio:...): one System for the process, brought up once
+  std::string local_uri;
+  std::shared_ptr<System> local;
+  std::string local_error;
+  // emu-remote: card count per socket dir (enumerated read-only once)
+  std::map<std::string, std::size_t> remote_cards;
+  // endpoint numbers in use per card fabric ID (lanes)
+  std::map<std::uint32_t, unsigned> ep_used;
+};
+
+/// The process-wide state, created on first use; cleanup() deletes it (g_shared).
+extern std::atomic<Shared*> g_shared;
+Shared& shared();
+/// Opens (once) the process-wide System of an in-process backend and brings its fabric up.
+/// Caller holds s.mu.
+Result<std::shared_ptr<System>> local_system_locked(Shared& s, const std::string& uri);
+/// Number of cards the backend offers; 0 when nothing is reachable (quietly, quickly).
+std::size_t count_cards(const BackendChoice& b);
+
+extern fi_provider g_provider;
+
+// Logs through libfabric (FI_LOG_LEVEL=warn shows it), as every provider does.
+inline void warn(fi_log_subsys sub, const std::string& msg) {
+  if (fi_log_enabled(&g_provider, FI_LOG_WARN, sub))
+    fi_log(&g_provider, FI_LOG_WARN, sub, "npo", __LINE__, "%s\n", msg.c_str());
+}
+
+// ---- Small helpers ------------------------------------------------------------------------
+template <typename F>
+struct Enosys;
+template <typename R, typename... A>
+struct Enosys<R (*)(A...)> {
+  static R call(A...) { return static_cast<R>(-FI_ENOSYS); }
+};
+#define NPO_ENOSYS(S, m) ::npo::fi::Enosys<decltype(S::m)>::call
+
+inline int fi_errno_of(OpStatus st) {
+  switch (st) {
+    case OpStatus::kRemoteUnreachable: return FI_EHOSTUNREACH;
+    case OpStatus::kWindowInvalid:
+    case OpStatus::kWindowKey:
+    case OpStatus::kWindowRange:
+    case OpStatus::kWindowRights:
+    case OpStatus::kWindowRevoked: return FI_ECONNREFUSED;
+    case OpStatus::kTimeout:
+    case OpStatus::kAborted: return FI_ENODEV;
+    default: return FI_EIO;
+  }
+}
+
+// A status that says the fabric did not deliver (as opposed to a failure of the own card).
+inline bool is_path_failure(OpStatus st) {
+  switch (st) {
+    case OpStatus::kRemoteUnreachable:
+    case OpStatus::kWindowInvalid:
+    case OpStatus::kWindowKey:
+    case OpStatus::kWindowRange:
+    case OpStatus::kWindowRights:
+    case OpStatus::kWindowRevoked:
+    case OpStatus::kFenceSkipped: return true;
+    default: return false;
+  }
+}
+
+inline int fi_errno_of(const Error& e) {
+  switch (e.code()) {
+    case Code::kUnavailable: return FI_ENODEV;
+    case Code::kResourceExhausted: return FI_ENOMEM;
+    case Code::kInvalidArgument: return FI_EINVAL;
+    case Code::kNotFound: return FI_ENODATA;
+    default: return FI_EIO;
+  }
+}
+
+struct Ep;
+struct Cq;
+struct Eq;
+
+// What a card-level fault does (docs/libfabric.md "Faults"): "report" puts it on the CQ (and
+// the EQ) only; "abort" also ends the process with the message on stderr, so a parallel job
+// whose runtime swallows core-provider errors (ofi_rxd retries for minutes) ends within
+// seconds, naming the card. Default: abort inside a parallel job (a local-rank variable is
+// set), report otherwise. NPO_FI_FAULT=report|abort overrides.
+inline bool in_parallel_job() {
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "SLURM_LOCALID"})
+    if (env(var)) return true;
+  return false;
+}
+inline bool abort_on_fault() {
+  static const bool v = [] {
+    if (const char* f = env("NPO_FI_FAULT")) return std::string_view(f) == "abort";
+    return in_parallel_job();
+  }();
+  return v;
+}
+// A peer unreachable or its window refused for this long is a fault, not a transient (a link
+// retrain or reroute under it is survived). NPO_FI_FAULT_MS overrides (default 5000 ms).
+inline std::chrono::milliseconds fault_persistence() {
+  if (const char* v = env("NPO_FI_FAULT_MS")) return std::chrono::milliseconds(std::max(0, std::atoi(v)));
+  return std::chrono::milliseconds(5000);
+}
+// How often progress checks that the own card still answers (mailbox heartbeat).
+constexpr auto kHeartbeatPeriod = std::chrono::seconds(1);
+
+// Ports of `dev` with a module whose link is not up: "port 3 (down, neighbour fabric id 4)".
+inline std::string down_ports(Device& dev) {
+  std::string out;
+  for (unsigned p = 0; p < dev.port_count(); ++p) {
+    auto st = read_port(dev, p);
+    if (!st || !st->module_present || st->link_up) continue;
+    if (!out.empty()) out += ", ";
+    out += "port " + std::to_string(p) + " down";
+    if (st->neighbor_fabric_id) out += " (neighbour fabric id " + std::to_string(*st->neighbor_fabric_id) + ")";
+  }
+  return out;
+}
+
+// ---- Fabric -------------------------------------------------------------------------------
+struct Fabric {
+  fid_fabric fab{};
+  BackendChoice backend;
+};
+
+// ---- EQ -----------------------------------------------------------------------------------
+struct Eq {
+  fid_eq eq{};
+  std::mutex mu;
+  struct Event {
+    std::uint32_t event;
+    std::vector<std::byte> bytes;
+  };
+  std::deque<Event> events;
+  struct Err {
+    fi_eq_err_entry entry;
+    std::string msg;
+  };
+  std::deque<Err> errors;
+  std::string last_msg;
+
+  void push_error(fid_t fid, void* context, int err, std::string msg) {
+    std::lock_guard lk(mu);
+    Err e{};
+    e.entry.fid = fid;
+    e.entry.context = context;
+    e.entry.err = err;
+    e.entry.prov_errno = err;
+    e.msg = std::move(msg);
+    errors.push_back(std::move(e));
+  }
+};
+
+// ---- Domain --------------------------------------------------------------------------------
+struct Domain {
+  fid_domain dom{};
+  Fabric* fabric = nullptr;
+  std::recursive_mutex mu;
+  std::shared_ptr<System> sys;
+  Device* dev = nullptr;
+  unsigned card = 0;
+  std::uint32_t fabric_id = 0;
+  std::atomic<std::uint64_t> ops_ok{0}, ops_failed{0}, bytes_moved{0}, datagrams_dropped{0};
+  std::atomic<unsigned> refs{0};  // AVs, CQs, EPs, MRs open on it
+};
+
+// ---- AV -------------------------------------------------------------------------------------
+struct Av {
+  fid_av av{};
+  Domain* domain = nullptr;
+  Eq* eq = nullptr;
+  struct Entry {
+    bool valid = false;
+    WireAddr wire{};
+    WindowHandle handle{};
+  };
+  std::vector<Entry> table;
+  std::atomic<unsigned> refs{0};
+};
+
+// ---- CQ ------------------------------------------------------------------------------------
+struct Cq {
+  fid_cq cq{};
+  Domain* domain = nullptr;
+  fi_cq_format format = FI_CQ_FORMAT_CONTEXT;
+  std::size_t capacity = 0;
+  int wait_fd = -1;
+  bool signaled = false;
+  struct Comp {
+    void* op_context;
+    std::uint64_t flags;
+    std::size_t len;
+    void* buf;
+    std::uint64_t data;
+  };
+  std::deque<Comp> comps;
+  struct Err {
+    fi_cq_err_entry entry;
+    std::string msg;
+  };
+  std::deque<Err> errors;
+  std::string last_msg;
+  std::vector<Ep*> eps;  // endpoints bound (progressed on read)
+  unsigned empty_polls = 0;
+  std::atomic<unsigned> refs{0};
+
+  void push(const Comp& c) { comps.push_back(c); }
+  void push_error(void* ctx, std::uint64_t flags, std::size_t len, std::size_t olen, int err, std::string msg) {
+    Err e{};
+    e.entry.op_context = ctx;
+    e.entry.flags = flags;
+    e.entry.len = len;
+    e.entry.olen = olen;
+    e.entry.err = err;
+    e.entry.prov_errno = err;
+    e.msg = std::move(msg);
+    errors.push_back(std::move(e));
+  }
+  void progress();
+};
+
+// ---- Endpoint -----------------------------------------------------------------------------
+struct Ep {
+  fid_ep ep{};
+  Domain* domain = nullptr;
+  Av* av = nullptr;
+  Cq* tx_cq = nullptr;
+  Cq* rx_cq = nullptr;
+  Eq* eq = nullptr;
+  bool tx_selective = false, rx_selective = false;
+  bool enabled = false;
+  unsigned ep_no = 0;
+  unsigned lanes = kDefaultLanes;
+  unsigned my_lane = 0;  // lane this endpoint writes in every peer's ring
+
+  // resources on the card
+  HbmRange hbm{};
+  std::unique_ptr<Window> window;
+  std::unique_ptr<WindowMapping> map;
+  std::unique_ptr<MemoryRegion> staging;
+  std::unique_ptr<DmaQueue> queue;
+  WireAddr wire{};
+  std::vector<std::uint64_t> rx_consumed;                               // per lane: messages consumed
+  std::vector<std::byte> rx_scratch = std::vector<std::byte>(kMaxMsg);  // a slot's payload, read once
+  unsigned rx_lane_cursor = 0;
+  bool fatal_reported = false;
+  std::uint64_t dropped = 0;     // received datagrams lost to failed writes (tombstones, bad checksums)
+  std::uint64_t dropped_tx = 0;  // sent datagrams the fabric did not deliver
+
+  struct Rx {
+    void* ctx;
+    std::array<iovec, kIovLimit> iov;
+    std::size_t count;
+    std::uint64_t flags;
+  };
+  std::deque<Rx> rx;
+
+  struct Tx {
+    enum Kind { kSend, kRead } kind = kSend;
+    OpHandle first = 0, last = 0;
+    void* ctx = nullptr;
+    bool completion = true;
+    std::size_t len = 0;
+    unsigned slot = 0;
+    std::uint64_t cq_flags = 0;
+    std::uint32_t dest_fabric = 0;
+    std::uint64_t dest_key = 0;
+    std::uint64_t seq = 0;
+    bool header_failed = false;
+    OpStatus worst = OpStatus::kOk;
+    std::uint64_t info = 0;
+    bool done = false;
+  };
+  std::deque<Tx> tx;
+  std::vector<unsigned> free_slots;
+  struct Dest {
+    std::uint64_t next_seq = 1;
+    std::uint64_t consumed = 0;
+    std::optional<std::chrono::steady_clock::time_point> failing_since;  // first error of a run
+    std::vector<std::uint64_t> holes;  // seqs whose header write failed: tombstones owed
+  };
+  std::chrono::steady_clock::time_point next_heartbeat = std::chrono::steady_clock::now() + kHeartbeatPeriod;
+  std::unordered_map<std::uint64_t, Dest> dests;
+
+  std::byte* staging_slot(unsigned s) { return staging->bytes().data() + std::size_t{s} * kSlot; }
+  std::uint64_t staging_iova(unsigned s) const { return staging->iova() + std::uint64_t{s} * kSlot; }
+  std::uint64_t readback_iova() const { return staging->iova() + std::uint64_t{kTxSize} * kSlot; }
+  std::byte* readback() { return staging->bytes().data() + std::size_t{kTxSize} * kSlot; }
+
+  std::string where() const {
+    return "card " + std::to_string(domain->card) + " (npo" + std::to_string(domain->card) + ", fabric id " +
+           std::to_string(domain->fabric_id) + ")";
+  }
+  void poll_dma();
+  void poll_rx();
+  void progress() {
+    poll_dma();
+    poll_rx();
+    check_card();
+  }
+  void report_fatal(const std::string& msg, int err) {
+    if (fatal_reported) return;
+    fatal_reported = true;
+    if (eq) eq->push_error(&ep.fid, ep.fid.context, err, msg);
+    if (abort_on_fault()) {
+      const std::string_view m = std::string_view(msg).starts_with("npo: ") ? std::string_view(msg).substr(5) : msg;
+      std::fprintf(stderr, "npo: fatal: %.*s (NPO_FI_FAULT=report keeps the process running)\n",
+                   static_cast<int>(m.size()), m.data());
+      std::fflush(stderr);
+      std::_Exit(1);
+    }
+  }
+  // A failed send to `dest_key`: fatal once that peer kept failing for fault_persistence().
+  void send_failed(std::uint64_t dest_key, OpStatus st, const std::string& msg) {
+    if (st == OpStatus::kTimeout || st == OpStatus::kAborted) {
+      // the own queue was reset: the own card hung or was removed (the heartbeat tells which)
+      auto hb = domain->dev->heartbeat();
+      if (!hb && hb.error().code() == Code::kUnavailable) {
+        report_fatal(where() + " is gone: " + hb.error().to_string(), FI_ENODEV);
+      } else {
+        report_fatal(msg, FI_ENODEV);
+      }
+      return;
+    }
+    auto it = dests.find(dest_key);
+    if (it == dests.end()) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (!it->second.failing_since) it->second.failing_since = now;
+    if (now - *it->second.failing_since >= fault_persistence()) {
+      std::string m =
+          msg + " for " +
+          std::to_string(
+              std::chrono::duration_cast<std::chrono::milliseconds>(now - *it->second.failing_since).count()) +
+          " ms";
+      if (st == OpStatus::kRemoteUnreachable) {
+        const std::string ports = down_ports(*domain->dev);
+        if (!ports.empty()) m += "; links of " + where() + ": " + ports;
+      }
+      report_fatal(m, fi_errno_of(st));
+    }
+  }
+  void send_ok(std::uint64_t dest_key) {
+    auto it = dests.find(dest_key);
+    if (it != dests.end()) it->second.failing_since.reset();
+  }
+  // Once per kHeartbeatPeriod: the own card still answers its mailbox, else fatal.
+  void check_card() {
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_heartbeat) return;
+    next_heartbeat = now + kHeartbeatPeriod;
+    auto hb = domain->dev->heartbeat();
+    if (!hb && hb.error().code() == Code::kUnavailable)
+      report_fatal(where() + " is gone: " + hb.error().to_string(), FI_ENODEV);
+  }
+};
+
+// ---- fid ops helpers ----------------------------------------------------------------------
+inline int no_bind(fid*, fid*, std::uint64_t) { return -FI_ENOSYS; }
+inline int no_control(fid*, int, void*) { return -FI_ENOSYS; }
+inline int no_ops_open(fid*, const char*, std::uint64_t, void**, void*) { return -FI_ENOSYS; }
+inline int no_tostr(const fid*, char*, std::size_t) { return -FI_ENOSYS; }
+inline int no_ops_set(fid*, const char*, std::uint64_t, void*, void*) { return -FI_ENOSYS; }
+
+// ---- Defined in the other sources of the module --------------------------------------------
+// cq_eq.cpp
+ssize_t eq_write(fid_eq* f, std::uint32_t event, const void* buf, std::size_t len, std::uint64_t flags);
+int eq_open(fid_fabric* fabric, fi_eq_attr* attr, fid_eq** out, void* context);
+int cq_open(fid_domain* domain, fi_cq_attr* attr, fid_cq** out, void* context);
+// av_mr.cpp
+int av_open(fid_domain* domain, fi_av_attr* attr, fid_av** out, void* context);
+extern fi_ops_mr mr_ops;
+// endpoint.cpp
+int ep_open(fid_domain* domain, fi_info* info, fid_ep** out, void* context);
+
+}  // namespace npo::fi

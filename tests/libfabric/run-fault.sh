@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# A card removed under running traffic ends the processes that use the provider with an error
+# naming the card, never a hang: fi_pingpong (dgram) between cards 0 and 1 of an npo-emud
+# mesh8 with NPO_FI_FAULT=abort (the default inside an MPI job), then
+# `npo-emu fault --kind surprise_removal --card 1`: the process on card 1 must end within 10 s
+# with "npo: fatal: card 1 (npo1, fabric id 2) is gone". (Its peer only waits to receive: in an
+# MPI job the launcher ends it when a rank exits; here the test stops it.)
+# Usage: run-fault.sh NPO_EMUD NPO_EMU PROVIDER_DIR
+set -euo pipefail
+emud="$1" emu="$2" provdir="$3"
+if ! command -v fi_pingpong >/dev/null; then
+  echo "SKIP: fi_pingpong not installed (package libfabric-bin)"; exit 0
+fi
+dir="$(mktemp -d /tmp/npo-fi-fault.XXXXXX)"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "${dir}"
+}
+trap cleanup EXIT
+"${emud}" --topology emu:mesh8 --socket-dir "${dir}/sock" >"${dir}/emud.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 300); do [[ -S "${dir}/sock/card-1.sock" ]] && break; sleep 0.05; done
+[[ -S "${dir}/sock/card-1.sock" ]] || { echo "npo-emud did not come up"; cat "${dir}/emud.log"; exit 1; }
+export FI_PROVIDER_PATH="${provdir}" NPO_FI_BACKEND="emu-remote:${dir}/sock" NPO_FI_FAULT=abort
+unset FI_NPO_CARD
+port=$((20000 + ($$ % 20000)))
+# enough iterations to outlast the test: the fault must end them
+timeout 60 fi_pingpong -p npo -e dgram -S 64 -I 100000000 -d npo0 -B "${port}" >"${dir}/server.log" 2>&1 &
+srv=$!
+pids+=("${srv}")
+sleep 0.3
+timeout 60 fi_pingpong -p npo -e dgram -S 64 -I 100000000 -d npo1 -P "${port}" 127.0.0.1 >"${dir}/client.log" 2>&1 &
+cli=$!
+pids+=("${cli}")
+sleep 1.5
+kill -0 "${cli}" 2>/dev/null || { echo "FAIL: the client ended before the fault"; cat "${dir}/client.log"; exit 1; }
+"${emu}" fault --socket-dir "${dir}/sock" --kind surprise_removal --card 1
+t0=$(date +%s%N)
+set +e
+wait "${cli}"; cli_rc=$?
+t1=$(date +%s%N)
+set -e
+kill "${srv}" 2>/dev/null || true
+echo "--- client (npo1)"; tail -n 3 "${dir}/client.log"
+cli_ms=$(( (t1 - t0) / 1000000 ))
+echo "the process on the removed card ended ${cli_ms} ms after the fault (rc ${cli_rc})"
+(( cli_rc != 0 && cli_rc != 124 )) || { echo "FAIL: it did not end with an error"; exit 1; }
+(( cli_ms < 10000 )) || { echo "FAIL: not within 10 s"; exit 1; }
+grep -q 'npo: fatal: .*card 1 (npo1, fabric id 2)' "${dir}/client.log" ||
+  { echo "FAIL: the error does not name card 1"; exit 1; }
+echo PASS

@@ -1,0 +1,368 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Runs an unmodified Open MPI job on a private npo-emud (issue 14 points 5 and 6).
+
+Starts `npo-emud --topology TOPO --socket-dir DIR` in a fresh temporary directory, waits (bounded)
+for its "ready" line, runs
+
+    mpirun --allow-run-as-root --oversubscribe --mca plm isolated -np N \\
+           --mca pml cm --mca mtl ofi --mca btl self --mca mtl_ofi_provider_include npo PROGRAM...
+
+with FI_PROVIDER_PATH=<provider dir> and NPO_FI_BACKEND=emu-remote:DIR (inside a job the
+provider offers only the card of the rank's local rank: rank i on card i), then stops the
+daemon and reads the per-card
+DMA traffic it logged for each owner session (`disconnect card=K ... dma_ops=O dma_bytes=B`,
+docs/spec/emud-protocol.md §6). Fails unless the job passed and every one of the N cards moved
+at least --min-bytes (nothing fell back to shared memory or TCP: `--mca btl self` forbids both).
+
+--transport PROV (e.g. tcp, "udp;ofi_rxd": the same layering as npo;ofi_rxd) runs the same line
+over another libfabric provider, without the traffic check: how the harness is debugged apart
+from the npo provider.
+
+Fault mode (--fault KIND --card K [--port P --lane L]): once all N cards are owned by the ranks
+and the job has run --fault-after seconds, injects the fault with `npo-emu fault`. With
+--expect error the job must end non-zero within --within seconds of the injection and one line
+of its output must name the card ("card K" or "npoK") and, for a port fault, the port ("port P")
+-- of either end of the link (with --npo-link the neighbour is looked up before the fault);
+with --expect pass it must complete and pass (--check-port-up CARD:PORT: and that link is still
+up afterwards, read by `npo-link show` as an observer).
+
+Exit codes: 0 passed, 1 failed (the reason is printed), 77 skipped (reason printed: ctest
+SKIP_RETURN_CODE).
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+SKIP = 77
+
+
+def log(msg):
+    print(f"run-mpi: {msg}", flush=True)
+
+
+class Daemon:
+    """npo-emud in its own temporary socket directory; its output collected by a thread."""
+
+    def __init__(self, emud, topology, ready_timeout):
+        self.dir = tempfile.mkdtemp(prefix="npo-mpi-emud-")
+        self.lines = []
+        self.lock = threading.Lock()
+        self.proc = subprocess.Popen([emud, "--topology", topology, "--socket-dir", self.dir],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        deadline = time.monotonic() + ready_timeout
+        while time.monotonic() < deadline:
+            if self.find(r"npo-emud: ready "):
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        out = self.text()
+        self.stop()
+        raise RuntimeError(f"npo-emud did not print 'ready' within {ready_timeout} s:\n{out}")
+
+    def _read(self):
+        for line in self.proc.stdout:
+            with self.lock:
+                self.lines.append(line.rstrip("\n"))
+
+    def text(self):
+        with self.lock:
+            return "\n".join(self.lines)
+
+    def find(self, pattern):
+        rx = re.compile(pattern)
+        with self.lock:
+            return [m for m in (rx.search(l) for l in self.lines) if m]
+
+    def owned_cards(self):
+        """Cards whose owner is connected now (connect lines minus disconnect lines)."""
+        owned = {}
+        for m in self.find(r"\b(connect|disconnect) card=(\d+) pid=\d+ mode=owner"):
+            card = int(m.group(2))
+            owned[card] = owned.get(card, 0) + (1 if m.group(1) == "connect" else -1)
+        return {c for c, n in owned.items() if n > 0}
+
+    def traffic(self):
+        """Per card: (sessions, dma_ops, dma_bytes) summed over the logged owner sessions."""
+        per = {}
+        for m in self.find(r"disconnect card=(\d+) pid=\d+ mode=owner .*dma_ops=(\d+) dma_bytes=(\d+)"):
+            s, o, b = per.get(int(m.group(1)), (0, 0, 0))
+            per[int(m.group(1))] = (s + 1, o + int(m.group(2)), b + int(m.group(3)))
+        return per
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self.reader.join(timeout=5)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return self.proc.returncode
+
+
+class Job:
+    """mpirun in its own process group (so a timeout ends every rank); output collected."""
+
+    def __init__(self, cmd, env):
+        self.out = []
+        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     start_new_session=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.out.append(line)
+
+    def wait(self, timeout):
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            rc = None
+        self.reader.join(timeout=5)
+        return rc
+
+    def kill(self):
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=10)
+
+    def text(self):
+        return "".join(self.out)
+
+
+def link_far_end(npo_link, sockdir, card, port):
+    """(card, port) at the other end of card:port, from `npo-link show` on every card (observer)."""
+    show = subprocess.run([npo_link, "show", "--backend", f"emu-remote:{sockdir}", "--json"], capture_output=True,
+                          text=True, timeout=30)
+    for p in json.loads(show.stdout)["ports"]:
+        n = p.get("neighbor") or {}
+        if p["card"] == card and p["port"] == port and n.get("card") is not None:
+            log(f"card {card} port {port} is linked to card {n['card']} port {n['port']}")
+            return (int(n["card"]), int(n["port"]))
+    return None
+
+
+def naming_line(out, ends):
+    """The first output line naming one of `ends` ((card, port or None)), or None."""
+    for line in out.splitlines():
+        for card, port in ends:
+            if not re.search(rf"card[ =]{card}\b|\bnpo{card}\b", line):
+                continue
+            if port is None or re.search(rf"port[ =]{port}\b", line):
+                return line
+    return None
+
+
+def mpirun_line(args):
+    cmd = [args.mpirun, "--allow-run-as-root", "--oversubscribe", "--mca", "plm", "isolated", "-np", str(args.np),
+           "--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "btl", "self",
+           "--mca", "mtl_ofi_provider_include", args.transport]
+    if args.pin_card:
+        # Each rank names its card itself (FI_NPO_CARD = Open MPI's local rank): for a provider
+        # that lists every card and leaves the choice to mtl ofi.
+        return cmd + ["sh", "-c", 'FI_NPO_CARD=$OMPI_COMM_WORLD_LOCAL_RANK exec "$@"', "sh"] + args.program
+    return cmd + args.program
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--emud", required=True, help="npo-emud binary")
+    ap.add_argument("--emu", required=True, help="npo-emu binary (topology generation, faults)")
+    ap.add_argument("--provider-dir", required=True, help="folder holding libnpo-fi.so (FI_PROVIDER_PATH)")
+    ap.add_argument("--topology", default="emu:mesh8",
+                    help="daemon topology URI, or gen:KIND:CARDS (generated by npo-emu topo generate)")
+    ap.add_argument("--np", type=int, required=True, help="ranks (= cards that must carry traffic)")
+    ap.add_argument("--transport", default="npo",
+                    help="libfabric provider for mtl_ofi_provider_include (default npo; e.g. tcp, 'udp;ofi_rxd')")
+    ap.add_argument("--min-bytes", type=int, default=1 << 20, help="DMA bytes each card must have moved")
+    ap.add_argument("--timeout", type=float, default=120, help="bound on the mpirun run, s")
+    ap.add_argument("--expect-text", default="", help="regex the job output must contain")
+    ap.add_argument("--fault", help="fault kind for npo-emu fault")
+    ap.add_argument("--card", type=int, default=0)
+    ap.add_argument("--port", type=int)
+    ap.add_argument("--lane", type=int)
+    ap.add_argument("--duration-ms", type=float, help="fault duration (npo-emu fault --duration-ms)")
+    ap.add_argument("--npo-link", help="npo-link binary (for --check-port-up)")
+    ap.add_argument("--check-port-up", help="CARD:PORT whose link must still be up after the job")
+    ap.add_argument("--fault-after", type=float, default=1.0, help="s after all cards are owned")
+    ap.add_argument("--expect", choices=["pass", "error"], default="pass")
+    ap.add_argument("--within", type=float, default=10.0, help="--expect error: s from fault to job end")
+    ap.add_argument("--mpirun", default="mpirun")
+    ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                    help="extra environment for mpirun and its ranks")
+    ap.add_argument("--pin-card", action="store_true",
+                    help="wrap each rank so that it sets FI_NPO_CARD to its local rank")
+    ap.add_argument("program", nargs=argparse.REMAINDER, help="-- PROGRAM ARGS...")
+    args = ap.parse_args()
+    if args.program and args.program[0] == "--":
+        args.program = args.program[1:]
+    if not args.program:
+        ap.error("no program")
+
+    if shutil.which(args.mpirun) is None:
+        log(f"SKIP: {args.mpirun} not found (Open MPI: apt-get install openmpi-bin libopenmpi-dev, "
+            "tools/setup-debian.sh)")
+        return SKIP
+    if shutil.which(args.program[0]) is None and not os.access(args.program[0], os.X_OK):
+        log(f"SKIP: {args.program[0]} not found")
+        return SKIP
+    provider = os.path.join(args.provider_dir, "libnpo-fi.so")
+    if args.transport == "npo" and not os.path.exists(provider):
+        log(f"FAIL: {provider} not built")
+        return 1
+
+    work = tempfile.mkdtemp(prefix="npo-mpi-")
+    daemon = None
+    try:
+        topology = args.topology
+        if topology.startswith("gen:"):
+            _, kind, cards = topology.split(":")
+            topology = os.path.join(work, f"{kind}{cards}.yaml")
+            subprocess.run([args.emu, "topo", "generate", kind, "--cards", cards, "--hbm", "64M", "-o", topology],
+                           check=True, timeout=60, stdout=subprocess.DEVNULL)
+        t0 = time.monotonic()
+        daemon = Daemon(args.emud, topology, ready_timeout=60)
+        log(f"daemon ready in {time.monotonic() - t0:.1f} s: {daemon.find(r'npo-emud: ready .*')[0].group(0)}")
+
+        env = dict(os.environ)
+        env["FI_PROVIDER_PATH"] = args.provider_dir
+        env["NPO_FI_BACKEND"] = f"emu-remote:{daemon.dir}"
+        if args.transport != "npo":
+            env["FI_PROVIDER"] = args.transport
+        for kv in args.env:
+            name, _, value = kv.partition("=")
+            env[name] = value
+        # Ranks run oversubscribed on few cores: yield instead of spinning while they wait.
+        env["OMPI_MCA_mpi_yield_when_idle"] = "1"
+        cmd = mpirun_line(args)
+        log("running: " + " ".join(cmd))
+        t0 = time.monotonic()
+        job = Job(cmd, env)
+        fault_at = None
+        far = None
+        if args.fault:
+            deadline = t0 + args.timeout
+            while time.monotonic() < deadline and job.proc.poll() is None:
+                if len(daemon.owned_cards()) >= args.np or args.transport != "npo":
+                    break  # another transport owns no card: inject after --fault-after
+                time.sleep(0.02)
+            if job.proc.poll() is not None:
+                log(f"FAIL: the job ended (exit {job.proc.returncode}) before the fault:\n{job.text()}")
+                return 1
+            if len(daemon.owned_cards()) < args.np and args.transport == "npo":
+                job.kill()
+                log(f"FAIL: only cards {sorted(daemon.owned_cards())} owned after {args.timeout} s")
+                return 1
+            if args.port is not None and args.npo_link:
+                far = link_far_end(args.npo_link, daemon.dir, args.card, args.port)
+            time.sleep(args.fault_after)
+            fcmd = [args.emu, "fault", "--socket-dir", daemon.dir, "--kind", args.fault, "--card", str(args.card)]
+            if args.port is not None:
+                fcmd += ["--port", str(args.port)]
+            if args.lane is not None:
+                fcmd += ["--lane", str(args.lane)]
+            if args.duration_ms is not None:
+                fcmd += ["--duration-ms", str(args.duration_ms)]
+            log("injecting: " + " ".join(fcmd))
+            fault_at = time.monotonic()
+            subprocess.run(fcmd, check=True, timeout=30)
+        limit = args.timeout - (time.monotonic() - t0)
+        if fault_at is not None and args.expect == "error":
+            limit = args.within + 5  # bounded: a hang is reported, not waited out
+        rc = job.wait(timeout=max(limit, 1))
+        elapsed = time.monotonic() - t0
+        out = job.text()
+        sys.stdout.write(out)
+        if rc is None:
+            log(f"FAIL: mpirun did not end within {limit:.0f} s (killed)")
+            return 1
+        log(f"mpirun exit {rc} after {elapsed:.1f} s")
+
+        if args.expect == "error":
+            took = time.monotonic() - fault_at
+            if rc == 0:
+                log("FAIL: the job completed with exit 0 although the fault should have ended it")
+                return 1
+            if took > args.within:
+                log(f"FAIL: the job ended {took:.1f} s after the fault (bound {args.within} s)")
+                return 1
+            if args.port is None:
+                line = naming_line(out, [(args.card, None)])
+                if line is None:
+                    log(f"FAIL: no message names card {args.card} ('card {args.card}' or 'npo{args.card}')")
+                    return 1
+            else:
+                # A link fault may be reported from either end of the link: card:port or the
+                # neighbour's card:port (npo-link show, read before the fault), on one line.
+                ends = [(args.card, args.port)] + ([far] if far else [])
+                line = naming_line(out, ends)
+                if line is None:
+                    log("FAIL: no message names " + " or ".join(f"card {c} with port {p}" for c, p in ends))
+                    return 1
+            log(f"PASS: the job ended with exit {rc} {took:.2f} s after the fault; named in: {line.strip()}")
+            return 0
+
+        if rc != 0:
+            log("FAIL: mpirun exit status non-zero")
+            return 1
+        if args.expect_text and not re.search(args.expect_text, out):
+            log(f"FAIL: output lacks /{args.expect_text}/")
+            return 1
+        bad = [l for l in out.splitlines() if re.search(r"MISMATCH|[Ii]ntegrity check failed", l)]
+        if bad:
+            log("FAIL: " + bad[0])
+            return 1
+        if args.check_port_up:
+            card, port = (int(x) for x in args.check_port_up.split(":"))
+            show = subprocess.run([args.npo_link, "show", "--backend", f"emu-remote:{daemon.dir}?card={card}", "--json"],
+                                  capture_output=True, text=True, timeout=30)
+            ports = [p for p in json.loads(show.stdout)["ports"] if p["port"] == port]
+            if not ports or not ports[0]["link_up"]:
+                log(f"FAIL: card {card} port {port} is not up after the job: {ports[0]['reason'] if ports else show.stdout}")
+                return 1
+            log(f"card {card} port {port} after the job: {ports[0]['state']}, {ports[0]['reason']}")
+        if args.transport != "npo":
+            log(f"PASS (transport {args.transport}: no per-card traffic check)")
+            return 0
+        daemon.stop()
+        traffic = daemon.traffic()
+        short = []
+        for card in range(args.np):
+            s, o, b = traffic.get(card, (0, 0, 0))
+            log(f"card {card}: {s} owner session(s), {o} DMA ops, {b} bytes")
+            if b < args.min_bytes:
+                short.append(card)
+        if short:
+            log(f"FAIL: cards {short} moved fewer than {args.min_bytes} DMA bytes (traffic not on the cards)")
+            return 1
+        log(f"PASS: {args.np} ranks, every card moved >= {args.min_bytes} DMA bytes")
+        return 0
+    except (RuntimeError, subprocess.SubprocessError, OSError) as e:
+        log(f"FAIL: {e}")
+        return 1
+    finally:
+        if daemon is not None:
+            daemon.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
