@@ -20,6 +20,7 @@ struct CardAccess {
   backend::Mmio* bar0;           ///< BAR0 control registers (docs/spec/registers.md)
   const DeviceInfo& info;        ///< what System::open read
   card::MailboxClient* mailbox;  ///< serialised firmware mailbox (card/mailbox.hpp)
+  backend::Device* function;     ///< the backend function (check_connection() when BAR0 reads all-ones)
 };
 
 /// Access to `device`'s registers and mailbox (device.cpp).

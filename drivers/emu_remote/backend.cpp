@@ -52,17 +52,52 @@ struct Reply {
   int fd = -1;  ///< attached fd, owned by the caller
 };
 
+/// The daemon one backend talks to, shared by all its connections: once any connection finds
+/// npo-emud gone, every call on every card of it fails at once with kUnavailable naming the
+/// daemon (no further syscalls, one warning).
+struct Daemon {
+  explicit Daemon(std::string d) : dir(std::move(d)) {}
+  std::string dir;
+  std::atomic<bool> gone{false};
+  std::mutex mu;
+  std::string why;  ///< how it was found gone (guarded by mu)
+
+  /// Marks the daemon gone; logs once.
+  void mark_gone(const std::string& how) {
+    {
+      std::lock_guard lock(mu);
+      if (!why.empty()) return;
+      why = how;
+    }
+    gone.store(true, std::memory_order_release);
+    npo::log::get(npo::log::Subsystem::kBackend)
+        .warn("emu-remote: npo-emud at {} is gone ({}): every call on its cards fails with unavailable", dir, how);
+  }
+  std::unexpected<Error> error() {
+    std::string how;
+    {
+      std::lock_guard lock(mu);
+      how = why;
+    }
+    return fail(Code::kUnavailable, fmt::format("emu-remote: npo-emud at {} is gone ({}); restart the daemon and "
+                                                "reopen",
+                                                dir, how));
+  }
+};
+
 /// One connection to one card socket. Thread-safety: call() serialises on a mutex.
 class Conn {
  public:
-  Conn(int fd, std::string what) : fd_(fd), what_(std::move(what)) {}
+  Conn(int fd, std::string what, std::shared_ptr<Daemon> daemon)
+      : fd_(fd), what_(std::move(what)), daemon_(std::move(daemon)) {}
   ~Conn() {
     if (fd_ >= 0) ::close(fd_);
   }
   Conn(const Conn&) = delete;
   Conn& operator=(const Conn&) = delete;
 
-  static Result<std::unique_ptr<Conn>> connect(const std::filesystem::path& path, std::string what) {
+  static Result<std::unique_ptr<Conn>> connect(const std::filesystem::path& path, std::string what,
+                                               std::shared_ptr<Daemon> daemon) {
     sockaddr_un sa{};
     sa.sun_family = AF_UNIX;
     const std::string p = path.string();
@@ -78,16 +113,22 @@ class Conn {
                               "`npo-emud --topology emu:mesh8 --socket-dir {}`",
                               p, std::strerror(err), path.parent_path().string()));
     }
-    return std::make_unique<Conn>(fd, std::move(what));
+    return std::make_unique<Conn>(fd, std::move(what), std::move(daemon));
   }
 
-  [[nodiscard]] bool dead() const noexcept { return dead_.load(std::memory_order_acquire); }
+  [[nodiscard]] bool dead() const noexcept { return daemon_->gone.load(std::memory_order_acquire); }
+  /// kUnavailable naming the daemon once it is gone, else success.
+  Result<void> check() const {
+    if (dead()) return daemon_->error();
+    return {};
+  }
 
   /// Sends one command with `fds` attached and, unless `no_reply`, waits for its reply.
   Result<Reply> call(emud::Command cmd, std::span<const std::byte> body, std::span<const int> fds = {},
                      bool no_reply = false) {
-    if (dead()) return gone();
+    if (dead()) return daemon_->error();
     std::lock_guard lock(mu_);
+    if (dead()) return daemon_->error();
     const std::uint16_t id = ++next_id_;
     std::array<std::byte, emud::kMaxMessage> msg{};
     const std::size_t size = emud::hdr::kBytes + body.size();
@@ -117,8 +158,8 @@ class Conn {
       const int err = errno;
       if (err == EBADF && !fds.empty())
         return fail(Code::kInvalidArgument, "emu-remote: a file descriptor is not open");
-      mark_dead();
-      return gone(err);
+      mark_dead(err);
+      return daemon_->error();
     }
     if (no_reply) return Reply{};
     for (;;) {
@@ -126,9 +167,8 @@ class Conn {
       const int pr = ::poll(&p, 1, kReplyTimeoutMs);
       if (pr < 0 && errno == EINTR) continue;
       if (pr == 0) {
-        mark_dead();
-        return fail(Code::kUnavailable,
-                    fmt::format("emu-remote: {}: npo-emud did not answer in {} ms", what_, kReplyTimeoutMs));
+        daemon_->mark_gone(fmt::format("{} got no answer in {} ms", what_, kReplyTimeoutMs));
+        return daemon_->error();
       }
       std::array<std::byte, emud::kMaxMessage> in{};
       iovec riov{in.data(), in.size()};
@@ -147,9 +187,10 @@ class Conn {
         }
       }
       if (n <= 0) {
+        const int err = n < 0 ? errno : 0;
         if (rfd >= 0) ::close(rfd);
-        mark_dead();
-        return gone(n < 0 ? errno : 0);
+        mark_dead(err);
+        return daemon_->error();
       }
       std::span<const std::byte> r(in.data(), static_cast<std::size_t>(n));
       if (r.size() < emud::hdr::kBytes || emud::load<std::uint32_t>(r, emud::hdr::kSize) != r.size() ||
@@ -157,7 +198,7 @@ class Conn {
         if (rfd >= 0) ::close(rfd);
         npo::log::get(npo::log::Subsystem::kBackend)
             .warn("emu-remote: {}: malformed reply of {} bytes from npo-emud", what_, r.size());
-        mark_dead();
+        daemon_->mark_gone(fmt::format("malformed reply on {}", what_));
         return fail(Code::kInternal, fmt::format("emu-remote: {}: malformed reply from npo-emud", what_));
       }
       const auto rid = emud::load<std::uint16_t>(r, emud::hdr::kMsgId);
@@ -181,22 +222,16 @@ class Conn {
   }
 
  private:
-  void mark_dead() {
-    if (!dead_.exchange(true, std::memory_order_acq_rel)) {
-      npo::log::get(npo::log::Subsystem::kBackend).warn("emu-remote: {}: connection to npo-emud lost", what_);
-    }
-  }
-  std::unexpected<Error> gone(int err = 0) const {
-    return fail(Code::kUnavailable,
-                fmt::format("emu-remote: {}: npo-emud is gone (connection closed{}); restart the daemon and reopen",
-                            what_, err != 0 ? fmt::format(": {}", std::strerror(err)) : std::string()));
+  void mark_dead(int err) {
+    daemon_->mark_gone(fmt::format("connection closed{}, seen on {}",
+                                   err != 0 ? fmt::format(": {}", std::strerror(err)) : std::string(), what_));
   }
 
   int fd_;
   std::string what_;
+  std::shared_ptr<Daemon> daemon_;
   std::mutex mu_;
   std::uint16_t next_id_ = 0;
-  std::atomic<bool> dead_{false};
 };
 
 Result<void> hello(Conn& c, bool read_only) {
@@ -773,6 +808,7 @@ class RemoteDevice final : public backend::Device {
     if (!r) return std::unexpected(r.error().with({.card = ci_.card}));
     return {};
   }
+  Result<void> check_connection() override { return c_->check(); }
 
  private:
   Result<void> set_irqs(std::uint32_t index, unsigned first, std::span<const int> fds) {
@@ -894,7 +930,7 @@ class RemoteBackend final : public backend::Backend {
     std::lock_guard lock(mu_);
     by_address_.clear();
     for (auto k : cards) {
-      auto c = Conn::connect(socket_of(o_.dir, k), fmt::format("card {}", k));
+      auto c = Conn::connect(socket_of(o_.dir, k), fmt::format("card {}", k), daemon_);
       if (!c) return std::unexpected(c.error());
       if (auto h = hello(**c, true); !h) return std::unexpected(h.error());
       auto ci = device_info(**c);
@@ -928,7 +964,7 @@ class RemoteBackend final : public backend::Backend {
       std::lock_guard lock(open_->mu);
       open_->open.erase(address);
     };
-    auto c = Conn::connect(socket_of(o_.dir, *card), fmt::format("card {}", *card));
+    auto c = Conn::connect(socket_of(o_.dir, *card), fmt::format("card {}", *card), daemon_);
     if (!c) {
       undo();
       return std::unexpected(c.error());
@@ -952,6 +988,7 @@ class RemoteBackend final : public backend::Backend {
   std::mutex mu_;
   std::map<backend::PciAddress, std::uint32_t> by_address_;
   std::shared_ptr<OpenSet> open_ = std::make_shared<OpenSet>();
+  std::shared_ptr<Daemon> daemon_ = std::make_shared<Daemon>(o_.dir.string());
 };
 
 }  // namespace

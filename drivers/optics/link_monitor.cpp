@@ -307,7 +307,27 @@ Result<LinkSnapshot> LinkMonitor::snapshot() {
     const unsigned lanes = dev.info().lanes_per_port;
     LinkSnapshot::CardPorts cp;
     cp.card = static_cast<std::uint32_t>(c);
-    if (ct.removed || m.read32(g::kMagic) == 0xffffffffu) {
+    const bool dma = options_.use_stats_dma && !ct.dma_failed && arrived[c];
+    const unsigned nports = dev.port_count();
+    // Without the stats block the port records are register reads: read them all first and
+    // check the card is still there after them, so a card that vanished midway is reported
+    // removed rather than decoded from all-ones registers.
+    std::vector<st::PortRecord> regs_read;
+    bool gone = ct.removed || m.read32(g::kMagic) == 0xffffffffu;
+    if (!gone && !dma) {
+      regs_read.resize(nports);
+      for (unsigned p = 0; p < nports; ++p) {
+        optics::read_port_record(m, p, lanes, regs_read[p], false);
+        // An empty cage has no lane data worth 200 register reads.
+        if (pr::kStatusModulePresent.get(regs_read[p].status) != 0)
+          optics::read_port_record(m, p, lanes, regs_read[p], true);
+      }
+      gone = m.read32(g::kMagic) == 0xffffffffu;
+    }
+    if (gone) {
+      // All-ones registers: the card was removed -- unless the path to it is what broke (an
+      // emu-remote client whose npo-emud died), which is an error of the whole view.
+      if (auto conn = card::access(dev).function->check_connection(); !conn) return std::unexpected(conn.error());
       // Surprise removal: report the card as gone and keep reading the others.
       if (!ct.removed) {
         ct.removed = true;
@@ -324,7 +344,6 @@ Result<LinkSnapshot> LinkMonitor::snapshot() {
       s.cards.push_back(std::move(cp));
       continue;
     }
-    const bool dma = options_.use_stats_dma && !ct.dma_failed && arrived[c];
     if (options_.use_stats_dma && !ct.dma_failed && !arrived[c] && !ct.dma_seen) {
       ct.dma_failed = true;  // STATS_SEQ never advanced: this card does not support it
       m.write64(g::kStatsAddr, 0);
@@ -333,17 +352,13 @@ Result<LinkSnapshot> LinkMonitor::snapshot() {
     ct.dma_last = dma;
     cp.via_stats_dma = dma;
     const std::byte* block = dma ? ct.buf->bytes().data() : nullptr;
-    const unsigned nports = dev.port_count();
     cp.ports.reserve(nports);
     cp.health.reserve(nports);
     for (unsigned p = 0; p < nports; ++p) {
       if (dma) {
         std::memcpy(&rec, block + st::kHeaderBytes + p * st::kPortRecordBytes, sizeof rec);
       } else {
-        std::memset(&rec, 0, sizeof rec);
-        optics::read_port_record(m, p, lanes, rec, false);
-        // An empty cage has no lane data worth 200 register reads.
-        if (pr::kStatusModulePresent.get(rec.status) != 0) optics::read_port_record(m, p, lanes, rec, true);
+        rec = regs_read[p];
       }
       PortStatus ps = optics::decode_port_record(rec, p, lanes);
       auto& pt = ct.ports[p];

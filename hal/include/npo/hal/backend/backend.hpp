@@ -164,6 +164,13 @@ class Device {
   /// and engine is in its reset state, and DMA mappings are kept (as VFIO keeps them).
   /// Errors: kUnimplemented if the function cannot reset; kUnavailable if removed.
   virtual Result<void> reset() = 0;
+
+  /// Whether the path from this process to the function still works, apart from the card
+  /// itself: a removed card is not an error here. Registers that read all-ones mean a removed
+  /// card when this succeeds; when it fails they mean the path is gone. Default: always works
+  /// (in-process and VFIO functions have no separate path). The emu-remote client returns
+  /// kUnavailable naming npo-emud once its daemon is gone. Thread-safe.
+  virtual Result<void> check_connection() { return {}; }
 };
 
 /// The platform's time base for driver timeouts and polling (training deadlines, flap
