@@ -917,6 +917,14 @@ class RemoteBackend final : public backend::Backend {
       const auto [p, err] = std::from_chars(digits.data(), digits.data() + digits.size(), k);
       if (err == std::errc{} && p == digits.data() + digits.size()) cards.insert(k);
     }
+    if (cards.empty()) {
+      // A cleanly stopped daemon removes its sockets and leaves the directory: that is no
+      // supernode, not an empty one.
+      return fail(Code::kUnavailable,
+                  fmt::format("emu-remote: no npo-emud serving {} (no {}K{} socket in it): start it with `npo-emud "
+                              "--topology emu:mesh8 --socket-dir {}`",
+                              o_.dir.string(), emud::kSocketPrefix, emud::kSocketSuffix, o_.dir.string()));
+    }
     if (o_.cards) {
       for (auto k : *o_.cards) {
         if (cards.count(k) == 0) {
