@@ -22,6 +22,18 @@ using fw::load_le;
 
 namespace {
 
+/// The BAR0 of a card that was gone when it was opened: reads all-ones, drops writes, as the
+/// registers of a removed card do. Stateless, so one instance serves every such card.
+class RemovedMmio final : public backend::Mmio {
+ public:
+  std::uint32_t read32(std::uint64_t) noexcept override { return 0xffffffffu; }
+  std::uint64_t read64(std::uint64_t) noexcept override { return ~0ULL; }
+  void write32(std::uint64_t, std::uint32_t) noexcept override {}
+  void write64(std::uint64_t, std::uint64_t) noexcept override {}
+  std::uint64_t size() const noexcept override { return 0; }
+};
+RemovedMmio g_removed_bar0;
+
 std::string version_string(std::uint32_t v) { return fmt::format("{}.{}.{}", v >> 16, (v >> 8) & 0xff, v & 0xff); }
 
 Result<FirmwareVersions> parse_versions(const std::vector<std::byte>& p) {
@@ -105,6 +117,20 @@ Result<std::unique_ptr<Device::Impl>> Device::Impl::probe(std::unique_ptr<backen
   auto vid = backend::config_read16(*dev, fw::pci::cfg::kVendorId);
   auto did = backend::config_read16(*dev, fw::pci::cfg::kDeviceId);
   if (!vid || !did) return std::unexpected(Error(!vid ? vid.error() : did.error()).with(ctx));
+  if (*vid == 0xffff && *did == 0xffff && fi.vendor_id == fw::pci::kVendorId && fi.device_id == fw::pci::kDeviceId) {
+    // Listed as an NPO card, config space all-ones: it was removed before we opened it (a
+    // shared npo-emud keeps serving a removed card's socket). Keep it, marked removed, so its
+    // index stays and the tools show it REMOVED as they do a card removed while they run.
+    info.vendor_id = fi.vendor_id;
+    info.device_id = fi.device_id;
+    info.removed = true;
+    impl->bar0 = &g_removed_bar0;
+    impl->mailbox = std::make_unique<card::MailboxClient>(g_removed_bar0, clock, index, mailbox_timeout_ns);
+    impl->dev = std::move(dev);
+    npo::log::get(npo::log::Subsystem::kCore)
+        .warn("card {} {} was removed: its config space reads ffff:ffff; it is listed as removed", index, info.bdf);
+    return impl;
+  }
   if (*vid != fw::pci::kVendorId || *did != fw::pci::kDeviceId) {
     return fail(Code::kFailedPrecondition,
                 fmt::format("{} is {:04x}:{:04x}, not an NPO card ({:04x}:{:04x})", info.bdf, *vid, *did,

@@ -98,3 +98,61 @@ TEST(EmudView, WatchEndsWithUnavailableNamingTheDaemonWhenItDies) {
 }
 
 }  // namespace
+
+namespace {
+
+// Finding 2: a card removed inside the daemon before a tool opens it is that card REMOVED
+// (npo-smi row + exit 4, npo-link show row + exit 4, naming card 7), not an error of the
+// whole daemon (it was `failed_precondition: ... is ffff:ffff, not an NPO card`, rc 1).
+TEST(EmudView, CardRemovedInsideTheDaemonIsListedRemovedNotAnError) {
+  EmudProcess d;
+  ASSERT_TRUE(d.start(NPO_EMUD, "emu:mesh8")) << d.output();
+  auto inj = npo_test::run_command(std::string(NPO_EMU) + " fault --socket-dir " + d.dir() +
+                                   " --kind surprise_removal --card 7 2>&1");
+  ASSERT_EQ(inj.status, 0) << inj.out;
+  auto smi = npo_test::run_command(std::string(NPO_SMI) + " --backend " + d.uri() + " 2>&1");
+  EXPECT_EQ(smi.status, 4) << smi.out;
+  EXPECT_NE(smi.out.find("8 cards"), std::string::npos) << smi.out;
+  EXPECT_NE(smi.out.find("7    0000:08:00.0 1ee7:0a01"), std::string::npos) << smi.out;
+  EXPECT_NE(smi.out.find("REMOVED"), std::string::npos) << smi.out;
+  EXPECT_NE(smi.out.find("7 of 8 cards present; card 7 REMOVED"), std::string::npos) << smi.out;
+  EXPECT_NE(smi.out.find("card 7 0000:08:00.0 was removed"), std::string::npos) << smi.out;
+  EXPECT_EQ(smi.out.find("not an NPO card"), std::string::npos) << smi.out;
+  auto json = npo_test::run_command(std::string(NPO_SMI) + " --backend " + d.uri() + " --json 2>/dev/null");
+  EXPECT_EQ(json.status, 4) << json.out;
+  EXPECT_NE(json.out.find("\"removed\": true"), std::string::npos) << json.out;
+  auto show = npo_test::run_command(std::string(NPO_LINK) + " show --backend " + d.uri() + " --card 0,7 --port 6 2>&1");
+  EXPECT_EQ(show.status, 4) << show.out;
+  EXPECT_NE(show.out.find("   7    -  REMOVED"), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("card 7 REMOVED"), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("   0    6  "), std::string::npos) << "card 0 still shown:\n" << show.out;
+  // Through the library: the System opens all 8; card 7 is marked, its calls fail unavailable.
+  auto sys = npo::System::open(d.uri() + "?mode=ro");
+  ASSERT_TRUE(sys.has_value()) << sys.error().to_string();
+  ASSERT_EQ((*sys)->device_count(), 8u);
+  EXPECT_TRUE((*sys)->device(7).info().removed);
+  EXPECT_FALSE((*sys)->device(6).info().removed);
+  sys->reset();
+  EXPECT_EQ(d.stop(), 0) << d.output();
+  std::filesystem::remove_all(d.dir());
+}
+
+// Finding 11: a directory a daemon left after a clean stop (sockets removed) is no daemon,
+// not "0 cards".
+TEST(EmudView, StoppedDaemonDirectoryIsAnErrorNotAnEmptySystem) {
+  EmudProcess d;
+  ASSERT_TRUE(d.start(NPO_EMUD, "emu:2", {"--no-bring-up"})) << d.output();
+  EXPECT_EQ(d.stop(), 0) << d.output();
+  ASSERT_TRUE(std::filesystem::is_directory(d.dir()));
+  auto sys = npo::System::open(d.uri());
+  ASSERT_FALSE(sys.has_value());
+  EXPECT_EQ(sys.error().code(), Code::kUnavailable);
+  EXPECT_NE(sys.error().message().find("no npo-emud serving " + d.dir()), std::string::npos) << sys.error().to_string();
+  auto smi = npo_test::run_command(std::string(NPO_SMI) + " --backend " + d.uri() + " 2>&1");
+  EXPECT_EQ(smi.status, 1) << smi.out;
+  EXPECT_NE(smi.out.find("no npo-emud serving " + d.dir()), std::string::npos) << smi.out;
+  EXPECT_EQ(smi.out.find("0 cards"), std::string::npos) << smi.out;
+  std::filesystem::remove_all(d.dir());
+}
+
+}  // namespace

@@ -55,6 +55,7 @@ nlohmann::json card_json(const npo::DeviceInfo& d) {
   }
   return {
       {"index", d.index},
+      {"removed", d.removed},
       {"bdf", d.bdf},
       {"vendor_id", d.vendor_id},
       {"device_id", d.device_id},
@@ -109,6 +110,8 @@ std::string link_class(const npo::Topology& t, const npo::RouteTable& rt, std::s
 /// nvidia-smi topo -m; compact up to 64 cards, summarised beyond), or JSON.
 /// Exit status of `topo --expect PLAN` when the discovered cabling differs from the plan.
 constexpr int kExitMismatch = 3;
+/// Exit status of the card list when a card was removed (as npo-link's).
+constexpr int kExitRemoved = 4;
 
 /// `topo --expect PLAN`: the discovered fabric against a topology file (check_topology),
 /// every missing, miswired, degraded and unexpected link and card, one per line (or JSON).
@@ -300,6 +303,16 @@ int main(int argc, char** argv) {
   if (!sys) return fail(kTool, fmt::format("cannot open '{}'", uri), sys.error());
   auto& s = **sys;
   if (topo_cmd->parsed()) return topo(s, json, expect);
+  // A card already removed when we opened it (DeviceInfo::removed) is listed and exits 4, as
+  // npo-link does for a removed card.
+  std::string removed;
+  std::size_t live = s.device_count();
+  for (std::size_t i = 0; i < s.device_count(); ++i) {
+    if (!s.device(i).info().removed) continue;
+    removed += fmt::format("; card {} REMOVED", s.device(i).info().index);
+    --live;
+  }
+  const int status = removed.empty() ? 0 : kExitRemoved;
   if (json) {
     nlohmann::json cards = nlohmann::json::array();
     for (std::size_t i = 0; i < s.device_count(); ++i) cards.push_back(card_json(s.device(i).info()));
@@ -308,7 +321,7 @@ int main(int argc, char** argv) {
                           {"uri", s.uri()},
                           {"cards", cards}};
     print_json(out);
-    return 0;
+    return status;
   }
   fmt::print("npo-smi {}  backend {} ({})  {} card{}\n\n", npo::kVersion, s.uri(), s.backend_name(), s.device_count(),
              s.device_count() == 1 ? "" : "s");
@@ -326,12 +339,20 @@ int main(int argc, char** argv) {
   cards.print_header();
   for (std::size_t i = 0; i < s.device_count(); ++i) {
     const auto& d = s.device(i).info();
+    if (d.removed) {
+      cards.print_row(d.index, d.bdf, fmt::format("{:04x}:{:04x}", d.vendor_id, d.device_id), "-", d.numa_node, "-",
+                      "-", "-", "-", "REMOVED (config space reads ffff:ffff)");
+      continue;
+    }
     cards.print_row(d.index, d.bdf, fmt::format("{:04x}:{:04x}", d.vendor_id, d.device_id), d.fabric_id, d.numa_node,
                     human_bytes(d.hbm_bytes), fmt::format("{:g}GT/s x{}", d.pcie.gts, d.pcie.width),
                     d.firmware.firmware, fmt::format("{:016x}", d.serial), d.model);
   }
-  if (s.device_count() > 0) {
-    const auto& d = s.device(0).info();
+  std::size_t first_live = 0;
+  while (first_live < s.device_count() && s.device(first_live).info().removed) ++first_live;
+  if (!removed.empty()) fmt::print("\n{} of {} cards present{}\n", live, s.device_count(), removed);
+  if (first_live < s.device_count()) {
+    const auto& d = s.device(first_live).info();
     fmt::print("\nEach card: {} DMA engines x {} queues, {} optical ports x {} lanes, max {} per descriptor.\n",
                d.num_engines, d.queues_per_engine, d.num_ports, d.lanes_per_port, human_bytes(d.max_transfer_bytes));
     std::string bars;
@@ -345,5 +366,6 @@ int main(int argc, char** argv) {
       "\nFABRIC: the card's identity on the optical fabric (BAR0 FABRIC_ID). NUMA: the node the backend reports (the\n"
       "emulator spreads cards over 2 nodes). HBM: device memory (BAR0 HBM_SIZE,\n"
       "confirmed by firmware IDENTIFY). PCIe: negotiated link (LnkSta). FIRMWARE: mailbox GET_VERSIONS.\n");
-  return 0;
+  if (!removed.empty()) fmt::print("Exit status 4: a card was removed.\n");
+  return status;
 }

@@ -69,6 +69,12 @@ struct DeviceInfo {
   /// reading works; queues, windows, DMA maps and reset are refused (kPermissionDenied),
   /// register writes are dropped (so training only observes), mailbox reads are served.
   bool read_only = false;
+  /// The card was already gone when the System opened it (surprise removal inside a shared
+  /// npo-emud: its config space reads ffff:ffff though the backend lists it as an NPO card).
+  /// It keeps its index; only index, bdf, ids, numa_node and driver are filled; its registers
+  /// read all-ones, so every call fails as on a card removed later (kUnavailable) and the
+  /// link monitor reports it removed.
+  bool removed = false;
 };
 
 /// Heartbeat reply (mailbox HEARTBEAT, docs/spec/mailbox.md §3.4).
