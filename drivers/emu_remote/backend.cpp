@@ -108,6 +108,15 @@ class Conn {
     if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
       const int err = errno;
       ::close(fd);
+      if (err == EACCES || err == EPERM) {
+        // The daemon runs, but its sockets are not ours to open: a permissions problem.
+        return fail(
+            Code::kPermissionDenied,
+            fmt::format("emu-remote: cannot connect to {} ({}): npo-emud's sockets do not let this user in; "
+                        "start npo-emud with --socket-group GROUP (and --socket-mode 0660) and join that group, "
+                        "or run as the daemon's user",
+                        p, std::strerror(err)));
+      }
       return fail(Code::kUnavailable,
                   fmt::format("emu-remote: cannot connect to {} ({}): is npo-emud running? Start it with "
                               "`npo-emud --topology emu:mesh8 --socket-dir {}`",

@@ -4,6 +4,7 @@
 // removed inside the daemon is one REMOVED card, not an unreadable daemon; a directory no
 // daemon serves is an error; the sockets' group and mode. Each test starts its own daemon;
 // every wait is bounded.
+#include <grp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -153,6 +154,48 @@ TEST(EmudView, StoppedDaemonDirectoryIsAnErrorNotAnEmptySystem) {
   EXPECT_NE(smi.out.find("no npo-emud serving " + d.dir()), std::string::npos) << smi.out;
   EXPECT_EQ(smi.out.find("0 cards"), std::string::npos) << smi.out;
   std::filesystem::remove_all(d.dir());
+}
+
+}  // namespace
+
+namespace {
+
+// Finding 10: --socket-group / --socket-mode set who may connect (group, mode of every card
+// socket, a searchable directory); bad values are refused with exit 2; the installed unit's
+// ExecStart is the configured install prefix, not a hardcoded /usr/local/bin.
+TEST(EmudView, SocketGroupAndModeLetAGroupConnect) {
+  const gid_t gid = ::getegid();
+  const group* g = ::getgrgid(gid);
+  ASSERT_NE(g, nullptr);
+  EmudProcess d;
+  ASSERT_TRUE(d.start(NPO_EMUD, "emu:2", {"--no-bring-up", "--socket-group", g->gr_name, "--socket-mode", "0660"}))
+      << d.output();
+  for (const std::string p : {d.dir() + "/card-0.sock", d.dir() + "/card-1.sock"}) {
+    struct stat st {};
+    ASSERT_EQ(::stat(p.c_str(), &st), 0) << p;
+    EXPECT_EQ(st.st_mode & 07777, 0660u) << p;
+    EXPECT_EQ(st.st_gid, gid) << p;
+  }
+  struct stat ds {};
+  ASSERT_EQ(::stat(d.dir().c_str(), &ds), 0);
+  EXPECT_EQ(ds.st_mode & 07777, 0750u);
+  auto sys = npo::System::open(d.uri() + "?mode=ro");
+  EXPECT_TRUE(sys.has_value()) << sys.error().to_string();
+  if (sys) sys->reset();  // drop it before the stop
+  EXPECT_EQ(d.stop(), 0) << d.output();
+  std::filesystem::remove_all(d.dir());
+  auto bad = npo_test::run_command(std::string(NPO_EMUD) + " --topology emu:2 --socket-dir " + d.dir() +
+                                   " --socket-mode 0999 2>&1");
+  EXPECT_EQ(bad.status, 2) << bad.out;
+  EXPECT_NE(bad.out.find("expected an octal mode"), std::string::npos) << bad.out;
+  auto nogroup = npo_test::run_command(std::string(NPO_EMUD) + " --topology emu:2 --socket-dir " + d.dir() +
+                                       " --socket-group no-such-group-npo 2>&1");
+  EXPECT_EQ(nogroup.status, 2) << nogroup.out;
+  EXPECT_NE(nogroup.out.find("no such group"), std::string::npos) << nogroup.out;
+  std::filesystem::remove_all(d.dir());
+  const std::string unit = slurp(NPO_EMUD_UNIT);
+  EXPECT_NE(unit.find(std::string("ExecStart=") + NPO_INSTALL_BINDIR + "/npo-emud "), std::string::npos) << unit;
+  EXPECT_EQ(unit.find("@CMAKE"), std::string::npos) << unit;
 }
 
 }  // namespace

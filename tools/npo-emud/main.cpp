@@ -3,15 +3,21 @@
 // processes"). Builds the emulator of --topology with the real-time clock, serves every card
 // on its own UNIX socket in --socket-dir (docs/spec/emud-protocol.md), trains every link and
 // programs routes once before serving (like a subnet manager), prints one "ready"
-// line and serves until SIGTERM/SIGINT. Runs in the foreground; tools/npo-emud/npo-emud.service
+// line and serves until SIGTERM/SIGINT. Runs in the foreground; tools/npo-emud/npo-emud.service.in
 // is the systemd unit.
+#include <grp.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -53,7 +59,32 @@ int main(int argc, char** argv) {
   app.add_option("--socket-dir", socket_dir, "directory for card-<K>.sock (created; a stale one is reused)")
       ->required();
   app.add_flag("--no-bring-up", no_bring_up, "leave links down and routes unprogrammed (tests)");
+  std::string socket_group;
+  std::string socket_mode;
+  app.add_option("--socket-group", socket_group,
+                 "group owning the socket directory and card sockets, so its members (not only the daemon's user) "
+                 "can connect");
+  app.add_option("--socket-mode", socket_mode, "octal mode of the card sockets, e.g. 0660 (default: from the umask)");
   CLI11_PARSE(app, argc, argv);
+  std::optional<gid_t> gid;
+  if (!socket_group.empty()) {
+    const group* g = ::getgrnam(socket_group.c_str());
+    if (g == nullptr) {
+      std::fprintf(stderr, "npo-emud: --socket-group %s: no such group\n", socket_group.c_str());
+      return 2;
+    }
+    gid = g->gr_gid;
+  }
+  std::optional<mode_t> mode;
+  if (!socket_mode.empty()) {
+    unsigned m = 0;
+    const auto [p, ec] = std::from_chars(socket_mode.data(), socket_mode.data() + socket_mode.size(), m, 8);
+    if (ec != std::errc{} || p != socket_mode.data() + socket_mode.size() || m > 0777) {
+      std::fprintf(stderr, "npo-emud: --socket-mode %s: expected an octal mode such as 0660\n", socket_mode.c_str());
+      return 2;
+    }
+    mode = static_cast<mode_t>(m);
+  }
 
   // SIGTERM/SIGINT are taken by sigwait below; block them before any thread starts.
   sigset_t sigs;
@@ -101,6 +132,28 @@ int main(int argc, char** argv) {
   }
   auto server = npo::emu::Server::start(*emu, {.socket_dir = socket_dir, .log = say});
   if (!server) return npo::tools::fail("npo-emud", server.error());
+  // Who may connect: the directory must be searchable and each socket writable by the group.
+  if (gid || mode) {
+    std::vector<std::string> paths{socket_dir};
+    for (std::size_t k = 0; k < (*server)->card_count(); ++k)
+      paths.push_back(fmt::format("{}/card-{}.sock", socket_dir, k));
+    for (std::size_t i = 0; i < paths.size(); ++i) {
+      if (gid && ::chown(paths[i].c_str(), static_cast<uid_t>(-1), *gid) != 0) {
+        return npo::tools::fail(
+            "npo-emud", npo::Error(npo::Code::kPermissionDenied, fmt::format("chown {} to group {}: {}", paths[i],
+                                                                             socket_group, std::strerror(errno))));
+      }
+      if (mode) {
+        // The directory needs search (x) for whoever may open a socket in it.
+        const mode_t dir_mode = 0700 | ((*mode & 0060) != 0 ? 0050 : 0) | ((*mode & 0006) != 0 ? 0005 : 0);
+        const mode_t m = i == 0 ? dir_mode : *mode;
+        if (::chmod(paths[i].c_str(), m) != 0) {
+          return npo::tools::fail("npo-emud", npo::Error(npo::Code::kPermissionDenied,
+                                                         fmt::format("chmod {}: {}", paths[i], std::strerror(errno))));
+        }
+      }
+    }
+  }
   say(fmt::format("ready cards={} links_up={} links_failed={} unreachable_pairs={} socket_dir={} pid={}",
                   (*server)->card_count(), up, failed, unreachable, socket_dir, ::getpid()));
 
