@@ -170,7 +170,7 @@ TEST(EmudView, SocketGroupAndModeLetAGroupConnect) {
   EmudProcess d;
   ASSERT_TRUE(d.start(NPO_EMUD, "emu:2", {"--no-bring-up", "--socket-group", g->gr_name, "--socket-mode", "0660"}))
       << d.output();
-  for (const std::string p : {d.dir() + "/card-0.sock", d.dir() + "/card-1.sock"}) {
+  for (const std::string& p : {d.dir() + "/card-0.sock", d.dir() + "/card-1.sock"}) {
     struct stat st {};
     ASSERT_EQ(::stat(p.c_str(), &st), 0) << p;
     EXPECT_EQ(st.st_mode & 07777, 0660u) << p;
