@@ -217,9 +217,9 @@ Result measure(std::vector<npo::DmaQueue*>& qs, const EnqueueFn& enqueue, std::u
 
 int main(int argc, char** argv) {
   Options o;
-  std::string log_level;
+  npo::tools::LogOptions log;
   CLI::App app{"npo-dma-bench: DMA bandwidth and op rate, with a same-run memcpy baseline per size"};
-  npo::tools::add_log_level_option(app, log_level);
+  npo::tools::add_log_options(app, log);
   npo::tools::add_backend_option(app, o.backend, "-b,--backend",
                                  "backend URI (default emu:mesh8; emu:mesh8?hbm=1G for 256 MiB transfers)");
   app.add_option("-m,--mode", o.mode,
@@ -238,7 +238,7 @@ int main(int argc, char** argv) {
   app.add_flag("--json", o.json, "print one JSON object with a 'results' array");
   CLI11_PARSE(app, argc, argv);
 
-  if (auto r = npo::tools::configure_logging(log_level); !r) return fail_with("logging", r.error());
+  if (auto r = npo::tools::configure_logging(log); !r) return fail_with("logging", r.error());
   if (!npo::tools::check_seconds(kTool, "--min-seconds", o.min_seconds)) return 2;
   std::vector<std::uint64_t> sizes;
   for (const auto& s : o.sizes) {

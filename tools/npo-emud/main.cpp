@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -16,17 +17,29 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "common/backend.hpp"
 #include "common/output.hpp"
 #include "npo/emu/emulator.hpp"
 #include "npo/emu/server.hpp"
 #include "npo/hal/backend/registry.hpp"
 #include "npo/hal/bring_up.hpp"
+#include "npo/hal/log.hpp"
 #include "npo/hal/system.hpp"
 
 namespace {
 
+/// --log-format json: the daemon's own lines are JSON objects too (npo::log::json_line).
+bool g_json_lines = false;
+
 void say(const std::string& line) {
-  std::fputs(fmt::format("npo-emud: {}\n", line).c_str(), stdout);
+  if (g_json_lines) {
+    const auto ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count();
+    std::fputs((npo::log::json_line(static_cast<std::uint64_t>(ns), "info", "npo-emud", line) + "\n").c_str(), stdout);
+  } else {
+    std::fputs(fmt::format("npo-emud: {}\n", line).c_str(), stdout);
+  }
   std::fflush(stdout);
 }
 
@@ -53,7 +66,11 @@ int main(int argc, char** argv) {
   app.add_option("--socket-dir", socket_dir, "directory for card-<K>.sock (created; a stale one is reused)")
       ->required();
   app.add_flag("--no-bring-up", no_bring_up, "leave links down and routes unprogrammed (tests)");
+  npo::tools::LogOptions log;
+  npo::tools::add_log_options(app, log);
   CLI11_PARSE(app, argc, argv);
+  if (auto r = npo::tools::configure_logging(log); !r) return npo::tools::fail("npo-emud", r.error());
+  g_json_lines = npo::tools::json_logs(log);
 
   // SIGTERM/SIGINT are taken by sigwait below; block them before any thread starts.
   sigset_t sigs;
