@@ -6,8 +6,8 @@
 // Uses only the public npo-hal API.
 #pragma once
 
+#include <array>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -34,14 +34,34 @@ class Collector {
   Result<bool> collect(std::string& out);
 
  private:
-  struct PortTrack {
-    std::string state;
-    std::uint64_t since_ns = 0;
+  /// Per port: its label sets (built once) and the state tracked for time in state.
+  struct Labels {
+    std::string port;                  ///< card="C",port="P"
+    std::array<std::string, 8> lanes;  ///< card="C",port="P",lane="L"
+    int state = -1;                    ///< last health (or training) state seen
+    std::uint64_t since_ns = 0;        ///< platform clock when it was first seen
   };
+  /// One port or lane of the current snapshot: its labels and where its values are.
+  struct PortRow {
+    const std::string* labels = nullptr;
+    const PortStatus* status = nullptr;
+    const PortHealth* health = nullptr;
+    double time_in_state_s = 0;
+  };
+  struct LaneRow {
+    const std::string* labels = nullptr;
+    const LaneCounters* counters = nullptr;
+    const LaneHealthReport* health = nullptr;  ///< null: lane not in use
+  };
+  static constexpr std::size_t kPortSlots = 16;  ///< ports per card in the register map
+  Labels& labels_for(std::uint32_t card, unsigned port);
+
   System* system_;
   LinkMonitor monitor_;
   std::vector<std::string> card_labels_;  ///< `card="N"` per card (cached)
-  std::map<std::pair<std::uint32_t, unsigned>, PortTrack> ports_;
+  std::vector<Labels> labels_;            ///< [card * kPortSlots + port]
+  std::vector<PortRow> port_rows_;        ///< reused across scrapes
+  std::vector<LaneRow> lane_rows_;
 };
 
 /// Options of an Exporter.
