@@ -18,6 +18,8 @@ packages=(
   libspdlog-dev libfmt-dev libnuma-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
   # DPDK: headers/libraries, plus dpdk-test (dmadev_autotest) and dpdk-telemetry.py
   libdpdk-dev dpdk-dev
+  # npo-exporter's HTTP server (cpp-httplib); Prometheus + promtool for its tests (issue 17)
+  libcpp-httplib-dev prometheus
   # tests
   libgtest-dev libgmock-dev libbenchmark-dev
   # format check (tests/structure/check-format.sh)
