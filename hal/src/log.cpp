@@ -51,10 +51,12 @@ bool token_at(std::string_view m, std::size_t pos) {
   return !(std::isalnum(static_cast<unsigned char>(b)) != 0 || b == '_' || b == '.');
 }
 
+// The number after the first whole-word `key` followed by '=' or ' ' ("card=3", "card 3").
 std::optional<std::uint64_t> find_number(std::string_view m, std::string_view key) {
   for (std::size_t pos = m.find(key); pos != std::string_view::npos; pos = m.find(key, pos + 1)) {
-    if (!token_at(m, pos)) continue;
-    const char* first = m.data() + pos + key.size();
+    const std::size_t after = pos + key.size();
+    if (!token_at(m, pos) || after + 1 >= m.size() || (m[after] != '=' && m[after] != ' ')) continue;
+    const char* first = m.data() + after + 1;
     const char* last = m.data() + m.size();
     std::uint64_t v = 0;
     auto r = std::from_chars(first, last, v);
@@ -132,10 +134,10 @@ void read_env_locked(State& s) {
 
 LineFields extract_fields(std::string_view m) {
   LineFields f;
-  f.card = find_number(m, "card=");
-  f.port = find_number(m, "port=");
-  f.lane = find_number(m, "lane=");
-  f.queue = find_number(m, "queue=");
+  f.card = find_number(m, "card");
+  f.port = find_number(m, "port");
+  f.lane = find_number(m, "lane");
+  f.queue = find_number(m, "queue");
   for (std::size_t pos = m.find("code="); pos != std::string_view::npos; pos = m.find("code=", pos + 1)) {
     if (!token_at(m, pos)) continue;
     std::size_t e = pos + 5;

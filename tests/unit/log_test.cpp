@@ -87,9 +87,10 @@ TEST_F(LogTest, JsonLinesCarryCardPortLaneQueueAndCode) {
   const npo::Error e(npo::Code::kUnavailable, "card removed", 0, {.card = 5, .queue = 1});
   npo::log::get(npo::log::Subsystem::kDma).warn("submit failed: {}", e.to_string());
   npo::log::get(npo::log::Subsystem::kCore).info("system 'emu:mesh8': 8 cards");
+  npo::log::get(npo::log::Subsystem::kCore).info("card 6 0000:07:00.0 fabric 7 port 4: ok");
   npo::log::get(npo::log::Subsystem::kCore).flush();
   const auto lines = read_lines(path_);
-  ASSERT_EQ(lines.size(), 3u);
+  ASSERT_EQ(lines.size(), 4u);
   std::vector<nlohmann::json> j;
   for (const auto& l : lines) j.push_back(nlohmann::json::parse(l));
   for (const auto& o : j) {
@@ -115,6 +116,9 @@ TEST_F(LogTest, JsonLinesCarryCardPortLaneQueueAndCode) {
   EXPECT_TRUE(j[2]["card"].is_null());
   EXPECT_TRUE(j[2]["code"].is_null());
   EXPECT_EQ(j[2]["message"], "system 'emu:mesh8': 8 cards");
+  EXPECT_EQ(j[3]["card"], 6);
+  EXPECT_EQ(j[3]["port"], 4);
+  EXPECT_TRUE(j[3]["code"].is_null());  // no code= and no error code name followed by ": "
 }
 
 TEST_F(LogTest, ReconfigureWhileLoggingFromThreads) {

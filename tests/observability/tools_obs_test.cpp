@@ -1,0 +1,215 @@
+// SPDX-License-Identifier: Apache-2.0
+// Issue 17 points 3 and 5 on the tools: `--log-format json` on every tool gives JSON lines
+// (time, level, logger, card, port, lane, queue, code, message); `npo-smi topo --format slurm`
+// writes a topology.conf for Slurm's tree plugin, `--format json` a graph with link weights.
+//
+// Slurm: Debian 12's Slurm (22.05) has no offline checker for topology.conf (slurmctld has no
+// -t; scontrol reads topology only from a running slurmctld, which needs munge and root), so
+// the output is validated here against the grammar of topology.conf(5) for the tree plugin:
+// "SwitchName=NAME [Switches=HOSTLIST] [Nodes=HOSTLIST] [LinkSpeed=N]" lines, '#' comments,
+// every switch named once, every referenced switch defined, one root, no cycle, every node
+// under exactly one leaf.
+#include <filesystem>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "common/run_command.hpp"
+
+namespace {
+
+using npo_test::run_command;
+
+/// Lines of `out` that start with '{' parsed as JSON log objects; fails the test on a line
+/// that is not one or lacks a key.
+std::vector<nlohmann::json> json_log_lines(const std::string& out) {
+  std::vector<nlohmann::json> r;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    EXPECT_EQ(line[0], '{') << "not a JSON line: " << line;
+    if (line[0] != '{') continue;
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    EXPECT_FALSE(j.is_discarded()) << line;
+    if (j.is_discarded()) continue;
+    for (const char* k : {"time", "level", "logger", "card", "port", "lane", "queue", "code", "message"})
+      EXPECT_TRUE(j.contains(k)) << k << " missing: " << line;
+    r.push_back(std::move(j));
+  }
+  return r;
+}
+
+TEST(ToolsJsonLogs, EveryToolWritesJsonLinesWithTheIssuesFields) {
+  // stderr only (2>&1 >/dev/null): the log; stdout is the tool's own output.
+  struct Case {
+    std::string cmd;
+    bool expect_lines;
+  };
+  const std::vector<Case> cases = {
+      {std::string(NPO_SMI) + " --backend emu:mesh8 --log-level info --log-format json", true},
+      {std::string(NPO_LINK) + " show --train --backend emu:mesh8 --log-level info --log-format json", true},
+      {std::string(NPO_DMA_BENCH) +
+           " --backend emu:mesh8 --sizes 4K --iterations 2 --log-level info --log-format json",
+       true},
+      {std::string(NPO_EMU) + " topo generate mesh --cards 4 --log-level info --log-format json", false},
+  };
+  for (const auto& c : cases) {
+    const auto r = run_command(c.cmd + " 2>&1 >/dev/null");
+    EXPECT_EQ(r.status, 0) << c.cmd << "\n" << r.out;
+    const auto lines = json_log_lines(r.out);
+    if (c.expect_lines) {
+      ASSERT_FALSE(lines.empty()) << c.cmd;
+      // The cards the library opened are named in the "card" field.
+      bool card_field = false;
+      for (const auto& j : lines) card_field |= j["card"].is_number_unsigned();
+      EXPECT_TRUE(card_field) << c.cmd << "\n" << r.out;
+      EXPECT_EQ(lines.front()["level"], "info");
+      EXPECT_TRUE(lines.front()["time"].get<std::string>().ends_with("Z"));
+    }
+  }
+  // An unknown format is refused by the option parser.
+  const auto bad = run_command(std::string(NPO_SMI) + " --backend emu:mesh8 --log-format xml 2>&1");
+  EXPECT_NE(bad.status, 0) << bad.out;
+}
+
+/// Expands a Slurm hostlist expression ("npo[0-3,5]", "leaf0", "a[1-2],b3") into names.
+/// Returns false on a malformed expression.
+bool expand_hostlist(const std::string& expr, std::vector<std::string>& out) {
+  static const std::regex item(R"(^([A-Za-z][A-Za-z0-9_-]*)(\[([0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*)\])?)");
+  std::string rest = expr;
+  while (!rest.empty()) {
+    std::smatch m;
+    if (!std::regex_search(rest, m, item)) return false;
+    const std::string prefix = m[1];
+    if (!m[2].matched) {
+      out.push_back(prefix);
+    } else {
+      std::stringstream ranges(m[3].str());
+      std::string r;
+      while (std::getline(ranges, r, ',')) {
+        const auto dash = r.find('-');
+        const unsigned lo = std::stoul(r.substr(0, dash));
+        const unsigned hi = dash == std::string::npos ? lo : std::stoul(r.substr(dash + 1));
+        if (hi < lo) return false;
+        for (unsigned i = lo; i <= hi; ++i) out.push_back(prefix + std::to_string(i));
+      }
+    }
+    rest = m.suffix();
+    if (!rest.empty()) {
+      if (rest[0] != ',') return false;
+      rest.erase(0, 1);
+    }
+  }
+  return true;
+}
+
+/// Checks `conf` against the topology.conf(5) tree grammar; returns switch -> children and
+/// fills `nodes` with each node's leaf switch.
+void check_topology_conf(const std::string& conf, std::map<std::string, std::string>& node_leaf,
+                         std::map<std::string, std::vector<std::string>>& switch_children) {
+  static const std::regex line_re(R"(^SwitchName=([A-Za-z][A-Za-z0-9_-]*)((?: (?:Switches|Nodes|LinkSpeed)=\S+)*)$)");
+  static const std::regex kv(R"( (Switches|Nodes|LinkSpeed)=(\S+))");
+  std::istringstream in(conf);
+  std::string line;
+  std::map<std::string, std::string> parent;
+  std::set<std::string> names;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(line, m, line_re)) << "not a tree-plugin line: " << line;
+    const std::string name = m[1];
+    EXPECT_TRUE(names.insert(name).second) << "switch defined twice: " << name;
+    const std::string attrs = m[2];
+    bool has_switches = false, has_nodes = false;
+    for (auto it = std::sregex_iterator(attrs.begin(), attrs.end(), kv); it != std::sregex_iterator(); ++it) {
+      const std::string key = (*it)[1];
+      const std::string val = (*it)[2];
+      if (key == "LinkSpeed") {
+        EXPECT_TRUE(std::regex_match(val, std::regex("[0-9]+"))) << line;
+        continue;
+      }
+      std::vector<std::string> list;
+      ASSERT_TRUE(expand_hostlist(val, list)) << "bad hostlist '" << val << "' in: " << line;
+      if (key == "Switches") {
+        has_switches = true;
+        for (const auto& s : list) {
+          EXPECT_TRUE(parent.emplace(s, name).second) << "switch " << s << " has two parents";
+          switch_children[name].push_back(s);
+        }
+      } else {
+        has_nodes = true;
+        for (const auto& n : list) EXPECT_TRUE(node_leaf.emplace(n, name).second) << "node " << n << " under two leaves";
+      }
+    }
+    EXPECT_TRUE(has_switches || has_nodes) << "a switch needs Switches= or Nodes=: " << line;
+  }
+  // Every referenced switch is defined; exactly one root; no cycle (walk up from each).
+  unsigned roots = 0;
+  for (const auto& n : names) {
+    if (parent.count(n) == 0) ++roots;
+    std::set<std::string> seen;
+    for (std::string s = n; parent.count(s) != 0; s = parent[s]) ASSERT_TRUE(seen.insert(s).second) << "cycle at " << s;
+  }
+  for (const auto& [child, p] : parent) EXPECT_EQ(names.count(child), 1u) << "undefined switch " << child;
+  EXPECT_EQ(roots, 1u);
+}
+
+TEST(SchedulerTopology, SlurmTreeTopologyFollowsTheGrammarAndCoversEveryCard) {
+  // mesh8: one leaf with all 8 cards.
+  {
+    const auto r = run_command(std::string(NPO_SMI) + " topo --backend emu:mesh8 --format slurm");
+    ASSERT_EQ(r.status, 0) << r.out;
+    std::map<std::string, std::string> leaf;
+    std::map<std::string, std::vector<std::string>> children;
+    check_topology_conf(r.out, leaf, children);
+    EXPECT_EQ(leaf.size(), 8u);
+    for (unsigned i = 0; i < 8; ++i) EXPECT_EQ(leaf["npo" + std::to_string(i)], "leaf0");
+  }
+  // A 4x4 torus in leaves of 4: 4 leaves under a root, each leaf a connected group.
+  const auto file = std::filesystem::temp_directory_path() / ("npo-obs-torus-" + std::to_string(::getpid()) + ".yaml");
+  ASSERT_EQ(run_command(std::string(NPO_EMU) + " topo generate torus2d --cards 16 --dims 4x4 -o " + file.string()).status,
+            0);
+  const auto r = run_command(std::string(NPO_SMI) + " topo --backend emu:file=" + file.string() +
+                             " --format slurm --slurm-switch-size 4 --slurm-node-prefix gpu");
+  std::filesystem::remove(file);
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::map<std::string, std::string> leaf;
+  std::map<std::string, std::vector<std::string>> children;
+  check_topology_conf(r.out, leaf, children);
+  EXPECT_EQ(leaf.size(), 16u) << r.out;
+  for (unsigned i = 0; i < 16; ++i) EXPECT_EQ(leaf.count("gpu" + std::to_string(i)), 1u) << i;
+  ASSERT_EQ(children.count("root"), 1u) << r.out;
+  EXPECT_EQ(children["root"].size(), 4u) << r.out;
+  std::map<std::string, unsigned> per_leaf;
+  for (const auto& [n, l] : leaf) ++per_leaf[l];
+  for (const auto& [l, n] : per_leaf) EXPECT_LE(n, 4u) << l;
+}
+
+TEST(SchedulerTopology, JsonGraphHasCardsLinksAndWeights) {
+  const auto r = run_command(std::string(NPO_SMI) + " topo --backend emu:mesh8 --format json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["directed"], false);
+  ASSERT_EQ(j["nodes"].size(), 8u);
+  EXPECT_EQ(j["nodes"][3]["fabric_id"], 4);
+  ASSERT_EQ(j["edges"].size(), 28u);  // full mesh of 8: every pair once
+  std::set<std::pair<int, int>> pairs;
+  for (const auto& e : j["edges"]) {
+    EXPECT_LT(e["source"].get<int>(), e["target"].get<int>());
+    pairs.insert({e["source"].get<int>(), e["target"].get<int>()});
+    EXPECT_EQ(e["links"], 1);
+    EXPECT_EQ(e["lanes"], 8);
+    EXPECT_DOUBLE_EQ(e["bandwidth_gbps"].get<double>(), 800.0);
+    EXPECT_DOUBLE_EQ(e["weight"].get<double>(), 1.0);
+  }
+  EXPECT_EQ(pairs.size(), 28u);
+}
+
+}  // namespace
