@@ -55,8 +55,7 @@ TEST(ToolsJsonLogs, EveryToolWritesJsonLinesWithTheIssuesFields) {
   const std::vector<Case> cases = {
       {std::string(NPO_SMI) + " --backend emu:mesh8 --log-level info --log-format json", true},
       {std::string(NPO_LINK) + " show --train --backend emu:mesh8 --log-level info --log-format json", true},
-      {std::string(NPO_DMA_BENCH) +
-           " --backend emu:mesh8 --sizes 4K --iterations 2 --log-level info --log-format json",
+      {std::string(NPO_DMA_BENCH) + " --backend emu:mesh8 --sizes 4K --iterations 2 --log-level info --log-format json",
        true},
       {std::string(NPO_EMU) + " topo generate mesh --cards 4 --log-level info --log-format json", false},
   };
@@ -145,7 +144,8 @@ void check_topology_conf(const std::string& conf, std::map<std::string, std::str
         }
       } else {
         has_nodes = true;
-        for (const auto& n : list) EXPECT_TRUE(node_leaf.emplace(n, name).second) << "node " << n << " under two leaves";
+        for (const auto& n : list)
+          EXPECT_TRUE(node_leaf.emplace(n, name).second) << "node " << n << " under two leaves";
       }
     }
     EXPECT_TRUE(has_switches || has_nodes) << "a switch needs Switches= or Nodes=: " << line;
@@ -174,8 +174,8 @@ TEST(SchedulerTopology, SlurmTreeTopologyFollowsTheGrammarAndCoversEveryCard) {
   }
   // A 4x4 torus in leaves of 4: 4 leaves under a root, each leaf a connected group.
   const auto file = std::filesystem::temp_directory_path() / ("npo-obs-torus-" + std::to_string(::getpid()) + ".yaml");
-  ASSERT_EQ(run_command(std::string(NPO_EMU) + " topo generate torus2d --cards 16 --dims 4x4 -o " + file.string()).status,
-            0);
+  ASSERT_EQ(
+      run_command(std::string(NPO_EMU) + " topo generate torus2d --cards 16 --dims 4x4 -o " + file.string()).status, 0);
   const auto r = run_command(std::string(NPO_SMI) + " topo --backend emu:file=" + file.string() +
                              " --format slurm --slurm-switch-size 4 --slurm-node-prefix gpu");
   std::filesystem::remove(file);

@@ -19,6 +19,7 @@
 
 #include "common/backend.hpp"
 #include "common/output.hpp"
+#include "common/trace.hpp"
 #include "npo/emu/emulator.hpp"
 #include "npo/emu/server.hpp"
 #include "npo/hal/backend/registry.hpp"
@@ -30,8 +31,25 @@ namespace {
 
 /// --log-format json: the daemon's own lines are JSON objects too (npo::log::json_line).
 bool g_json_lines = false;
+/// --trace: client attach/detach and injected faults as instants on the card's track.
+npo::tools::TraceWriter* g_trace = nullptr;
+
+/// Trace track of a card's client and fault events.
+std::uint32_t card_tid(std::uint64_t card) { return static_cast<std::uint32_t>(500'000 + card); }
 
 void say(const std::string& line) {
+  if (g_trace != nullptr) {
+    // The server's lines: "connect card=K ...", "disconnect card=K ...", "fault KIND card=K ...".
+    const auto f = npo::log::extract_fields(line);
+    const auto space = line.find(' ');
+    const std::string first = line.substr(0, space);
+    if (f.card && (first == "connect" || first == "disconnect" || first == "fault")) {
+      const std::string name =
+          first == "fault" ? "fault " + line.substr(space + 1, line.find(' ', space + 1) - space - 1) : first;
+      g_trace->instant(name, first == "fault" ? "fault" : "client", card_tid(*f.card), g_trace->now_ns(),
+                       {{"line", line}});
+    }
+  }
   if (g_json_lines) {
     const auto ns =
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -68,7 +86,16 @@ int main(int argc, char** argv) {
   app.add_flag("--no-bring-up", no_bring_up, "leave links down and routes unprogrammed (tests)");
   npo::tools::LogOptions log;
   npo::tools::add_log_options(app, log);
+  std::string trace_path;
+  npo::tools::add_trace_option(app, trace_path,
+                               "link training stages of every port at bring-up, link up / training failed, client "
+                               "attach and detach, injected faults (written at shutdown)");
   CLI11_PARSE(app, argc, argv);
+  npo::tools::TraceWriter trace(trace_path);
+  if (trace.enabled()) {
+    g_trace = &trace;
+    trace.process_name("npo-emud");
+  }
   if (auto r = npo::tools::configure_logging(log); !r) return npo::tools::fail("npo-emud", r.error());
   g_json_lines = npo::tools::json_logs(log);
 
@@ -110,8 +137,12 @@ int main(int argc, char** argv) {
     if (!sys) return npo::tools::fail("npo-emud", std::move(sys.error()).prefixed("bring-up: open"));
     npo::BringUpOptions bo;
     bo.timeout_ns = 60'000'000'000;  // large fabrics train many ports at once on the real clock
+    const std::uint64_t bring_up_ns = trace.now_ns();
     auto fab = npo::bring_up_fabric(**sys, bo);
     if (!fab) return npo::tools::fail("npo-emud", std::move(fab.error()).prefixed("bring-up"));
+    npo::tools::trace_training(trace, fab->links, bring_up_ns);
+    for (std::size_t c = 0; c < (*sys)->device_count(); ++c)
+      trace.thread_name(card_tid(c), fmt::format("card {} clients and faults", c), static_cast<int>(card_tid(c)));
     up = fab->links.up;
     failed = fab->links.failed;
     unreachable = fab->unreachable_pairs;
@@ -127,5 +158,8 @@ int main(int argc, char** argv) {
   say(fmt::format("{} received, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT"));
   (*server)->stop();
   say("stopped; sockets removed");
+  g_trace = nullptr;
+  if (auto w = trace.write({{"tool", "npo-emud"}, {"topology", topology}}); !w)
+    return npo::tools::fail("npo-emud", w.error());
   return 0;
 }

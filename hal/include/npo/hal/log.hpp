@@ -59,8 +59,9 @@ Result<void> configure(const Options& options);
 
 /// The fields of one JSON log line that come from its message: the number after the first
 /// whole word `card`, `port`, `lane`, `queue` followed by '=' or a space ("card=3" as
-/// npo::Error::to_string writes it, "card 3" as the library's messages do), and `code=WORD` or else the first npo::Error code name followed by ": "
-/// (e.g. "unavailable: ..."). Unset when the message has none. Thread-safety: pure function.
+/// npo::Error::to_string writes it, "card 3" as the library's messages do), and `code=WORD` or else the first
+/// npo::Error code name followed by ": " (e.g. "unavailable: ..."). Unset when the message has none. Thread-safety:
+/// pure function.
 struct LineFields {
   std::optional<std::uint64_t> card, port, lane, queue;
   std::optional<std::string> code;
