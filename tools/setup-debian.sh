@@ -20,6 +20,9 @@ packages=(
   libdpdk-dev dpdk-dev
   # npo-exporter's HTTP server (cpp-httplib); Prometheus + promtool for its tests (issue 17)
   libcpp-httplib-dev prometheus
+  # Slurm's controller and scontrol (munge comes with them): npo-smi topo --format slurm is
+  # loaded by a real slurmctld in tests/observability (as root)
+  slurmctld slurm-client
   # tests
   libgtest-dev libgmock-dev libbenchmark-dev
   # format check (tests/structure/check-format.sh)

@@ -3,14 +3,23 @@
 // (time, level, logger, card, port, lane, queue, code, message); `npo-smi topo --format slurm`
 // writes a topology.conf for Slurm's tree plugin, `--format json` a graph with link weights.
 //
-// Slurm: Debian 12's Slurm (22.05) has no offline checker for topology.conf (slurmctld has no
-// -t; scontrol reads topology only from a running slurmctld, which needs munge and root), so
-// the output is validated here against the grammar of topology.conf(5) for the tree plugin:
-// "SwitchName=NAME [Switches=HOSTLIST] [Nodes=HOSTLIST] [LinkSpeed=N]" lines, '#' comments,
-// every switch named once, every referenced switch defined, one root, no cycle, every node
-// under exactly one leaf.
+// Slurm, two ways. Debian 12's Slurm (22.05) has no offline checker for topology.conf
+// (slurmctld has no -t), so (1) the output is validated against the grammar of
+// topology.conf(5) for the tree plugin: "SwitchName=NAME [Switches=HOSTLIST] [Nodes=HOSTLIST]
+// [LinkSpeed=N]" lines, '#' comments, every switch named once, every referenced switch
+// defined, one root, no cycle, every node under exactly one leaf; and (2) when running as root
+// with Debian's slurmctld and munge installed (tools/setup-debian.sh installs them), a real
+// slurmctld (private munged, temporary state, free port) loads it and `scontrol show topology`
+// must list the switches -- and a broken file must make slurmctld refuse to start.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <random>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -20,6 +29,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "common/child_process.hpp"
 #include "common/run_command.hpp"
 
 namespace {
@@ -210,6 +220,98 @@ TEST(SchedulerTopology, JsonGraphHasCardsLinksAndWeights) {
     EXPECT_DOUBLE_EQ(e["weight"].get<double>(), 1.0);
   }
   EXPECT_EQ(pairs.size(), 28u);
+}
+
+/// A private munged + slurmctld in `dir` on `port` with `topology` as topology.conf; returns
+/// slurmctld's output once it is up (or has exited). Stops both before returning.
+struct SlurmRun {
+  bool started = false;        ///< "Running as primary controller" seen
+  std::string topology_shown;  ///< scontrol show topology (empty when not started)
+  std::string log;             ///< slurmctld's output
+};
+
+SlurmRun run_slurmctld(const std::filesystem::path& dir, const std::string& topology) {
+  namespace fs = std::filesystem;
+  SlurmRun r;
+  fs::create_directories(dir / "state");
+  fs::create_directories(dir / "spool");
+  fs::create_directories(dir / "munge");
+  fs::permissions(dir / "munge", fs::perms::owner_all, fs::perm_options::replace);
+  {
+    std::ofstream key(dir / "munge" / "munge.key", std::ios::binary);
+    std::random_device rd;
+    for (int i = 0; i < 1024; ++i) key.put(static_cast<char>(rd()));
+  }
+  fs::permissions(dir / "munge" / "munge.key", fs::perms::owner_read | fs::perms::owner_write,
+                  fs::perm_options::replace);
+  const std::string d = dir.string();
+  const auto munged = run_command("timeout 10 /usr/sbin/munged -f -S " + d + "/munge/sock --key-file=" + d +
+                                  "/munge/munge.key --log-file=" + d + "/munge/log --pid-file=" + d +
+                                  "/munge/pid --seed-file=" + d + "/munge/seed 2>&1");
+  EXPECT_EQ(munged.status, 0) << munged.out;
+  // A TCP port on 127.0.0.1 that was free a moment ago.
+  int port = 0;
+  {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+      port = ntohs(a.sin_port);
+    }
+    ::close(fd);
+  }
+  {
+    std::ofstream conf(dir / "slurm.conf");
+    conf << "ClusterName=npotest\nSlurmctldHost=localhost\nSlurmctldPort=" << port
+         << "\nSlurmUser=root\nAuthType=auth/munge\nAuthInfo=socket=" << d << "/munge/sock\nCredType=cred/munge\n"
+         << "StateSaveLocation=" << d << "/state\nSlurmdSpoolDir=" << d << "/spool\nSlurmctldPidFile=" << d
+         << "/slurmctld.pid\nTopologyPlugin=topology/tree\nProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n"
+         << "SelectType=select/linear\nNodeName=npo[0-7] CPUs=1 State=UNKNOWN NodeAddr=127.0.0.1\n"
+         << "PartitionName=all Nodes=ALL Default=YES State=UP\n";
+    std::ofstream(dir / "topology.conf") << topology;
+  }
+  npo_test::ChildProcess ctld;
+  if (ctld.start({"/usr/sbin/slurmctld", "-D", "-i", "-f", d + "/slurm.conf"})) {
+    r.started = ctld.wait_for("Running as primary controller", 30000);
+    if (r.started) {
+      r.topology_shown = run_command("SLURM_CONF=" + d + "/slurm.conf timeout 10 /usr/bin/scontrol show topology").out;
+    }
+    ctld.stop(15000);
+    r.log = ctld.output();
+  }
+  (void)run_command("kill $(cat " + d + "/munge/pid) 2>/dev/null");
+  return r;
+}
+
+TEST(SchedulerTopology, DebianSlurmctldLoadsTheTopology) {
+  namespace fs = std::filesystem;
+  if (::geteuid() != 0 || !fs::exists("/usr/sbin/slurmctld") || !fs::exists("/usr/sbin/munged") ||
+      !fs::exists("/usr/bin/scontrol")) {
+    GTEST_SKIP() << "needs root and Debian's slurmctld, slurm-client and munge (tools/setup-debian.sh); the grammar "
+                    "check above still ran";
+  }
+  const auto r = run_command(std::string(NPO_SMI) + " topo --backend emu:mesh8 --format slurm --slurm-switch-size 4");
+  ASSERT_EQ(r.status, 0) << r.out;
+  char tmpl[] = "/tmp/npo-slurm-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const fs::path dir = tmpl;
+  const auto ok = run_slurmctld(dir / "good", r.out);
+  EXPECT_TRUE(ok.started) << ok.log;
+  EXPECT_NE(ok.topology_shown.find("SwitchName=leaf0 Level=0"), std::string::npos) << ok.topology_shown;
+  EXPECT_NE(ok.topology_shown.find("Nodes=npo[0-3]"), std::string::npos) << ok.topology_shown;
+  EXPECT_NE(ok.topology_shown.find("Nodes=npo[4-7]"), std::string::npos) << ok.topology_shown;
+  EXPECT_NE(ok.topology_shown.find("SwitchName=root Level=1"), std::string::npos) << ok.topology_shown;
+  EXPECT_NE(ok.topology_shown.find("Switches=leaf[0-1]"), std::string::npos) << ok.topology_shown;
+  // The same slurmctld refuses a file whose root names a switch that does not exist: the
+  // check above is Slurm's own.
+  const auto bad = run_slurmctld(dir / "bad", "SwitchName=leaf0 Nodes=npo[0-3]\nSwitchName=root Switches=leaf[0-1]\n");
+  EXPECT_FALSE(bad.started) << bad.log;
+  EXPECT_NE(bad.log.find("invalid child"), std::string::npos) << bad.log;
+  std::error_code ec;
+  fs::remove_all(dir, ec);
 }
 
 }  // namespace
