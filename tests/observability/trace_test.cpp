@@ -6,11 +6,13 @@
 // against the format's rules, and every op's span against its own submit and complete events.
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -134,13 +136,16 @@ TEST(Trace, DaemonTracesTrainingClientsAndFaults) {
   const auto smi = npo_test::run_command(std::string(NPO_SMI) + " --backend " + emud.uri() + " 2>&1");
   EXPECT_EQ(smi.status, 0) << smi.out;
   const auto fault = npo_test::run_command(std::string(NPO_EMU) + " fault --socket-dir " + emud.dir() +
-                                           " --kind flap_storm --card 2 --port 1 --count 2 --duration-ms 20 2>&1");
+                                           " --kind lane_loss --card 2 --port 1 --lane 3 2>&1");
   EXPECT_EQ(fault.status, 0) << fault.out;
+  // The daemon's link monitor polls every 100 ms: give it a few rounds to see the port fail
+  // (a lane without CDR lock: the port retrains and ends in Fault, TIMEOUT_CDR_LOCK).
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));
   ASSERT_EQ(emud.stop(), 0) << emud.output();
   const json t = load_trace(file);
   fs::remove(file);
   EXPECT_EQ(t["otherData"]["tool"], "npo-emud");
-  std::size_t link_up = 0, training = 0, connects = 0, disconnects = 0, faults = 0;
+  std::size_t link_up = 0, training = 0, connects = 0, disconnects = 0, faults = 0, port_failed = 0;
   for (const auto& e : t["traceEvents"]) {
     if (e["ph"] == "i" && e["name"] == "link up") ++link_up;
     if (e["ph"] == "X" && e["cat"] == "training") ++training;
@@ -148,8 +153,16 @@ TEST(Trace, DaemonTracesTrainingClientsAndFaults) {
     if (e["ph"] == "i" && e["name"] == "disconnect") ++disconnects;
     if (e["ph"] == "i" && e["cat"] == "fault") {
       ++faults;
-      EXPECT_EQ(e["name"], "fault flap_storm");
+      EXPECT_EQ(e["name"], "fault lane_loss");
       EXPECT_EQ(e["tid"], 500'000 + 2);  // card 2's track
+    }
+    // The link changes the fault caused, on card 2 port 1's track.
+    if (e["ph"] == "i" && e["tid"] == 1'000'000 + 2 * 16 + 1 &&
+        (e["name"] == "port FAILED" || e["name"] == "link fault")) {
+      ++port_failed;
+      EXPECT_EQ(e["args"]["card"], 2);
+      EXPECT_EQ(e["args"]["port"], 1);
+      EXPECT_EQ(e["cat"], "link,fault");
     }
   }
   EXPECT_EQ(link_up, 56u);
@@ -157,6 +170,7 @@ TEST(Trace, DaemonTracesTrainingClientsAndFaults) {
   EXPECT_GE(connects, 8u);  // npo-smi (one per card) and npo-emu fault
   EXPECT_GE(disconnects, 8u);
   EXPECT_EQ(faults, 1u);
+  EXPECT_GE(port_failed, 1u);
 }
 
 }  // namespace

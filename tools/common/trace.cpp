@@ -103,7 +103,7 @@ void trace_training(TraceWriter& trace, const LinkBringUp& up, std::uint64_t sta
                      p.stage_ns[st], {{"stage", train_stage_name(static_cast<TrainStage>(st))}});
       t += p.stage_ns[st];
     }
-    if (p.code == TrainCode::kNoModule && p.total_ns == 0) continue;  // an empty cage: nothing happened
+    if (p.code == TrainCode::kNoModule) continue;  // an empty cage: no link to speak of
     const bool ok = p.code == TrainCode::kOk;
     trace.instant(ok ? "link up" : "training failed", ok ? "link" : "link,fault", tid, start_ns + p.total_ns,
                   {{"code", train_code_name(p.code)},

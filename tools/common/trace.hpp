@@ -67,7 +67,7 @@ class TraceWriter {
 /// Records a bring-up's training on `trace`: per port, one span per training stage the port
 /// went through (TrainStage order, each as long as PortTraining::stage_ns, from `start_ns` on
 /// the writer's clock), and an instant at its end: "link up" or "training failed" with the
-/// result code and detail. Ports are named "card C port P".
+/// result code and detail (ports without a module: nothing). Ports are named "card C port P".
 void trace_training(TraceWriter& trace, const LinkBringUp& up, std::uint64_t start_ns);
 
 /// Adds `--trace FILE` bound to `path`, with `what` describing the events.
