@@ -10,12 +10,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -92,6 +94,21 @@ Scrape get(int port, const std::string& path) {
   s.content_type = r->get_header_value("Content-Type");
   s.body = r->body;
   return s;
+}
+
+/// Percent-encodes a query parameter (RFC 3986 unreserved characters kept).
+std::string url_encode(const std::string& v) {
+  std::string r;
+  for (unsigned char c : v) {
+    if (std::isalnum(c) != 0 || c == '-' || c == '_' || c == '.' || c == '~') {
+      r += static_cast<char>(c);
+    } else {
+      char b[4];
+      std::snprintf(b, sizeof b, "%%%02X", c);
+      r += b;
+    }
+  }
+  return r;
 }
 
 /// Every line of `out` that starts with '{' parses as a JSON log object with the keys;
@@ -223,6 +240,29 @@ TEST_F(ExporterPrometheusTest, PrometheusScrapesAndTheExporterSurvivesFaults) {
   const auto rj = nlohmann::json::parse(rules.body);
   ASSERT_EQ(rj["data"]["groups"].size(), 1u);
   EXPECT_EQ(rj["data"]["groups"][0]["rules"].size(), 6u);
+  // The Grafana dashboard: every panel's PromQL (variables filled in) is accepted by this
+  // Prometheus, and every npo_ metric it names is one the exporter writes.
+  {
+    std::ifstream in(std::string(NPO_SOURCE_DIR) + "/tools/npo-exporter/grafana/npo-fabric.json");
+    const auto dash = nlohmann::json::parse(in);
+    ASSERT_GE(dash["panels"].size(), 10u);
+    std::size_t exprs = 0;
+    for (const auto& panel : dash["panels"]) {
+      for (const auto& target : panel["targets"]) {
+        std::string e = target["expr"];
+        for (auto v = e.find("$instance"); v != std::string::npos; v = e.find("$instance")) e.replace(v, 9, ".*");
+        const Scrape q = get(prom_port, "/api/v1/query?query=" + url_encode(e));
+        EXPECT_EQ(q.status, 200) << panel["title"] << ": " << e << "\n" << q.body;
+        const std::regex name_re("npo_[a-z_]+");
+        for (auto it = std::sregex_iterator(e.begin(), e.end(), name_re); it != std::sregex_iterator(); ++it) {
+          EXPECT_NE(first.body.find("# TYPE " + it->str() + " "), std::string::npos)
+              << panel["title"] << " names " << it->str() << ", which the exporter does not write";
+        }
+        ++exprs;
+      }
+    }
+    EXPECT_GE(exprs, 10u);
+  }
   EXPECT_EQ(prom.stop(15000), 0) << prom.output();
 
   // 3. A card removed: its npo_card_up goes to 0, the others stay, the exporter stays up.
