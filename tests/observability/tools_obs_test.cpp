@@ -16,11 +16,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -88,69 +89,97 @@ TEST(ToolsJsonLogs, EveryToolWritesJsonLinesWithTheIssuesFields) {
   EXPECT_NE(bad.status, 0) << bad.out;
 }
 
+// (No <regex>: GCC 12's -Wmaybe-uninitialized fires inside it under the sanitizer presets.)
+
+bool is_digits(const std::string& v) {
+  return !v.empty() && std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+/// A Slurm name: a letter, then letters, digits, '_' or '-'.
+bool is_name(const std::string& v) {
+  if (v.empty() || std::isalpha(static_cast<unsigned char>(v[0])) == 0) return false;
+  return std::all_of(v.begin(), v.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '-'; });
+}
+
 /// Expands a Slurm hostlist expression ("npo[0-3,5]", "leaf0", "a[1-2],b3") into names.
 /// Returns false on a malformed expression.
 bool expand_hostlist(const std::string& expr, std::vector<std::string>& out) {
-  static const std::regex item(R"(^([A-Za-z][A-Za-z0-9_-]*)(\[([0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*)\])?)");
-  std::string rest = expr;
-  while (!rest.empty()) {
-    std::smatch m;
-    if (!std::regex_search(rest, m, item)) return false;
-    const std::string prefix = m[1];
-    if (!m[2].matched) {
-      out.push_back(prefix);
-    } else {
-      std::stringstream ranges(m[3].str());
+  std::size_t i = 0;
+  while (i < expr.size()) {
+    // One item: NAME or NAME[RANGES], then ',' or the end.
+    std::size_t j = i;
+    while (j < expr.size() && expr[j] != '[' && expr[j] != ',') ++j;
+    const std::string prefix = expr.substr(i, j - i);
+    if (!is_name(prefix)) return false;
+    if (j < expr.size() && expr[j] == '[') {
+      const std::size_t close = expr.find(']', j);
+      if (close == std::string::npos) return false;
+      std::stringstream ranges(expr.substr(j + 1, close - j - 1));
       std::string r;
+      bool any = false;
       while (std::getline(ranges, r, ',')) {
         const auto dash = r.find('-');
-        const unsigned lo = std::stoul(r.substr(0, dash));
-        const unsigned hi = dash == std::string::npos ? lo : std::stoul(r.substr(dash + 1));
+        const std::string lo_s = r.substr(0, dash);
+        const std::string hi_s = dash == std::string::npos ? lo_s : r.substr(dash + 1);
+        if (!is_digits(lo_s) || !is_digits(hi_s)) return false;
+        const unsigned lo = std::stoul(lo_s), hi = std::stoul(hi_s);
         if (hi < lo) return false;
-        for (unsigned i = lo; i <= hi; ++i) out.push_back(prefix + std::to_string(i));
+        for (unsigned k = lo; k <= hi; ++k) out.push_back(prefix + std::to_string(k));
+        any = true;
       }
+      if (!any) return false;
+      j = close + 1;
+    } else {
+      out.push_back(prefix);
     }
-    rest = m.suffix();
-    if (!rest.empty()) {
-      if (rest[0] != ',') return false;
-      rest.erase(0, 1);
+    if (j < expr.size()) {
+      if (expr[j] != ',' || j + 1 == expr.size()) return false;
+      ++j;
     }
+    i = j;
   }
-  return true;
+  return !out.empty();
 }
 
 /// Checks `conf` against the topology.conf(5) tree grammar; returns switch -> children and
 /// fills `nodes` with each node's leaf switch.
 void check_topology_conf(const std::string& conf, std::map<std::string, std::string>& node_leaf,
                          std::map<std::string, std::vector<std::string>>& switch_children) {
-  static const std::regex line_re(R"(^SwitchName=([A-Za-z][A-Za-z0-9_-]*)((?: (?:Switches|Nodes|LinkSpeed)=\S+)*)$)");
-  static const std::regex kv(R"( (Switches|Nodes|LinkSpeed)=(\S+))");
   std::istringstream in(conf);
   std::string line;
   std::map<std::string, std::string> parent;
   std::set<std::string> names;
   while (std::getline(in, line)) {
     if (line.empty() || line[0] == '#') continue;
-    std::smatch m;
-    ASSERT_TRUE(std::regex_match(line, m, line_re)) << "not a tree-plugin line: " << line;
-    const std::string name = m[1];
+    // "SwitchName=NAME" then " KEY=VALUE" attributes, single spaces, nothing else.
+    std::vector<std::string> words;
+    std::stringstream ws(line);
+    for (std::string w; std::getline(ws, w, ' ');) words.push_back(w);
+    ASSERT_FALSE(words.empty()) << line;
+    ASSERT_TRUE(words[0].starts_with("SwitchName=")) << "not a tree-plugin line: " << line;
+    const std::string name = words[0].substr(11);
+    ASSERT_TRUE(is_name(name)) << "bad switch name in: " << line;
     EXPECT_TRUE(names.insert(name).second) << "switch defined twice: " << name;
-    const std::string attrs = m[2];
     bool has_switches = false, has_nodes = false;
-    for (auto it = std::sregex_iterator(attrs.begin(), attrs.end(), kv); it != std::sregex_iterator(); ++it) {
-      const std::string key = (*it)[1];
-      const std::string val = (*it)[2];
+    for (std::size_t k = 1; k < words.size(); ++k) {
+      const auto eq = words[k].find('=');
+      ASSERT_NE(eq, std::string::npos) << "not KEY=VALUE: '" << words[k] << "' in: " << line;
+      const std::string key = words[k].substr(0, eq);
+      const std::string val = words[k].substr(eq + 1);
+      ASSERT_TRUE(key == "Switches" || key == "Nodes" || key == "LinkSpeed")
+          << "unknown key " << key << " in: " << line;
       if (key == "LinkSpeed") {
-        EXPECT_TRUE(std::regex_match(val, std::regex("[0-9]+"))) << line;
+        EXPECT_TRUE(is_digits(val)) << line;
         continue;
       }
       std::vector<std::string> list;
       ASSERT_TRUE(expand_hostlist(val, list)) << "bad hostlist '" << val << "' in: " << line;
       if (key == "Switches") {
         has_switches = true;
-        for (const auto& s : list) {
-          EXPECT_TRUE(parent.emplace(s, name).second) << "switch " << s << " has two parents";
-          switch_children[name].push_back(s);
+        for (const auto& sw : list) {
+          EXPECT_TRUE(parent.emplace(sw, name).second) << "switch " << sw << " has two parents";
+          switch_children[name].push_back(sw);
         }
       } else {
         has_nodes = true;
@@ -165,7 +194,8 @@ void check_topology_conf(const std::string& conf, std::map<std::string, std::str
   for (const auto& n : names) {
     if (parent.count(n) == 0) ++roots;
     std::set<std::string> seen;
-    for (std::string s = n; parent.count(s) != 0; s = parent[s]) ASSERT_TRUE(seen.insert(s).second) << "cycle at " << s;
+    for (std::string sw = n; parent.count(sw) != 0; sw = parent[sw])
+      ASSERT_TRUE(seen.insert(sw).second) << "cycle at " << sw;
   }
   for (const auto& [child, p] : parent) EXPECT_EQ(names.count(child), 1u) << "undefined switch " << child;
   EXPECT_EQ(roots, 1u);
