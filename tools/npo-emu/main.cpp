@@ -26,6 +26,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/backend.hpp"
 #include "common/output.hpp"
 #include "npo/emu/emulator.hpp"
 #include "npo/fw/emud.hpp"
@@ -123,6 +124,10 @@ void print_props(const char* title, const npo::FabricProperties& p, bool switche
 int main(int argc, char** argv) {
   CLI::App app{"npo-emu: topology files for the npo-hal emulator (docs/topology.md); faults into a running npo-emud"};
   app.require_subcommand(1);
+  // --log-level/--log-format anywhere on the line (subcommands pass unknown options up).
+  npo::tools::LogOptions log;
+  npo::tools::add_log_options(app, log);
+  app.fallthrough();
   auto* topo = app.add_subcommand("topo", "topology files: generate, check");
   topo->require_subcommand(1);
 
@@ -169,6 +174,10 @@ int main(int argc, char** argv) {
   flt->add_option("--delay-ms", fdelay_ms, "fire this long from now (default 0: at once)");
 
   CLI11_PARSE(app, argc, argv);
+  if (auto r = npo::tools::configure_logging(log); !r) {
+    std::fprintf(stderr, "npo-emu: %s\n", r.error().to_string().c_str());
+    return 2;
+  }
 
   if (flt->parsed()) {
     auto kind = npo::emu::parse_fault_kind(fkind);

@@ -8,25 +8,60 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <thread>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
+#include "common/backend.hpp"
 #include "common/output.hpp"
+#include "common/trace.hpp"
 #include "npo/emu/emulator.hpp"
 #include "npo/emu/server.hpp"
 #include "npo/hal/backend/registry.hpp"
 #include "npo/hal/bring_up.hpp"
+#include "npo/hal/link_monitor.hpp"
+#include "npo/hal/log.hpp"
 #include "npo/hal/system.hpp"
 
 namespace {
 
+/// --log-format json: the daemon's own lines are JSON objects too (npo::log::json_line).
+bool g_json_lines = false;
+/// --trace: client attach/detach and injected faults as instants on the card's track.
+npo::tools::TraceWriter* g_trace = nullptr;
+
+/// Trace track of a card's client and fault events.
+std::uint32_t card_tid(std::uint64_t card) { return static_cast<std::uint32_t>(500'000 + card); }
+
 void say(const std::string& line) {
-  std::fputs(fmt::format("npo-emud: {}\n", line).c_str(), stdout);
+  if (g_trace != nullptr) {
+    // The server's lines: "connect card=K ...", "disconnect card=K ...", "fault KIND card=K ...".
+    const auto f = npo::log::extract_fields(line);
+    const auto space = line.find(' ');
+    const std::string first = line.substr(0, space);
+    if (f.card && (first == "connect" || first == "disconnect" || first == "fault")) {
+      const std::string name =
+          first == "fault" ? "fault " + line.substr(space + 1, line.find(' ', space + 1) - space - 1) : first;
+      g_trace->instant(name, first == "fault" ? "fault" : "client", card_tid(*f.card), g_trace->now_ns(),
+                       {{"line", line}});
+    }
+  }
+  if (g_json_lines) {
+    const auto ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count();
+    std::fputs((npo::log::json_line(static_cast<std::uint64_t>(ns), "info", "npo-emud", line) + "\n").c_str(), stdout);
+  } else {
+    std::fputs(fmt::format("npo-emud: {}\n", line).c_str(), stdout);
+  }
   std::fflush(stdout);
 }
 
@@ -53,7 +88,21 @@ int main(int argc, char** argv) {
   app.add_option("--socket-dir", socket_dir, "directory for card-<K>.sock (created; a stale one is reused)")
       ->required();
   app.add_flag("--no-bring-up", no_bring_up, "leave links down and routes unprogrammed (tests)");
+  npo::tools::LogOptions log;
+  npo::tools::add_log_options(app, log);
+  std::string trace_path;
+  npo::tools::add_trace_option(app, trace_path,
+                               "link training stages of every port at bring-up, link up / training failed, link state "
+                               "changes (polled every 100 ms), client attach and detach, injected faults (written "
+                               "at shutdown)");
   CLI11_PARSE(app, argc, argv);
+  npo::tools::TraceWriter trace(trace_path);
+  if (trace.enabled()) {
+    g_trace = &trace;
+    trace.process_name("npo-emud");
+  }
+  if (auto r = npo::tools::configure_logging(log); !r) return npo::tools::fail("npo-emud", r.error());
+  g_json_lines = npo::tools::json_logs(log);
 
   // SIGTERM/SIGINT are taken by sigwait below; block them before any thread starts.
   sigset_t sigs;
@@ -80,24 +129,67 @@ int main(int argc, char** argv) {
   if (!emu) return npo::tools::fail("npo-emud", emu.error());
   unsigned up = 0, failed = 0;
   std::uint64_t unreachable = 0;
+  // The daemon's own in-process view of its cards: for the bring-up, and with --trace for the
+  // link monitor below (register reads only; it never changes a link).
+  npo::backend::Registry local;
+  (void)local.add(
+      "emud-local", {"emud-local:"},
+      [e = *emu](std::string_view, std::string_view uri) -> npo::Result<std::unique_ptr<npo::backend::Backend>> {
+        return e->make_backend(std::string(uri));
+      });
+  std::unique_ptr<npo::System> local_sys;
+  if (!no_bring_up || trace.enabled()) {
+    auto sys = npo::System::open("emud-local:", {.registry = &local});
+    if (!sys) return npo::tools::fail("npo-emud", std::move(sys.error()).prefixed("bring-up: open"));
+    local_sys = std::move(*sys);
+    for (std::size_t c = 0; c < local_sys->device_count(); ++c)
+      trace.thread_name(card_tid(c), fmt::format("card {} clients and faults", c), static_cast<int>(card_tid(c)));
+  }
   if (!no_bring_up) {
     // Like a subnet manager: train every link and program routes once, in-process on the
     // emulator the daemon holds, before any socket exists (no client can race it).
-    npo::backend::Registry local;
-    (void)local.add(
-        "emud-local", {"emud-local:"},
-        [e = *emu](std::string_view, std::string_view uri) -> npo::Result<std::unique_ptr<npo::backend::Backend>> {
-          return e->make_backend(std::string(uri));
-        });
-    auto sys = npo::System::open("emud-local:", {.registry = &local});
-    if (!sys) return npo::tools::fail("npo-emud", std::move(sys.error()).prefixed("bring-up: open"));
     npo::BringUpOptions bo;
     bo.timeout_ns = 60'000'000'000;  // large fabrics train many ports at once on the real clock
-    auto fab = npo::bring_up_fabric(**sys, bo);
+    const std::uint64_t bring_up_ns = trace.now_ns();
+    auto fab = npo::bring_up_fabric(*local_sys, bo);
     if (!fab) return npo::tools::fail("npo-emud", std::move(fab.error()).prefixed("bring-up"));
+    npo::tools::trace_training(trace, fab->links, bring_up_ns);
     up = fab->links.up;
     failed = fab->links.failed;
     unreachable = fab->unreachable_pairs;
+  }
+  if (!trace.enabled()) local_sys.reset();  // as before --trace existed: closed before serving
+
+  // --trace: link state changes (port states, lane verdicts, modules, cards) as LinkMonitor
+  // sees them every kMonitorPeriod, as instants on the port's (or the card's) track.
+  constexpr auto kMonitorPeriod = std::chrono::milliseconds(100);
+  std::atomic<bool> stop_monitor{false};
+  std::thread monitor;
+  if (local_sys) {
+    monitor = std::thread([&] {
+      npo::LinkMonitorOptions mo;
+      mo.enforce_flap_policy = false;
+      mo.use_stats_dma = false;  // no DMA map next to the clients' maps on the cards
+      npo::LinkMonitor mon(*local_sys, mo);
+      while (!stop_monitor.load(std::memory_order_acquire)) {
+        if (auto snap = mon.snapshot()) {
+          for (const auto& e : snap->events) {
+            const bool bad =
+                e.to == "FAILED" || e.to == "DOWN" || e.to == "FAILING" || e.to == "removed" || e.to == "fault";
+            const std::uint32_t tid = e.port ? npo::tools::port_tid(e.card, *e.port) : card_tid(e.card);
+            trace.instant(fmt::format("{} {}", e.what, e.to), bad ? "link,fault" : "link", tid, trace.now_ns(),
+                          {{"card", e.card},
+                           {"port", e.port ? nlohmann::json(*e.port) : nlohmann::json(nullptr)},
+                           {"lane", e.lane ? nlohmann::json(*e.lane) : nlohmann::json(nullptr)},
+                           {"from", e.from},
+                           {"to", e.to},
+                           {"reason", e.reason}});
+          }
+        }
+        for (int i = 0; i < 10 && !stop_monitor.load(std::memory_order_acquire); ++i)
+          std::this_thread::sleep_for(kMonitorPeriod / 10);
+      }
+    });
   }
   auto server = npo::emu::Server::start(*emu, {.socket_dir = socket_dir, .log = say});
   if (!server) return npo::tools::fail("npo-emud", server.error());
@@ -108,7 +200,12 @@ int main(int argc, char** argv) {
   while (sigwait(&sigs, &sig) != 0) {
   }
   say(fmt::format("{} received, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT"));
+  stop_monitor.store(true, std::memory_order_release);
+  if (monitor.joinable()) monitor.join();
   (*server)->stop();
   say("stopped; sockets removed");
+  g_trace = nullptr;
+  if (auto w = trace.write({{"tool", "npo-emud"}, {"topology", topology}}); !w)
+    return npo::tools::fail("npo-emud", w.error());
   return 0;
 }

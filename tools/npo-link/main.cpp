@@ -88,6 +88,10 @@ bool check_seconds(const char* sub, const char* name, double v) {
 int main(int argc, char** argv) {
   CLI::App app{"npo-link: optical links and transceivers of NPO cards"};
   app.require_subcommand(1);
+  // --log-level/--log-format anywhere on the line (subcommands pass unknown options up).
+  npo::tools::LogOptions log;
+  npo::tools::add_log_options(app, log);
+  app.fallthrough();
 
   auto* dec = app.add_subcommand("decode", "decode a transceiver EEPROM dump (raw, ethtool -m hex, or .hex file)");
   std::string file;
@@ -123,6 +127,10 @@ int main(int argc, char** argv) {
   health->add_option("--interval", interval, "seconds > 0 between the two snapshots (platform clock; default 1)");
 
   CLI11_PARSE(app, argc, argv);
+  if (auto r = npo::tools::configure_logging(log); !r) {
+    std::fprintf(stderr, "npo-link: %s\n", r.error().to_string().c_str());
+    return 2;
+  }
   if (dec->parsed()) return link::decode(file, as_json);
 
   // Bad numbers are refused before any card is touched.
