@@ -23,6 +23,7 @@
 #include "common/backend.hpp"
 #include "common/output.hpp"
 #include "common/trace.hpp"
+#include "link_manager.hpp"
 #include "npo/emu/emulator.hpp"
 #include "npo/emu/server.hpp"
 #include "npo/hal/backend/registry.hpp"
@@ -88,6 +89,10 @@ int main(int argc, char** argv) {
   app.add_option("--socket-dir", socket_dir, "directory for card-<K>.sock (created; a stale one is reused)")
       ->required();
   app.add_flag("--no-bring-up", no_bring_up, "leave links down and routes unprogrammed (tests)");
+  bool manage_links = false;
+  app.add_flag("--manage-links", manage_links,
+               "while serving, retrain links that go down, as a subnet manager does (a dead lane is dropped: the "
+               "link comes back narrower, DEGRADED); 5 downs in 60 s leave a port down");
   npo::tools::LogOptions log;
   npo::tools::add_log_options(app, log);
   std::string trace_path;
@@ -138,7 +143,7 @@ int main(int argc, char** argv) {
         return e->make_backend(std::string(uri));
       });
   std::unique_ptr<npo::System> local_sys;
-  if (!no_bring_up || trace.enabled()) {
+  if (!no_bring_up || trace.enabled() || manage_links) {
     auto sys = npo::System::open("emud-local:", {.registry = &local});
     if (!sys) return npo::tools::fail("npo-emud", std::move(sys.error()).prefixed("bring-up: open"));
     local_sys = std::move(*sys);
@@ -158,7 +163,7 @@ int main(int argc, char** argv) {
     failed = fab->links.failed;
     unreachable = fab->unreachable_pairs;
   }
-  if (!trace.enabled()) local_sys.reset();  // as before --trace existed: closed before serving
+  if (!trace.enabled() && !manage_links) local_sys.reset();  // nothing to watch: closed before serving
 
   // --trace: link state changes (port states, lane verdicts, modules, cards) as LinkMonitor
   // sees them every kMonitorPeriod, as instants on the port's (or the card's) track.
@@ -193,6 +198,8 @@ int main(int argc, char** argv) {
   }
   auto server = npo::emu::Server::start(*emu, {.socket_dir = socket_dir, .log = say});
   if (!server) return npo::tools::fail("npo-emud", server.error());
+  std::unique_ptr<npo::tools::LinkManager> manager;
+  if (manage_links) manager = std::make_unique<npo::tools::LinkManager>(*local_sys, say);
   say(fmt::format("ready cards={} links_up={} links_failed={} unreachable_pairs={} socket_dir={} pid={}",
                   (*server)->card_count(), up, failed, unreachable, socket_dir, ::getpid()));
 
@@ -200,6 +207,7 @@ int main(int argc, char** argv) {
   while (sigwait(&sigs, &sig) != 0) {
   }
   say(fmt::format("{} received, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT"));
+  manager.reset();
   stop_monitor.store(true, std::memory_order_release);
   if (monitor.joinable()) monitor.join();
   (*server)->stop();
