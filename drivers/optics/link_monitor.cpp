@@ -118,6 +118,7 @@ Result<void> LinkMonitor::enable_port(std::uint32_t card, unsigned port) {
   if (!r) return r;
   auto& pt = state_->cards[card].ports[port];
   pt.damper.release();
+  pt.flap_times.clear();  // the host acted on the flaps: as the damper, forget them
   return {};
 }
 

@@ -121,8 +121,8 @@ class LinkMonitor {
   /// time order) and interval_ns of the last interval. Errors: as snapshot().
   Result<LinkSnapshot> sample(std::uint64_t interval_ns, unsigned intervals = 0);
 
-  /// Re-enables a port held down by the flap policy (or disabled): releases the damper and
-  /// writes CTRL.ENABLE = 1. Errors: kOutOfRange, kUnavailable.
+  /// Re-enables a port held down by the flap policy (or disabled): releases the damper,
+  /// forgets the downs counted for flap_degrade_count and writes CTRL.ENABLE = 1. Errors: kOutOfRange, kUnavailable.
   Result<void> enable_port(std::uint32_t card, unsigned port);
 
   /// Records training results (e.g. from bring_up_links) so port reasons can name dropped
