@@ -216,8 +216,7 @@ LaneHealthReport LaneHealthTracker::update(const LaneCounters& prev, const LaneC
 
 void LaneHealthTracker::seed(const LaneCounters& since_clear, bool locked) {
   if (!locked) return;
-  const LaneAssessment a =
-      assess_lane(LaneCounters{}, since_clear, true, {}, nullptr, std::nullopt, false, limits_);
+  const LaneAssessment a = assess_lane(LaneCounters{}, since_clear, true, {}, nullptr, std::nullopt, false, limits_);
   // History, not a verdict: a lane averaged since link-up says nothing about now, but a
   // healthy average is the best baseline there is (many intervals' worth of bits).
   if (!baseline_ && a.ber && a.level == LaneHealth::kGood) baseline_ = *a.ber;

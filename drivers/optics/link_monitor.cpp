@@ -228,8 +228,8 @@ void LinkMonitor::record_events(LinkSnapshot& s) {
                                            ps.flap_count, ps.flap_count == 1 ? "" : "s")
                              : fmt::format("link went down and retrained {} time{} since the last snapshot; {} in "
                                            "the last {:g} s; now {}",
-                                           pt.new_flaps, pt.new_flaps == 1 ? "" : "s", pt.flap_times.size(),
-                                           window_s, port_state_name(h.state))});
+                                           pt.new_flaps, pt.new_flaps == 1 ? "" : "s", pt.flap_times.size(), window_s,
+                                           port_state_name(h.state))});
       }
       // Lane verdicts by physical lane (kGood when not assessed); no allocation per port.
       constexpr std::size_t kMaxLanes = 16;

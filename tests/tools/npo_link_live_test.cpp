@@ -382,8 +382,8 @@ TEST(NpoLinkShow, AFlappingPortIsReportedNotTakenDown) {
   // flapping up and down), and the exit status is 4.
   const auto path =
       scenario("flap", "faults: [{at_ms: 500, kind: flap_storm, card: 0, port: 1, count: 8, duration_ms: 50}]\n");
-  const auto r = npo_test::run_command(
-      std::string(NPO_LINK) + " show --train --json --watch 0.2 --count 6 --card 0 --port 1 --interval 0.1" +
+  const auto r = npo_test::run_command(std::string(NPO_LINK) +
+                                       " show --train --json --watch 0.2 --count 6 --card 0 --port 1 --interval 0.1" +
                                        backend_with(path));
   std::remove(path.c_str());
   EXPECT_EQ(r.status, 4) << r.out;
@@ -525,8 +525,8 @@ TEST(NpoLinkHealth, OneShotReportsALaneThatIsDegradedNow) {
   // printed the BER averaged since link-up. Both now sample 2 intervals first.
   const auto path =
       scenario("ramp", "faults: [{at_ms: 100, kind: ber_ramp, card: 5, port: 2, value: 1e-4, duration_ms: 300}]\n");
-  auto r = npo_test::run_command(std::string(NPO_LINK) + " health --train --json --card 5 --port 2" +
-                                 backend_with(path));
+  auto r =
+      npo_test::run_command(std::string(NPO_LINK) + " health --train --json --card 5 --port 2" + backend_with(path));
   EXPECT_EQ(r.status, 3) << r.out;
   json j = json::parse(r.out);
   ASSERT_EQ(j["ports"].size(), 1u);
@@ -543,7 +543,7 @@ TEST(NpoLinkHealth, OneShotReportsALaneThatIsDegradedNow) {
   ASSERT_EQ(j["ports"].size(), 1u);
   EXPECT_EQ(j["ports"][0]["state"], "DEGRADED") << j["ports"][0]["reason"];
   EXPECT_GT(j["ports"][0]["worst_pre_fec_ber"].get<double>(), 5e-5);  // the last interval's
-  EXPECT_EQ(j["interval_ns"], 500'000'000u);                           // show --interval's default
+  EXPECT_EQ(j["interval_ns"], 500'000'000u);                          // show --interval's default
   r = npo_test::run_command(std::string(NPO_LINK) + " show --train --card 5 --port 2 --interval 0.25" +
                             backend_with(path));
   EXPECT_EQ(r.status, 3) << r.out;
@@ -559,8 +559,8 @@ TEST(NpoLinkEvents, AFlapStormIsListedAndThePortDegraded) {
   // flap_storm count 3, one a second: events printed only its header and show stayed HEALTHY.
   const auto path =
       scenario("storm", "faults: [{at_ms: 500, kind: flap_storm, card: 0, port: 1, count: 3, duration_ms: 1000}]\n");
-  auto r = npo_test::run_command("timeout 60 " + std::string(NPO_LINK) + " events --train --json --watch 0.5 --count 8" +
-                                 backend_with(path));
+  auto r = npo_test::run_command("timeout 60 " + std::string(NPO_LINK) +
+                                 " events --train --json --watch 0.5 --count 8" + backend_with(path));
   EXPECT_EQ(r.status, 3) << r.out;
   std::vector<std::string> flaps;
   bool degraded = false;

@@ -26,14 +26,15 @@ constexpr std::string_view kLegend =
     "frame headers and timestamp_ns in JSON): emulated time since the emulator started on an in-process\n"
     "emu: backend, else the host's CLOCK_MONOTONIC, i.e. time since boot (emu-remote, vfio). A change is\n"
     "seen at the first poll after it (--watch S polls every S s). History: the card keeps states and\n"
-    "counters, not past events. The first poll samples 2 intervals of 0.5 s and lists what is wrong now\n"
-    "(from -), lane verdicts that changed while sampling, and per port the flaps since the card's reset\n"
-    "(flap - -> N, times unknown); later polls list each change, a flap as FLAP_COUNT old -> new.\n";
+    "counters, not past events. The first poll samples 2 intervals (0.5 s, or the --watch period if\n"
+    "shorter) and lists what is wrong now (from -), lane verdicts that changed while sampling, and per\n"
+    "port the flaps since the card's reset (flap - -> N, times unknown); later polls list each change, a\n"
+    "flap as FLAP_COUNT old -> new.\n";
 
 }  // namespace
 
 int events_once(System& sys, LinkMonitor& mon, const Common& c) {
-  auto snap = frame_snapshot(mon, c, kSampleIntervalS);
+  auto snap = frame_snapshot(mon, c, 0);
   if (!snap) return report(snap.error(), "snapshot");
   if (c.frame == 0 && !c.json) {
     fmt::print("{:>14}  {:>4} {:>4} {:>4}  {:<6} {:<11}    {:<11}  {}\n", "TIME-S", "CARD", "PORT", "LANE", "WHAT",

@@ -67,7 +67,8 @@ struct Common {
 inline constexpr double kSampleIntervalS = 0.5;
 
 /// The first frame's snapshot: LinkMonitor::sample (a verdict of now, lane BERs over the last
-/// interval); later watch frames take one snapshot (the interval since the previous frame).
+/// interval) with intervals of `interval_s` (0: kSampleIntervalS, or the --watch period when
+/// shorter); later watch frames take one snapshot (the interval since the previous frame).
 [[nodiscard]] Result<LinkSnapshot> frame_snapshot(LinkMonitor& mon, const Common& c, double interval_s);
 
 /// Prints "npo-link: WHAT: ERROR" to stderr; returns kExitError.

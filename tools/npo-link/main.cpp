@@ -122,9 +122,11 @@ int main(int argc, char** argv) {
   train->add_option("--port", port, "port (default 0 when --card is given)");
   health->add_option("--interval", interval,
                      "seconds > 0 between the snapshots (platform clock; default 1): a run samples 2 intervals");
-  show->add_option("--interval", c.interval,
-                   "seconds > 0 between the snapshots the first frame samples (platform clock; default 0.5): 2 "
-                   "intervals, so a lane bad now is reported now and WORST-BER is the last interval's");
+  show->add_option(
+      "--interval", c.interval,
+      "seconds > 0 between the snapshots the first frame samples (platform clock; default 0.5, or the --watch "
+      "period when shorter): 2 "
+      "intervals, so a lane bad now is reported now and WORST-BER is the last interval's");
 
   CLI11_PARSE(app, argc, argv);
   if (dec->parsed()) return link::decode(file, as_json);
