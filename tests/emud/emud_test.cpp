@@ -694,6 +694,34 @@ TEST(Emud, FaultInjectedIntoTheRunningDaemonShowsInTheTools) {
   std::filesystem::remove_all(d.dir());
 }
 
+TEST(Emud, OneShotHealthAndShowReportALaneDegradedNow) {
+  // Trial finding 3: on a daemon that has run a while, a one-shot `npo-link health` judged one
+  // interval after the counters since link-up and printed HEALTHY (hysteresis needs 2), show
+  // the BER averaged since link-up. Both now sample 2 intervals first (LinkMonitor::sample).
+  EmudProcess d;
+  ASSERT_TRUE(d.start(emud_path(), "emu:mesh8")) << d.output();
+  const std::string emu = NPO_EMU, link = NPO_LINK;
+  const std::string backend = " --backend '" + d.uri() + "' --card 5 --port 2";
+  auto inj = npo_test::run_command(emu + " fault --socket-dir " + d.dir() +
+                                   " --kind ber_ramp --card 5 --port 2 --value 1e-4 --duration-ms 300 2>&1");
+  ASSERT_EQ(inj.status, 0) << inj.out;
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  auto health = npo_test::run_command(link + " health --interval 0.3" + backend + " 2>&1");
+  EXPECT_EQ(health.status, 3) << health.out;
+  EXPECT_EQ(health.out.rfind("card 5 port 2: DEGRADED (up 8/8 lanes: lane 0 DEGRADED: pre-FEC BER ", 0), 0u)
+      << health.out;
+  EXPECT_EQ(health.out.find("verdict stays GOOD"), std::string::npos) << health.out;
+  auto show = npo_test::run_command(link + " show" + backend);
+  EXPECT_EQ(show.status, 3) << show.out;
+  const std::string row = "   5    2  DEGRADED     800   8/8  2:4        ";
+  const auto at = show.out.find(row);
+  ASSERT_NE(at, std::string::npos) << show.out;
+  const double worst = std::stod(show.out.substr(at + row.size(), 9));
+  EXPECT_GT(worst, 5e-5) << show.out;  // the last interval's, not the average since link-up
+  EXPECT_EQ(d.stop(), 0);
+  std::filesystem::remove_all(d.dir());
+}
+
 // Issue 13 point 7: the tools watch cards another process owns and drives. The owner runs
 // host->HBM->host copies with data checked on cards 0 and 1, and talks to its firmware
 // (HEARTBEAT, transceiver reads) between copies; meanwhile npo-smi, npo-smi topo and npo-link
@@ -795,7 +823,8 @@ TEST(Emud, ToolsWatchCardsAnotherProcessOwnsWhileItRunsDma) {
     watch_out =
         npo_test::run_command(link + " show --port 0 --watch 0.2 --count 12 --backend '" + uri + "?card=2' 2>&1").out;
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(900));
+  // The first frame samples 2 intervals of 0.2 s (trial finding 3) before it prints.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   auto inj = npo_test::run_command(emu + " fault --socket-dir " + d.dir() +
                                    " --kind lane_loss --card 2 --port 0 --lane 3 2>&1");
   const auto injected = std::chrono::system_clock::now();

@@ -124,7 +124,13 @@ int main(int argc, char** argv) {
   prbs->add_option("--port", port, "port (default 0)");
   train->add_option("--card", card, "card index (with --port: that link, both ends; neither: every port)");
   train->add_option("--port", port, "port (default 0 when --card is given)");
-  health->add_option("--interval", interval, "seconds > 0 between the two snapshots (platform clock; default 1)");
+  health->add_option("--interval", interval,
+                     "seconds > 0 between the snapshots (platform clock; default 1): a run samples 2 intervals");
+  show->add_option(
+      "--interval", c.interval,
+      "seconds > 0 between the snapshots the first frame samples (platform clock; default 0.5, or the --watch "
+      "period when shorter): 2 "
+      "intervals, so a lane bad now is reported now and WORST-BER is the last interval's");
 
   CLI11_PARSE(app, argc, argv);
   if (auto r = npo::tools::configure_logging(log); !r) {
@@ -155,6 +161,7 @@ int main(int argc, char** argv) {
     }
   }
   if (health->parsed() && !check_seconds(sub, "--interval", interval)) return 2;
+  if (show->parsed() && show->count("--interval") != 0 && !check_seconds(sub, "--interval", c.interval)) return 2;
   for (const auto& st : states) {
     auto ps = link::parse_state(st);
     if (!ps) {
