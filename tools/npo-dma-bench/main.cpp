@@ -26,6 +26,7 @@
 
 #include "common/backend.hpp"
 #include "common/bring_up.hpp"
+#include "common/cli.hpp"
 #include "common/output.hpp"
 #include "npo/hal/hal.hpp"
 
@@ -236,7 +237,7 @@ int main(int argc, char** argv) {
   app.add_option("--card", o.card, "card to run on (the source card in peer mode)");
   app.add_option("--peer", o.peer, "destination card of --mode peer (default: --card + 1)");
   app.add_flag("--json", o.json, "print one JSON object with a 'results' array");
-  CLI11_PARSE(app, argc, argv);
+  if (auto rc = npo::tools::parse_command_line(app, argc, argv, "npo-dma-bench")) return *rc;
 
   if (auto r = npo::tools::configure_logging(log_level); !r) return fail_with("logging", r.error());
   if (!npo::tools::check_seconds(kTool, "--min-seconds", o.min_seconds)) return 2;
@@ -256,7 +257,10 @@ int main(int argc, char** argv) {
   const bool fabric = o.mode == "peer" || o.mode == "matrix";
   const std::string uri = npo::tools::backend_uri(o.backend);
   auto sys = npo::System::open(uri);
-  if (!sys) return fail_with("open " + uri, sys.error());
+  if (!sys) {
+    fail_with("open " + uri, sys.error());
+    return npo::tools::open_failure_status(sys.error());
+  }
   auto& s = **sys;
   const std::size_t ncards = s.device_count();
   if (o.card >= ncards) {

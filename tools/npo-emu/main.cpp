@@ -26,6 +26,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/cli.hpp"
 #include "common/output.hpp"
 #include "npo/emu/emulator.hpp"
 #include "npo/fw/emud.hpp"
@@ -168,7 +169,7 @@ int main(int argc, char** argv) {
   flt->add_option("--duration-ms", fduration_ms, "kind-specific duration, ms");
   flt->add_option("--delay-ms", fdelay_ms, "fire this long from now (default 0: at once)");
 
-  CLI11_PARSE(app, argc, argv);
+  if (auto rc = npo::tools::parse_command_line(app, argc, argv, "npo-emu")) return *rc;
 
   if (flt->parsed()) {
     auto kind = npo::emu::parse_fault_kind(fkind);

@@ -16,6 +16,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "common/cli.hpp"
 #include "common/output.hpp"
 #include "npo/emu/emulator.hpp"
 #include "npo/emu/server.hpp"
@@ -53,7 +54,7 @@ int main(int argc, char** argv) {
   app.add_option("--socket-dir", socket_dir, "directory for card-<K>.sock (created; a stale one is reused)")
       ->required();
   app.add_flag("--no-bring-up", no_bring_up, "leave links down and routes unprogrammed (tests)");
-  CLI11_PARSE(app, argc, argv);
+  if (auto rc = npo::tools::parse_command_line(app, argc, argv, "npo-emud")) return *rc;
 
   // SIGTERM/SIGINT are taken by sigwait below; block them before any thread starts.
   sigset_t sigs;

@@ -15,6 +15,7 @@
 
 #include "common/backend.hpp"
 #include "common/bring_up.hpp"
+#include "common/cli.hpp"
 #include "common/output.hpp"
 #include "npo/hal/hal.hpp"
 
@@ -140,6 +141,9 @@ int check_expected(const npo::Topology& found, const std::string& plan_path, boo
   return chk.ok() ? 0 : kExitMismatch;
 }
 
+/// Whether `s` is attached read-only (emu-remote mode=ro): every card is then.
+bool observer(npo::System& s) { return s.device_count() != 0 && s.device(0).info().read_only; }
+
 int topo(npo::System& s, bool json, const std::string& expect) {
   // Routes are computed here from the discovered graph, not programmed into the cards.
   auto fabric = npo::tools::bring_up(s, {.timeout_ns = npo::tools::kDefaultBringUpTimeoutNs, .program_routes = false});
@@ -178,6 +182,7 @@ int topo(npo::System& s, bool json, const std::string& expect) {
                            {{"ports_with_module", up.ports_with_module},
                             {"up", up.up},
                             {"failed", up.failed},
+                            {"read_only_observer", observer(s)},
                             {"elapsed_ms", static_cast<double>(up.elapsed_ns) / 1e6}}},
                           {"cards", cards},
                           {"links", links},
@@ -204,9 +209,14 @@ int topo(npo::System& s, bool json, const std::string& expect) {
                              "DISCONNECTED ({} of {} ordered card pairs unreachable; diameter {} hops among the "
                              "reachable)",
                              unreachable, n * (n - 1), rt->diameter());
-  fmt::print(
-      "npo-smi topo  backend {}  {} cards  {} links Up; {} of {} ports with a module trained Up in {:.1f} ms  {}\n\n",
-      s.uri(), n, up_links, up.up, up.ports_with_module, static_cast<double>(up.elapsed_ns) / 1e6, diameter);
+  // A read-only observer (emu-remote mode=ro) trains nothing: its writes are dropped, so the
+  // bring-up only waited for the links the owner trained.
+  const std::string training =
+      observer(s) ? fmt::format("{} of {} ports with a module Up (read-only observer: trained nothing)", up.up,
+                                up.ports_with_module)
+                  : fmt::format("{} of {} ports with a module trained Up in {:.1f} ms", up.up, up.ports_with_module,
+                                static_cast<double>(up.elapsed_ns) / 1e6);
+  fmt::print("npo-smi topo  backend {}  {} cards  {} links Up; {}  {}\n\n", s.uri(), n, up_links, training, diameter);
   if (n <= 64) {
     const bool compact = n > 16;
     const unsigned w = n > 32 ? 3 : (compact ? 4 : 6);
@@ -288,7 +298,7 @@ int main(int argc, char** argv) {
                        "check the discovered cabling against this topology file (YAML/JSON): every missing, miswired, "
                        "degraded or unexpected link; exit status 3 on a mismatch");
   topo_cmd->fallthrough();  // `npo-smi topo --backend X` works like `npo-smi --backend X topo`
-  CLI11_PARSE(app, argc, argv);
+  if (auto rc = npo::tools::parse_command_line(app, argc, argv, "npo-smi")) return *rc;
 
   if (auto r = npo::tools::configure_logging(log_level); !r) {
     fail(kTool, r.error());
@@ -297,7 +307,10 @@ int main(int argc, char** argv) {
   // npo-smi only reads: on emu-remote it attaches read-only unless the URI says mode=rw.
   const std::string uri = npo::tools::observer_uri(npo::tools::backend_uri(backend));
   auto sys = npo::System::open(uri);
-  if (!sys) return fail(kTool, fmt::format("cannot open '{}'", uri), sys.error());
+  if (!sys) {
+    fail(kTool, fmt::format("cannot open '{}'", uri), sys.error());
+    return npo::tools::open_failure_status(sys.error());
+  }
   auto& s = **sys;
   if (topo_cmd->parsed()) return topo(s, json, expect);
   if (json) {
