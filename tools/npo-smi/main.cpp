@@ -118,6 +118,14 @@ int check_expected(const npo::Topology& found, const std::string& plan_path, boo
   auto plan = npo::load_fabric_spec(plan_path);
   if (!plan) return fail(kTool, fmt::format("--expect {}", plan_path), plan.error());
   const npo::TopologyCheck chk = npo::check_topology(found, *plan);
+  // A plan for another fabric size (torus64.yaml against mesh8) is said first: every
+  // difference listed after it follows from that.
+  const std::size_t fabric_cards = found.cards.size();
+  const std::string size_mismatch =
+      plan->cards == fabric_cards
+          ? std::string()
+          : fmt::format("the plan has {} cards ({} cables), the fabric has {}: is this the plan of this fabric?",
+                        plan->cards, plan->cables.size(), fabric_cards);
   if (json) {
     nlohmann::json issues = nlohmann::json::array();
     for (const auto& i : chk.issues) {
@@ -129,6 +137,9 @@ int check_expected(const npo::Topology& found, const std::string& plan_path, boo
     (*out)["expect"] = {{"plan", plan_path},
                         {"expected_links", chk.expected_links},
                         {"up_as_planned", chk.up_as_planned},
+                        {"plan_cards", plan->cards},
+                        {"plan_cables", plan->cables.size()},
+                        {"fabric_cards", fabric_cards},
                         {"ok", chk.ok()},
                         {"issues", issues}};
   } else {
@@ -136,6 +147,7 @@ int check_expected(const npo::Topology& found, const std::string& plan_path, boo
                chk.expected_links,
                chk.ok() ? std::string("the fabric matches the plan")
                         : fmt::format("{} difference{}:", chk.issues.size(), chk.issues.size() == 1 ? "" : "s"));
+    if (!size_mismatch.empty()) fmt::print("  {}\n", size_mismatch);
     for (const auto& i : chk.issues) fmt::print("  {}\n", i.message);
   }
   return chk.ok() ? 0 : kExitMismatch;
