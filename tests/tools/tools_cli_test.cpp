@@ -74,6 +74,17 @@ TEST(ToolsCli, MalformedBackendUriExits2) {
   EXPECT_EQ(r.status, 1) << r.out;
 }
 
+TEST(ToolsCli, EmuAndEmudNameWhatIsMissingOrWrong) {
+  expect_usage_errors({
+      // Used to say "value 0 must be in (0, 0.5)" from the daemon.
+      {kEmu + " fault --socket-dir /nonexistent-npo-dir --kind ber_ramp --card 0 --port 0",
+       "npo-emu fault: --kind ber_ramp needs --value", "value 0"},
+      // Used to report 'emu:emu-remote:...'.
+      {kEmud + " --topology emu-remote:/tmp/npo-x --socket-dir /nonexistent-npo-dir/s",
+       "npo-emud: --topology emu-remote:/tmp/npo-x: 'emu-remote:' is not an emulator topology", "emu:emu-remote"},
+  });
+}
+
 TEST(ToolsCli, CardOrPortThatDoesNotExistIsAnError) {
   // Used to print nothing and exit 0 (npo-dma-bench already said "card 9 not present").
   expect_usage_errors({

@@ -174,6 +174,12 @@ int main(int argc, char** argv) {
   if (flt->parsed()) {
     auto kind = npo::emu::parse_fault_kind(fkind);
     if (!kind) return die(kind.error());
+    // ber_ramp's magnitude has no default: without --value the daemon would refuse "value 0".
+    if (*kind == npo::emu::FaultKind::kBerRamp && flt->count("--value") == 0) {
+      std::fprintf(stderr,
+                   "npo-emu fault: --kind ber_ramp needs --value (the final pre-FEC BER, in (0, 0.5), e.g. 1e-4)\n");
+      return 2;
+    }
     namespace emud = npo::fw::emud;
     namespace f = emud::fault;
     std::array<std::byte, emud::hdr::kBytes + f::kBytes> m{};

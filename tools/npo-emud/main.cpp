@@ -70,6 +70,20 @@ int main(int argc, char** argv) {
     rl.rlim_cur = rl.rlim_max;
     (void)::setrlimit(RLIMIT_NOFILE, &rl);
   }
+  // Another backend's URI (emu-remote:DIR, vfio:all) is not a topology: say so instead of
+  // reading it as "emu:emu-remote:DIR".
+  if (const auto colon = topology.find(':'); colon != std::string::npos && !topology.starts_with("emu:")) {
+    std::error_code ec;
+    const std::string scheme = topology.substr(0, colon);
+    if (scheme.find('/') == std::string::npos &&
+        !std::filesystem::is_regular_file(topology.substr(0, topology.find('?')), ec)) {
+      std::fprintf(stderr,
+                   "npo-emud: --topology %s: '%s:' is not an emulator topology; give emu:mesh8, emu:N, "
+                   "emu:file=PATH or a topology file PATH\n",
+                   topology.c_str(), scheme.c_str());
+      return 2;
+    }
+  }
   auto cfg = npo::emu::parse_uri(topology_rest(topology));
   if (!cfg) return npo::tools::fail("npo-emud", cfg.error());
   if (cfg->clock != npo::emu::ClockMode::kRealtime) {
