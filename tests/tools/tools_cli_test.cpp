@@ -54,6 +54,8 @@ TEST(ToolsCli, BadCommandLinesExit2WithAClearMessage) {
       {kEmud + " --socket-dir /tmp/x", "--topology is required"},
       // Used to exit 109.
       {kSmi + " --card 3", "npo-smi: unknown option '--card'"},
+      {kSmi + " topo --expcet plan.yaml", "unknown option '--expcet' (did you mean '--expect'?)"},
+      {kSmi + " tpo", "npo-smi: unknown subcommand 'tpo' (did you mean 'topo'?"},
       {kEmu + " topo chekc", "npo-emu topo: unknown subcommand 'chekc' (did you mean 'check'?"},
   });
   // --help is not an error.

@@ -127,7 +127,15 @@ std::string unexpected_message(std::string_view tool, CLI::App* root, CLI::App* 
                              sub->get_name(), name);
         }
       }
-      const std::string guess = closest(name, names);
+      // A misspelling of an option of the subcommand being parsed lands in the parent's list
+      // when the subcommand falls through (npo-smi topo): suggest from the subcommands too.
+      std::vector<std::string> known = names;
+      for (CLI::App* s = at; !s->get_subcommands().empty();) {
+        s = s->get_subcommands().front();
+        const auto more = option_names(s);
+        known.insert(known.end(), more.begin(), more.end());
+      }
+      const std::string guess = closest(name, known);
       return guess.empty() ? fmt::format("unknown option '{}' (see --help)", name)
                            : fmt::format("unknown option '{}' (did you mean '{}'?)", name, guess);
     }
