@@ -955,6 +955,12 @@ TEST(Emud, PrbsRefusesAReadOnlyAttachAndSaysWhenTheFarEndWasNotChecked) {
   EXPECT_NE(topo.out.find("56 of 56 ports with a module Up (read-only observer: trained nothing)"), std::string::npos)
       << topo.out;
   EXPECT_EQ(topo.out.find("trained Up in"), std::string::npos) << topo.out;
+  // A module removal on a port without a module was accepted (exit 0) and changed nothing.
+  const std::string emu = NPO_EMU;
+  auto empty =
+      npo_test::run_command(emu + " fault --socket-dir " + d.dir() + " --kind module_removal --card 0 --port 7 2>&1");
+  EXPECT_EQ(empty.status, 1) << empty.out;
+  EXPECT_NE(empty.out.find("card 0 port 7 has no module: nothing to remove"), std::string::npos) << empty.out;
   EXPECT_EQ(d.stop(), 0);
 }
 

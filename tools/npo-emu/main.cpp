@@ -31,6 +31,8 @@
 #include "npo/emu/emulator.hpp"
 #include "npo/fw/emud.hpp"
 #include "npo/hal/error.hpp"
+#include "npo/hal/port.hpp"
+#include "npo/hal/system.hpp"
 #include "npo/hal/topology_file.hpp"
 #include "npo/hal/topology_gen.hpp"
 #include "npo/hal/topology_graph.hpp"
@@ -197,6 +199,18 @@ int main(int argc, char** argv) {
     emud::store<std::uint32_t>(b, f::kCount, fcount);
     emud::store<double>(b, f::kValue, fvalue);
     emud::store<std::uint64_t>(b, f::kDurationNs, static_cast<std::uint64_t>(fduration_ms * 1e6));
+    // A module removal needs a module: look at the port as a read-only observer first (the
+    // daemon would accept it and change nothing).
+    if (*kind == npo::emu::FaultKind::kModuleRemoval && fport) {
+      auto sys = npo::System::open(fmt::format("emu-remote:{}?card={}&mode=ro", sock_dir, fcard));
+      if (sys && (*sys)->device_count() == 1 && *fport < (*sys)->device(0).port_count()) {
+        auto ps = npo::read_port((*sys)->device(0), *fport);
+        if (ps && !ps->module_present) {
+          std::fprintf(stderr, "npo-emu fault: card %u port %u has no module: nothing to remove\n", fcard, *fport);
+          return 1;
+        }
+      }
+    }
     auto r = send_fault(sock_dir, fcard, m);
     if (!r) return die(r.error());
     std::printf("injected %s into card %u of %s\n", fkind.c_str(), fcard, sock_dir.c_str());
