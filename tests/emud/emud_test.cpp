@@ -957,4 +957,40 @@ TEST(Emud, CraftedFaultForAnotherCardIsRefused) {
   EXPECT_EQ(d.stop(), 0);
 }
 
+// npo-link prbs needs the owner's attach and both ends: on a read-only attach it used to print
+// all lanes "no 0 0 -" with exit 0 (its writes dropped), and owning one end only it showed the
+// near end alone, exit 0. npo-smi topo as an observer used to say it "trained" the links.
+TEST(Emud, PrbsRefusesAReadOnlyAttachAndSaysWhenTheFarEndWasNotChecked) {
+  EmudProcess d;
+  ASSERT_TRUE(d.start(emud_path(), "emu:mesh8")) << d.output();
+  const std::string link = NPO_LINK, smi = NPO_SMI, uri = d.uri();
+  auto ro = npo_test::run_command(link + " prbs --seconds 0.1 --backend '" + uri + "?mode=ro' 2>&1");
+  EXPECT_EQ(ro.status, 1) << ro.out;
+  EXPECT_NE(ro.out.find("prbs: permission_denied: card 0 is attached read-only"), std::string::npos) << ro.out;
+  EXPECT_EQ(ro.out.find("LOCK"), std::string::npos) << "no table of a test that did not run: " << ro.out;
+  // Card 0 alone: its port 1 goes to card 2, which this process does not hold.
+  auto one = npo_test::run_command(link + " prbs --seconds 0.1 --card 0 --port 1 --backend '" + uri + "?card=0' 2>&1");
+  EXPECT_EQ(one.status, 1) << one.out;
+  EXPECT_NE(one.out.find("far end not checked: the far end (fabric ID 3) is not a card of this backend"),
+            std::string::npos)
+      << one.out;  // card 2's fabric ID
+  // Both ends held: checked, every lane locked, exit 0.
+  auto both = npo_test::run_command(link + " prbs --seconds 0.1 --card 0 --port 1 --json --backend '" + uri +
+                                    "?card=0,2' 2>&1");
+  EXPECT_EQ(both.status, 0) << both.out;
+  EXPECT_NE(both.out.find("\"far_end_checked\": true"), std::string::npos) << both.out;
+  auto topo = npo_test::run_command(smi + " topo --backend '" + uri + "' 2>&1");
+  EXPECT_EQ(topo.status, 0) << topo.out;
+  EXPECT_NE(topo.out.find("56 of 56 ports with a module Up (read-only observer: trained nothing)"), std::string::npos)
+      << topo.out;
+  EXPECT_EQ(topo.out.find("trained Up in"), std::string::npos) << topo.out;
+  // A module removal on a port without a module was accepted (exit 0) and changed nothing.
+  const std::string emu = NPO_EMU;
+  auto empty =
+      npo_test::run_command(emu + " fault --socket-dir " + d.dir() + " --kind module_removal --card 0 --port 7 2>&1");
+  EXPECT_EQ(empty.status, 1) << empty.out;
+  EXPECT_NE(empty.out.find("card 0 port 7 has no module: nothing to remove"), std::string::npos) << empty.out;
+  EXPECT_EQ(d.stop(), 0);
+}
+
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -206,8 +207,13 @@ TEST(NpoLinkPrbs, PortWithoutModuleIsAnError) {
 }
 
 TEST(NpoLinkTrain, AnExplicitPortIsListedEvenWithoutModule) {
-  // Used to print nothing (text) or "ports": [] (JSON) and exit 0.
-  const json j = run_json("train --card 0 --port 7");
+  // Used to print nothing (text) or "ports": [] (JSON) and exit 0. A port asked for that has
+  // no module did not train: exit 4 (it used to be 0, TRIAL finding 6).
+  const auto r = npo_test::run_command(std::string(NPO_LINK) + " train --card 0 --port 7" + kBackend + " --json");
+  EXPECT_EQ(r.status, 4) << r.out;
+  const json j = json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_EQ(j["failed"], 1);
   ASSERT_EQ(j["ports"].size(), 1u);
   EXPECT_EQ(j["ports"][0]["card"], 0);
   EXPECT_EQ(j["ports"][0]["port"], 7);
@@ -229,12 +235,14 @@ TEST(NpoLinkDdm, CardAndPortSelectOneModule) {
   EXPECT_EQ(j["modules"][0]["card"], 2);
   EXPECT_EQ(j["modules"][0]["port"], 3);
   EXPECT_EQ(run_json("ddm --card 1")["modules"].size(), 7u);
-  for (const auto& [args, want] :
-       std::vector<std::pair<std::string, std::string>>{{"ddm --card 8", "card 8 outside 0..7"},
-                                                        {"ddm --card 0 --port 16", "port 16 outside 0..7"},
-                                                        {"ddm --card 0 --port 7", "card 0 port 7 has no module"}}) {
+  // A card or port that does not exist is a bad command line: 2, naming the count (it was 1,
+  // "card 8 outside 0..7"; TRIAL finding 4 makes every view refuse it the same way).
+  for (const auto& [args, want, status] : std::vector<std::tuple<std::string, std::string, int>>{
+           {"ddm --card 8", "card 8 not present (8 cards)", 2},
+           {"ddm --card 0 --port 16", "port 16 not present (card 0 has 8 ports)", 2},
+           {"ddm --card 0 --port 7", "card 0 port 7 has no module", 1}}) {
     const auto r = npo_test::run_command(std::string(NPO_LINK) + " " + args + kBackend + " 2>&1");
-    EXPECT_EQ(r.status, 1) << args << "\n" << r.out;
+    EXPECT_EQ(r.status, status) << args << "\n" << r.out;
     EXPECT_NE(r.out.find(want), std::string::npos) << args << "\n" << r.out;
   }
 }
@@ -481,6 +489,47 @@ TEST(NpoLinkDdm, WatchGoesOnWhenTheModuleIsRemoved) {
   EXPECT_NE(r.out.find("high alarm"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("flags: "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("module flags raised: "), std::string::npos) << r.out;
+}
+
+TEST(NpoLinkTrain, AFailedTrainingExits4AndNumbersAttemptsPerRequest) {
+  // Used to exit 0 after TIMEOUT_CDR_LOCK, with attempts numbered 1,2,3,1,2,3,1,2,3 unexplained.
+  const auto path =
+      scenario("trainfail", "faults: [{at_ms: 0, kind: training_timeout, card: 0, port: 3, count: 20}]\n");
+  auto r = npo_test::run_command("timeout 60 " + std::string(NPO_LINK) + " train --card 0 --port 3" +
+                                 backend_with(path) + " 2>&1");
+  EXPECT_EQ(r.status, 4) << r.out;
+  EXPECT_NE(r.out.find("card 0 port 3: TIMEOUT_CDR_LOCK"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("attempt N.M: the card's attempt M of train request N"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("attempt 1.3 at"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("attempt 3.3 at"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1 of 1 port did not train"), std::string::npos) << r.out;
+  r = npo_test::run_command("timeout 60 " + std::string(NPO_LINK) + " train --card 0 --port 3 --json" +
+                            backend_with(path));
+  std::remove(path.c_str());
+  EXPECT_EQ(r.status, 4) << r.out;
+  const json j = json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  const auto& at = j["ports"][0]["attempts"];
+  ASSERT_EQ(at.size(), 9u) << r.out;
+  EXPECT_EQ(at[3]["attempt"], 1);
+  EXPECT_EQ(at[3]["request"], 2);
+  EXPECT_EQ(at[8]["request"], 3);
+  // Every port trains: 0, no failure line.
+  r = npo_test::run_command(std::string(NPO_LINK) + " train --card 0 --port 1" + kBackend);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out.find("did not train"), std::string::npos) << r.out;
+}
+
+TEST(NpoLinkDdm, SummaryNamesWhereTheAlarmComesFrom) {
+  // A lane's rx_los / rx_cdr_lol made the summary say "flags raised: alarm" under "module
+  // flags raised: none", which read as a contradiction.
+  const auto path = scenario("ddmlos", "faults: [{at_ms: 1500, kind: lane_loss, card: 1, port: 5, lane: 3}]\n");
+  const auto r = npo_test::run_command("timeout 60 " + std::string(NPO_LINK) +
+                                       " ddm --train --card 1 --port 5 --watch 1 --count 3" + backend_with(path));
+  std::remove(path.c_str());
+  EXPECT_EQ(r.status, 4) << r.out;
+  EXPECT_NE(r.out.find("flags raised: alarm (lane flags rx_cdr_lol, rx_los; no module flag)"), std::string::npos)
+      << r.out;
 }
 
 TEST(NpoLinkEvents, StateChangesWithTimeCardPortLaneAndReason) {

@@ -27,6 +27,7 @@
 
 #include "common/backend.hpp"
 #include "common/bring_up.hpp"
+#include "common/cli.hpp"
 #include "common/output.hpp"
 #include "common/trace.hpp"
 #include "npo/hal/hal.hpp"
@@ -306,7 +307,7 @@ int main(int argc, char** argv) {
   npo::tools::add_trace_option(app, o.trace,
                                "each DMA op per queue from doorbell to completion (first 200000 ops), op errors, "
                                "and with peer/matrix the link training stages of every port");
-  CLI11_PARSE(app, argc, argv);
+  if (auto rc = npo::tools::parse_command_line(app, argc, argv, "npo-dma-bench")) return *rc;
   npo::tools::TraceWriter trace(o.trace);
   if (trace.enabled()) {
     g_trace = &trace;
@@ -345,7 +346,10 @@ int main(int argc, char** argv) {
   const bool fabric = o.mode == "peer" || o.mode == "matrix";
   const std::string uri = npo::tools::backend_uri(o.backend);
   auto sys = npo::System::open(uri);
-  if (!sys) return fail_with("open " + uri, sys.error());
+  if (!sys) {
+    fail_with("open " + uri, sys.error());
+    return npo::tools::open_failure_status(sys.error());
+  }
   auto& s = **sys;
   const std::size_t ncards = s.device_count();
   if (o.card >= ncards) {

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/backend.hpp"
+#include "common/cli.hpp"
 #include "common/output.hpp"
 #include "common/trace.hpp"
 #include "link_manager.hpp"
@@ -100,7 +101,7 @@ int main(int argc, char** argv) {
                                "link training stages of every port at bring-up, link up / training failed, link state "
                                "changes (polled every 100 ms), client attach and detach, injected faults (written "
                                "at shutdown)");
-  CLI11_PARSE(app, argc, argv);
+  if (auto rc = npo::tools::parse_command_line(app, argc, argv, "npo-emud")) return *rc;
   npo::tools::TraceWriter trace(trace_path);
   if (trace.enabled()) {
     g_trace = &trace;
@@ -122,6 +123,20 @@ int main(int argc, char** argv) {
   if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
     rl.rlim_cur = rl.rlim_max;
     (void)::setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  // Another backend's URI (emu-remote:DIR, vfio:all) is not a topology: say so instead of
+  // reading it as "emu:emu-remote:DIR".
+  if (const auto colon = topology.find(':'); colon != std::string::npos && !topology.starts_with("emu:")) {
+    std::error_code ec;
+    const std::string scheme = topology.substr(0, colon);
+    if (scheme.find('/') == std::string::npos &&
+        !std::filesystem::is_regular_file(topology.substr(0, topology.find('?')), ec)) {
+      std::fprintf(stderr,
+                   "npo-emud: --topology %s: '%s:' is not an emulator topology; give emu:mesh8, emu:N, "
+                   "emu:file=PATH or a topology file PATH\n",
+                   topology.c_str(), scheme.c_str());
+      return 2;
+    }
   }
   auto cfg = npo::emu::parse_uri(topology_rest(topology));
   if (!cfg) return npo::tools::fail("npo-emud", cfg.error());

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "common/backend.hpp"
+#include "common/cli.hpp"
 #include "common/output.hpp"
 #include "exporter.hpp"
 
@@ -53,7 +54,7 @@ int main(int argc, char** argv) {
                "train the links after opening the backend (an in-process emu: backend starts with links down)");
   npo::tools::LogOptions log;
   npo::tools::add_log_options(app, log);
-  CLI11_PARSE(app, argc, argv);
+  if (auto rc = npo::tools::parse_command_line(app, argc, argv, "npo-exporter")) return *rc;
   if (auto r = npo::tools::configure_logging(log); !r) return npo::tools::fail(kTool, "--log-level", r.error());
 
   std::string host;

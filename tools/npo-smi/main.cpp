@@ -15,6 +15,7 @@
 
 #include "common/backend.hpp"
 #include "common/bring_up.hpp"
+#include "common/cli.hpp"
 #include "common/output.hpp"
 #include "npo/hal/hal.hpp"
 
@@ -117,6 +118,14 @@ int check_expected(const npo::Topology& found, const std::string& plan_path, boo
   auto plan = npo::load_fabric_spec(plan_path);
   if (!plan) return fail(kTool, fmt::format("--expect {}", plan_path), plan.error());
   const npo::TopologyCheck chk = npo::check_topology(found, *plan);
+  // A plan for another fabric size (torus64.yaml against mesh8) is said first: every
+  // difference listed after it follows from that.
+  const std::size_t fabric_cards = found.cards.size();
+  const std::string size_mismatch =
+      plan->cards == fabric_cards
+          ? std::string()
+          : fmt::format("the plan has {} cards ({} cables), the fabric has {}: is this the plan of this fabric?",
+                        plan->cards, plan->cables.size(), fabric_cards);
   if (json) {
     nlohmann::json issues = nlohmann::json::array();
     for (const auto& i : chk.issues) {
@@ -128,6 +137,9 @@ int check_expected(const npo::Topology& found, const std::string& plan_path, boo
     (*out)["expect"] = {{"plan", plan_path},
                         {"expected_links", chk.expected_links},
                         {"up_as_planned", chk.up_as_planned},
+                        {"plan_cards", plan->cards},
+                        {"plan_cables", plan->cables.size()},
+                        {"fabric_cards", fabric_cards},
                         {"ok", chk.ok()},
                         {"issues", issues}};
   } else {
@@ -135,6 +147,7 @@ int check_expected(const npo::Topology& found, const std::string& plan_path, boo
                chk.expected_links,
                chk.ok() ? std::string("the fabric matches the plan")
                         : fmt::format("{} difference{}:", chk.issues.size(), chk.issues.size() == 1 ? "" : "s"));
+    if (!size_mismatch.empty()) fmt::print("  {}\n", size_mismatch);
     for (const auto& i : chk.issues) fmt::print("  {}\n", i.message);
   }
   return chk.ok() ? 0 : kExitMismatch;
@@ -256,6 +269,9 @@ struct TopoFormat {
   unsigned slurm_group = 8;
 };
 
+/// Whether `s` is attached read-only (emu-remote mode=ro): every card is then.
+bool observer(npo::System& s) { return s.device_count() != 0 && s.device(0).info().read_only; }
+
 int topo(npo::System& s, bool json, const std::string& expect, const TopoFormat& tf) {
   // Routes are computed here from the discovered graph, not programmed into the cards.
   auto fabric = npo::tools::bring_up(s, {.timeout_ns = npo::tools::kDefaultBringUpTimeoutNs, .program_routes = false});
@@ -302,6 +318,7 @@ int topo(npo::System& s, bool json, const std::string& expect, const TopoFormat&
                            {{"ports_with_module", up.ports_with_module},
                             {"up", up.up},
                             {"failed", up.failed},
+                            {"read_only_observer", observer(s)},
                             {"elapsed_ms", static_cast<double>(up.elapsed_ns) / 1e6}}},
                           {"cards", cards},
                           {"links", links},
@@ -328,9 +345,14 @@ int topo(npo::System& s, bool json, const std::string& expect, const TopoFormat&
                              "DISCONNECTED ({} of {} ordered card pairs unreachable; diameter {} hops among the "
                              "reachable)",
                              unreachable, n * (n - 1), rt->diameter());
-  fmt::print(
-      "npo-smi topo  backend {}  {} cards  {} links Up; {} of {} ports with a module trained Up in {:.1f} ms  {}\n\n",
-      s.uri(), n, up_links, up.up, up.ports_with_module, static_cast<double>(up.elapsed_ns) / 1e6, diameter);
+  // A read-only observer (emu-remote mode=ro) trains nothing: its writes are dropped, so the
+  // bring-up only waited for the links the owner trained.
+  const std::string training =
+      observer(s) ? fmt::format("{} of {} ports with a module Up (read-only observer: trained nothing)", up.up,
+                                up.ports_with_module)
+                  : fmt::format("{} of {} ports with a module trained Up in {:.1f} ms", up.up, up.ports_with_module,
+                                static_cast<double>(up.elapsed_ns) / 1e6);
+  fmt::print("npo-smi topo  backend {}  {} cards  {} links Up; {}  {}\n\n", s.uri(), n, up_links, training, diameter);
   if (n <= 64) {
     const bool compact = n > 16;
     const unsigned w = n > 32 ? 3 : (compact ? 4 : 6);
@@ -421,7 +443,7 @@ int main(int argc, char** argv) {
   topo_cmd->add_option("--slurm-switch-size", tf.slurm_group, "with --format slurm: cards per leaf switch (default 8)")
       ->check(CLI::Range(1u, 1024u));
   topo_cmd->fallthrough();  // `npo-smi topo --backend X` works like `npo-smi --backend X topo`
-  CLI11_PARSE(app, argc, argv);
+  if (auto rc = npo::tools::parse_command_line(app, argc, argv, "npo-smi")) return *rc;
 
   if (auto r = npo::tools::configure_logging(log); !r) {
     fail(kTool, r.error());
@@ -430,7 +452,10 @@ int main(int argc, char** argv) {
   // npo-smi only reads: on emu-remote it attaches read-only unless the URI says mode=rw.
   const std::string uri = npo::tools::observer_uri(npo::tools::backend_uri(backend));
   auto sys = npo::System::open(uri);
-  if (!sys) return fail(kTool, fmt::format("cannot open '{}'", uri), sys.error());
+  if (!sys) {
+    fail(kTool, fmt::format("cannot open '{}'", uri), sys.error());
+    return npo::tools::open_failure_status(sys.error());
+  }
   auto& s = **sys;
   if (topo_cmd->parsed()) return topo(s, json, expect, tf);
   if (json) {
