@@ -15,6 +15,7 @@ void Ep::poll_dma() {
   std::array<OpCompletion, 64> out;
   for (;;) {
     const std::size_t n = queue->poll(out);
+    if (n) note_activity();
     for (std::size_t i = 0; i < n; ++i) {
       const OpCompletion& c = out[i];
       if (c.status == OpStatus::kOk) {
@@ -90,6 +91,7 @@ void Ep::poll_rx() {
         hw_store64(base + std::size_t{lane} * 64, want);
         continue;
       }
+      note_activity();
       Rx r = rx.front();
       rx.pop_front();
       std::size_t cap = 0;
@@ -117,6 +119,52 @@ void Ep::poll_rx() {
     }
   }
   rx_lane_cursor = (rx_lane_cursor + 1) % lanes;
+}
+
+namespace {
+std::chrono::milliseconds stall_dump_after() {
+  static const std::chrono::milliseconds v{[] {
+    const char* s = env("NPO_FI_STALL_MS");
+    return s ? std::max(0, std::atoi(s)) : 0;
+  }()};
+  return v;
+}
+}  // namespace
+
+void Ep::check_stall() {
+  const auto after = stall_dump_after();
+  if (after.count() == 0 || stall_dumped || !map) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_activity < after) return;
+  stall_dumped = true;
+  std::string m = "npo: stall: " + where() + " ep " + std::to_string(ep_no) + ": nothing for " +
+                  std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - last_activity).count()) +
+                  " ms; rx posted " + std::to_string(rx.size()) + ", tx in flight " + std::to_string(tx.size()) +
+                  ", staging free " + std::to_string(free_slots.size()) + ", queue outstanding " +
+                  std::to_string(queue ? queue->outstanding() : 0) + ", dropped rx " + std::to_string(dropped) +
+                  " tx " + std::to_string(dropped_tx) + "; lanes:";
+  const std::byte* base = map->bytes().data();
+  for (unsigned lane = 0; lane < lanes; ++lane) {
+    std::string slots;
+    bool any = rx_consumed[lane] != 0;
+    for (unsigned k = 0; k < kSlotsPerLane; ++k) {
+      const std::uint64_t seq = hw_load64(base + kCtrl + (std::uint64_t{lane} * kSlotsPerLane + k) * kSlot);
+      if (seq) any = true;
+      slots += (k ? "," : "") + std::to_string(seq);
+    }
+    if (any)
+      m +=
+          " [lane " + std::to_string(lane) + " consumed " + std::to_string(rx_consumed[lane]) + " slots " + slots + "]";
+  }
+  m += "; dests:";
+  for (const auto& [key, d] : dests) {
+    m += " [fabric " + std::to_string(key >> 32) + " next_seq " + std::to_string(d.next_seq) + " consumed " +
+         std::to_string(d.consumed) + " holes " + std::to_string(d.holes.size()) + "]";
+  }
+  for (const Tx& t : tx)
+    m += " [tx " + std::string(t.kind == Tx::kSend ? "send" : "read") + " ops " + std::to_string(t.first) + ".." +
+         std::to_string(t.last) + " seq " + std::to_string(t.seq) + (t.done ? " done" : "") + "]";
+  warn(FI_LOG_EP_DATA, m);
 }
 
 // ---- Endpoint data path -------------------------------------------------------------------

@@ -471,10 +471,21 @@ struct Ep {
   }
   void poll_dma();
   void poll_rx();
+  // Stall diagnostic (NPO_FI_STALL_MS, default off): when progress saw no completion and no
+  // arrival for that long, the endpoint's ring and flow-control state goes to the log once
+  // per quiet period (FI_LOG_LEVEL=warn shows it).
+  std::chrono::steady_clock::time_point last_activity = std::chrono::steady_clock::now();
+  bool stall_dumped = false;
+  void note_activity() {
+    last_activity = std::chrono::steady_clock::now();
+    stall_dumped = false;
+  }
+  void check_stall();
   void progress() {
     poll_dma();
     poll_rx();
     check_card();
+    check_stall();
   }
   void report_fatal(const std::string& msg, int err) {
     if (fatal_reported) return;
