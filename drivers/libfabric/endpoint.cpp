@@ -15,7 +15,6 @@ void Ep::poll_dma() {
   std::array<OpCompletion, 64> out;
   for (;;) {
     const std::size_t n = queue->poll(out);
-    if (n) note_activity();
     for (std::size_t i = 0; i < n; ++i) {
       const OpCompletion& c = out[i];
       if (c.status == OpStatus::kOk) {
@@ -38,6 +37,7 @@ void Ep::poll_dma() {
       }
       it->done = true;
       if (it->kind == Tx::kSend) {
+        note_activity();  // (a flow-control read alone is no progress)
         free_slots.push_back(it->slot);
         Cq* cq = tx_cq;
         if (it->worst != OpStatus::kOk) {
@@ -278,9 +278,22 @@ ssize_t do_send(Ep& e, const iovec* iov, std::size_t count, fi_addr_t dest, void
   const WindowHandle& h = peer.handle;
   const std::uint64_t key = (std::uint64_t{h.fabric_id} << 32) | (std::uint64_t{h.window_id} << 16) | h.generation;
   Ep::Dest& d = e.dests[key];
+  // Resources short (staging slots, queue room, the peer's ring credits): wait for them up
+  // to kSendWait, progressing this endpoint (completions free staging; consuming the own
+  // ring lets a peer that waits for us go on), then -FI_EAGAIN (see kSendWait).
+  const auto wait_end = std::chrono::steady_clock::now() + kSendWait;
+  auto wait_a_bit = [&]() -> bool {
+    if (std::chrono::steady_clock::now() >= wait_end) return false;
+    e.poll_dma();
+    e.poll_rx();
+    std::this_thread::yield();
+    return true;
+  };
+  auto room = [&] { return !e.free_slots.empty() && e.queue->outstanding() + 4 <= e.queue->depth(); };
   // tombstones first: the peer's lane is stuck at the oldest seq whose header never landed
   while (!d.holes.empty()) {
-    if (e.free_slots.empty() || e.queue->outstanding() + 4 > e.queue->depth()) return -FI_EAGAIN;
+    while (!room())
+      if (!wait_a_bit()) return -FI_EAGAIN;
     const std::uint64_t hole = d.holes.front();
     d.holes.erase(d.holes.begin());
     if (post_slot(e, peer, d, key, hole, nullptr, 0, 0, nullptr, 0, kFlagSkip, false) != 0) {
@@ -288,13 +301,16 @@ ssize_t do_send(Ep& e, const iovec* iov, std::size_t count, fi_addr_t dest, void
       return 0;
     }
   }
-  if (e.free_slots.empty()) return -FI_EAGAIN;
-  if (e.queue->outstanding() + 4 > e.queue->depth()) return -FI_EAGAIN;
+  while (!room())
+    if (!wait_a_bit()) return -FI_EAGAIN;
   const unsigned slots = peer.wire.slots;
-  if (d.next_seq - 1 - d.consumed >= slots) {
+  while (d.next_seq - 1 - d.consumed >= slots) {
     auto c = refresh_consumed(e, h, e.my_lane % peer.wire.lanes);
     if (!c) {
-      if (c.error().code() == Code::kDeadlineExceeded) return -FI_EAGAIN;
+      if (c.error().code() == Code::kDeadlineExceeded) {
+        if (!wait_a_bit()) return -FI_EAGAIN;
+        continue;
+      }
       // the peer's ring cannot be read: the datagram is dropped (see poll_dma)
       const std::string msg = "npo: send from " + e.where() + " to the card with fabric id " +
                               std::to_string(h.fabric_id) + " dropped: " + c.error().to_string();
@@ -306,8 +322,13 @@ ssize_t do_send(Ep& e, const iovec* iov, std::size_t count, fi_addr_t dest, void
       return 0;
     }
     d.consumed = std::max(d.consumed, *c);
-    if (d.next_seq - 1 - d.consumed >= slots) return -FI_EAGAIN;
+    if (d.next_seq - 1 - d.consumed < slots) break;
+    if (!wait_a_bit()) return -FI_EAGAIN;
+    std::this_thread::sleep_for(std::chrono::microseconds(50));  // the next remote read a little later
   }
+  // staging and queue room may have been used by nothing else meanwhile (one thread per domain)
+  while (!room())
+    if (!wait_a_bit()) return -FI_EAGAIN;
   const ssize_t r = post_slot(e, peer, d, key, d.next_seq, iov, count, len, ctx, data, has_data ? kFlagData : 0,
                               completion && !inject);
   if (r == 0) ++d.next_seq;
