@@ -286,7 +286,8 @@ ssize_t do_send(Ep& e, const iovec* iov, std::size_t count, fi_addr_t dest, void
     if (std::chrono::steady_clock::now() >= wait_end) return false;
     e.poll_dma();
     e.poll_rx();
-    std::this_thread::yield();
+    // sleep, not spin: on an oversubscribed host the card's engines need the CPU to free room
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
     return true;
   };
   auto room = [&] { return !e.free_slots.empty() && e.queue->outstanding() + 4 <= e.queue->depth(); };
