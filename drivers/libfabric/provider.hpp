@@ -71,6 +71,11 @@ constexpr std::uint32_t kAddrMagic = 0x31414e50;  // "PNA1"
 constexpr std::size_t kAddrLen = 48;              // fi_getname / fi_av_insert address bytes
 constexpr std::uint64_t kCaps = FI_MSG | FI_SEND | FI_RECV | FI_LOCAL_COMM | FI_REMOTE_COMM;
 constexpr auto kRefreshTimeout = std::chrono::milliseconds(200);
+// How long a send waits for staging, queue room or the peer's ring credits (progressing the
+// own endpoint meanwhile) before it answers -FI_EAGAIN. ofi_rxd drops an ACK whose fi_send
+// says -FI_EAGAIN (rxd_ep_send_ack); when that was the last ACK of a message the receiving
+// application stops progressing (its receive completed) and the sender retransmits forever.
+constexpr auto kSendWait = std::chrono::milliseconds(500);
 
 // Slot header, little-endian, at the start of a slot; written last (after the payload and a fence).
 struct SlotHeader {
@@ -471,10 +476,21 @@ struct Ep {
   }
   void poll_dma();
   void poll_rx();
+  // Stall diagnostic (NPO_FI_STALL_MS, default off): when progress saw no completion and no
+  // arrival for that long, the endpoint's ring and flow-control state goes to the log once
+  // per quiet period (FI_LOG_LEVEL=warn shows it).
+  std::chrono::steady_clock::time_point last_activity = std::chrono::steady_clock::now();
+  bool stall_dumped = false;
+  void note_activity() {
+    last_activity = std::chrono::steady_clock::now();
+    stall_dumped = false;
+  }
+  void check_stall();
   void progress() {
     poll_dma();
     poll_rx();
     check_card();
+    check_stall();
   }
   void report_fatal(const std::string& msg, int err) {
     if (fatal_reported) return;
