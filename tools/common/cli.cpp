@@ -165,13 +165,17 @@ std::optional<int> parse_command_line(CLI::App& app, int argc, const char* const
     // An argument nobody took explains the error better than CLI11's text: a misspelled
     // option makes it say "--topology is required", a misspelled subcommand "A subcommand
     // is required".
+    // Options shared through fallthrough (--log-format after the subcommand) send an argument
+    // nobody took up to the parent's list: judge it first as the deepest subcommand's.
+    const CLI::App* deep = at;
     for (CLI::App* a = at; a != nullptr && msg.empty(); a = a->get_parent()) {
       for (const auto& arg : a->remaining()) {
-        msg = unexpected_message(tool, &app, a, arg);
-        if (!msg.empty()) {
-          at = a;
-          break;
+        msg = unexpected_message(tool, &app, at, arg);
+        if (msg.empty() && a != deep) {
+          msg = unexpected_message(tool, &app, a, arg);
+          if (!msg.empty()) at = a;
         }
+        if (!msg.empty()) break;
       }
     }
     if (msg.empty() && at->get_require_subcommand_min() > 0 && at->get_subcommands().empty()) {
