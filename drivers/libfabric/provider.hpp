@@ -498,23 +498,29 @@ struct Ep {
     if (eq) eq->push_error(&ep.fid, ep.fid.context, err, msg);
     if (abort_on_fault()) {
       const std::string_view m = std::string_view(msg).starts_with("npo: ") ? std::string_view(msg).substr(5) : msg;
-      std::fprintf(stderr, "npo: fatal: %.*s (NPO_FI_FAULT=report keeps the process running)\n",
+      std::fprintf(stderr, "npo: fatal: %.*s (the process ends; NPO_FI_FAULT=report would report it on the EQ instead)\n",
                    static_cast<int>(m.size()), m.data());
       std::fflush(stderr);
       std::_Exit(1);
     }
   }
-  // A failed send to `dest_key`: fatal once that peer kept failing for fault_persistence().
+  // True when the own card no longer answers its mailbox (removed, or its BAR gone).
+  bool own_card_gone() {
+    auto hb = domain->dev->heartbeat();
+    return !hb && hb.error().code() == Code::kUnavailable;
+  }
+  // A failed send to `dest_key`: fatal at once when the own card is gone; otherwise once that
+  // peer kept failing for fault_persistence(). A queue timeout (no progress for the queue's
+  // hang_timeout, the queue reset and re-enabled) with the card still answering is a transient:
+  // on a loaded host the engine may not be scheduled for a second; a hung engine keeps timing
+  // out and becomes fatal after the persistence time.
   void send_failed(std::uint64_t dest_key, OpStatus st, const std::string& msg) {
     if (st == OpStatus::kTimeout || st == OpStatus::kAborted) {
-      // the own queue was reset: the own card hung or was removed (the heartbeat tells which)
       auto hb = domain->dev->heartbeat();
       if (!hb && hb.error().code() == Code::kUnavailable) {
         report_fatal(where() + " is gone: " + hb.error().to_string(), FI_ENODEV);
-      } else {
-        report_fatal(msg, FI_ENODEV);
+        return;
       }
-      return;
     }
     auto it = dests.find(dest_key);
     if (it == dests.end()) return;
