@@ -20,6 +20,11 @@ packages=(
   libdpdk-dev dpdk-dev
   # libfabric provider libnpo-fi.so (drivers/libfabric): headers, and fi_info/fi_pingpong for its tests
   libfabric-dev libfabric-bin
+  # npo-exporter's HTTP server (cpp-httplib); Prometheus + promtool for its tests (issue 17)
+  libcpp-httplib-dev prometheus
+  # Slurm's controller and scontrol (munge comes with them): npo-smi topo --format slurm is
+  # loaded by a real slurmctld in tests/observability (as root)
+  slurmctld slurm-client
   # tests
   libgtest-dev libgmock-dev libbenchmark-dev
   # Open MPI over the libfabric provider npo (tests/mpi, docs/mpi.md): mpirun + mpicc (mtl ofi),

@@ -43,7 +43,12 @@ int main(int argc, char** argv) {
   if (!fabric) return fail("bring_up_fabric", fabric.error());
   std::printf("fabric: %u of %u ports up, %zu links, diameter %d hops\n", fabric->links.up,
               fabric->links.ports_with_module, fabric->topology.links.size(), fabric->routes.diameter());
-  if (!fabric->complete()) std::printf("fabric: not complete (%u ports failed)\n", fabric->links.failed);
+  if (!fabric->complete()) {
+    // Not complete: a port with a module did not train, or some cards cannot reach others
+    // (emu:N has no cables at all).
+    std::printf("fabric: not complete (%u ports failed, %llu ordered card pairs unreachable)\n", fabric->links.failed,
+                static_cast<unsigned long long>(fabric->unreachable_pairs));
+  }
 
   npo::Device& card0 = sys.device(0);  // the writer
   npo::Device& card1 = sys.device(1);  // owns the memory written into

@@ -37,13 +37,18 @@ void Ep::poll_dma() {
       }
       it->done = true;
       if (it->kind == Tx::kSend) {
+        note_activity();  // (a flow-control read alone is no progress)
         free_slots.push_back(it->slot);
         Cq* cq = tx_cq;
         if (it->worst != OpStatus::kOk) {
           const std::string msg = "npo: send of " + std::to_string(it->len) + " B from " + where() +
                                   " to the card with fabric id " + std::to_string(it->dest_fabric) +
                                   " failed: " + std::string(op_status_name(it->worst));
-          if (is_path_failure(it->worst)) {
+          // A queue timeout with the own card alive is a transient (send_failed judges both).
+          const bool transient = is_path_failure(it->worst) ||
+                                 ((it->worst == OpStatus::kTimeout || it->worst == OpStatus::kAborted) &&
+                                  !own_card_gone());
+          if (transient) {
             // The fabric did not deliver the datagram (peer unreachable, its ring window gone):
             // like a UD/UDP datagram it is dropped and the send completes; a reliability layer
             // (ofi_rxd) retransmits. A peer that keeps failing is a fault (send_failed).
@@ -90,6 +95,7 @@ void Ep::poll_rx() {
         hw_store64(base + std::size_t{lane} * 64, want);
         continue;
       }
+      note_activity();
       Rx r = rx.front();
       rx.pop_front();
       std::size_t cap = 0;
@@ -117,6 +123,52 @@ void Ep::poll_rx() {
     }
   }
   rx_lane_cursor = (rx_lane_cursor + 1) % lanes;
+}
+
+namespace {
+std::chrono::milliseconds stall_dump_after() {
+  static const std::chrono::milliseconds v{[] {
+    const char* s = env("NPO_FI_STALL_MS");
+    return s ? std::max(0, std::atoi(s)) : 0;
+  }()};
+  return v;
+}
+}  // namespace
+
+void Ep::check_stall() {
+  const auto after = stall_dump_after();
+  if (after.count() == 0 || stall_dumped || !map) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_activity < after) return;
+  stall_dumped = true;
+  std::string m = "npo: stall: " + where() + " ep " + std::to_string(ep_no) + ": nothing for " +
+                  std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - last_activity).count()) +
+                  " ms; rx posted " + std::to_string(rx.size()) + ", tx in flight " + std::to_string(tx.size()) +
+                  ", staging free " + std::to_string(free_slots.size()) + ", queue outstanding " +
+                  std::to_string(queue ? queue->outstanding() : 0) + ", dropped rx " + std::to_string(dropped) +
+                  " tx " + std::to_string(dropped_tx) + "; lanes:";
+  const std::byte* base = map->bytes().data();
+  for (unsigned lane = 0; lane < lanes; ++lane) {
+    std::string slots;
+    bool any = rx_consumed[lane] != 0;
+    for (unsigned k = 0; k < kSlotsPerLane; ++k) {
+      const std::uint64_t seq = hw_load64(base + kCtrl + (std::uint64_t{lane} * kSlotsPerLane + k) * kSlot);
+      if (seq) any = true;
+      slots += (k ? "," : "") + std::to_string(seq);
+    }
+    if (any)
+      m +=
+          " [lane " + std::to_string(lane) + " consumed " + std::to_string(rx_consumed[lane]) + " slots " + slots + "]";
+  }
+  m += "; dests:";
+  for (const auto& [key, d] : dests) {
+    m += " [fabric " + std::to_string(key >> 32) + " next_seq " + std::to_string(d.next_seq) + " consumed " +
+         std::to_string(d.consumed) + " holes " + std::to_string(d.holes.size()) + "]";
+  }
+  for (const Tx& t : tx)
+    m += " [tx " + std::string(t.kind == Tx::kSend ? "send" : "read") + " ops " + std::to_string(t.first) + ".." +
+         std::to_string(t.last) + " seq " + std::to_string(t.seq) + (t.done ? " done" : "") + "]";
+  warn(FI_LOG_EP_DATA, m);
 }
 
 // ---- Endpoint data path -------------------------------------------------------------------
@@ -230,9 +282,23 @@ ssize_t do_send(Ep& e, const iovec* iov, std::size_t count, fi_addr_t dest, void
   const WindowHandle& h = peer.handle;
   const std::uint64_t key = (std::uint64_t{h.fabric_id} << 32) | (std::uint64_t{h.window_id} << 16) | h.generation;
   Ep::Dest& d = e.dests[key];
+  // Resources short (staging slots, queue room, the peer's ring credits): wait for them up
+  // to kSendWait, progressing this endpoint (completions free staging; consuming the own
+  // ring lets a peer that waits for us go on), then -FI_EAGAIN (see kSendWait).
+  const auto wait_end = std::chrono::steady_clock::now() + kSendWait;
+  auto wait_a_bit = [&]() -> bool {
+    if (std::chrono::steady_clock::now() >= wait_end) return false;
+    e.poll_dma();
+    e.poll_rx();
+    // sleep, not spin: on an oversubscribed host the card's engines need the CPU to free room
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+    return true;
+  };
+  auto room = [&] { return !e.free_slots.empty() && e.queue->outstanding() + 4 <= e.queue->depth(); };
   // tombstones first: the peer's lane is stuck at the oldest seq whose header never landed
   while (!d.holes.empty()) {
-    if (e.free_slots.empty() || e.queue->outstanding() + 4 > e.queue->depth()) return -FI_EAGAIN;
+    while (!room())
+      if (!wait_a_bit()) return -FI_EAGAIN;
     const std::uint64_t hole = d.holes.front();
     d.holes.erase(d.holes.begin());
     if (post_slot(e, peer, d, key, hole, nullptr, 0, 0, nullptr, 0, kFlagSkip, false) != 0) {
@@ -240,13 +306,16 @@ ssize_t do_send(Ep& e, const iovec* iov, std::size_t count, fi_addr_t dest, void
       return 0;
     }
   }
-  if (e.free_slots.empty()) return -FI_EAGAIN;
-  if (e.queue->outstanding() + 4 > e.queue->depth()) return -FI_EAGAIN;
+  while (!room())
+    if (!wait_a_bit()) return -FI_EAGAIN;
   const unsigned slots = peer.wire.slots;
-  if (d.next_seq - 1 - d.consumed >= slots) {
+  while (d.next_seq - 1 - d.consumed >= slots) {
     auto c = refresh_consumed(e, h, e.my_lane % peer.wire.lanes);
     if (!c) {
-      if (c.error().code() == Code::kDeadlineExceeded) return -FI_EAGAIN;
+      if (c.error().code() == Code::kDeadlineExceeded) {
+        if (!wait_a_bit()) return -FI_EAGAIN;
+        continue;
+      }
       // the peer's ring cannot be read: the datagram is dropped (see poll_dma)
       const std::string msg = "npo: send from " + e.where() + " to the card with fabric id " +
                               std::to_string(h.fabric_id) + " dropped: " + c.error().to_string();
@@ -258,8 +327,13 @@ ssize_t do_send(Ep& e, const iovec* iov, std::size_t count, fi_addr_t dest, void
       return 0;
     }
     d.consumed = std::max(d.consumed, *c);
-    if (d.next_seq - 1 - d.consumed >= slots) return -FI_EAGAIN;
+    if (d.next_seq - 1 - d.consumed < slots) break;
+    if (!wait_a_bit()) return -FI_EAGAIN;
+    std::this_thread::sleep_for(std::chrono::microseconds(50));  // the next remote read a little later
   }
+  // staging and queue room may have been used by nothing else meanwhile (one thread per domain)
+  while (!room())
+    if (!wait_a_bit()) return -FI_EAGAIN;
   const ssize_t r = post_slot(e, peer, d, key, d.next_seq, iov, count, len, ctx, data, has_data ? kFlagData : 0,
                               completion && !inject);
   if (r == 0) ++d.next_seq;

@@ -71,6 +71,11 @@ constexpr std::uint32_t kAddrMagic = 0x31414e50;  // "PNA1"
 constexpr std::size_t kAddrLen = 48;              // fi_getname / fi_av_insert address bytes
 constexpr std::uint64_t kCaps = FI_MSG | FI_SEND | FI_RECV | FI_LOCAL_COMM | FI_REMOTE_COMM;
 constexpr auto kRefreshTimeout = std::chrono::milliseconds(200);
+// How long a send waits for staging, queue room or the peer's ring credits (progressing the
+// own endpoint meanwhile) before it answers -FI_EAGAIN. ofi_rxd drops an ACK whose fi_send
+// says -FI_EAGAIN (rxd_ep_send_ack); when that was the last ACK of a message the receiving
+// application stops progressing (its receive completed) and the sender retransmits forever.
+constexpr auto kSendWait = std::chrono::milliseconds(500);
 
 // Slot header, little-endian, at the start of a slot; written last (after the payload and a fence).
 struct SlotHeader {
@@ -471,10 +476,21 @@ struct Ep {
   }
   void poll_dma();
   void poll_rx();
+  // Stall diagnostic (NPO_FI_STALL_MS, default off): when progress saw no completion and no
+  // arrival for that long, the endpoint's ring and flow-control state goes to the log once
+  // per quiet period (FI_LOG_LEVEL=warn shows it).
+  std::chrono::steady_clock::time_point last_activity = std::chrono::steady_clock::now();
+  bool stall_dumped = false;
+  void note_activity() {
+    last_activity = std::chrono::steady_clock::now();
+    stall_dumped = false;
+  }
+  void check_stall();
   void progress() {
     poll_dma();
     poll_rx();
     check_card();
+    check_stall();
   }
   void report_fatal(const std::string& msg, int err) {
     if (fatal_reported) return;
@@ -482,23 +498,29 @@ struct Ep {
     if (eq) eq->push_error(&ep.fid, ep.fid.context, err, msg);
     if (abort_on_fault()) {
       const std::string_view m = std::string_view(msg).starts_with("npo: ") ? std::string_view(msg).substr(5) : msg;
-      std::fprintf(stderr, "npo: fatal: %.*s (NPO_FI_FAULT=report keeps the process running)\n",
+      std::fprintf(stderr, "npo: fatal: %.*s (the process ends; NPO_FI_FAULT=report would report it on the EQ instead)\n",
                    static_cast<int>(m.size()), m.data());
       std::fflush(stderr);
       std::_Exit(1);
     }
   }
-  // A failed send to `dest_key`: fatal once that peer kept failing for fault_persistence().
+  // True when the own card no longer answers its mailbox (removed, or its BAR gone).
+  bool own_card_gone() {
+    auto hb = domain->dev->heartbeat();
+    return !hb && hb.error().code() == Code::kUnavailable;
+  }
+  // A failed send to `dest_key`: fatal at once when the own card is gone; otherwise once that
+  // peer kept failing for fault_persistence(). A queue timeout (no progress for the queue's
+  // hang_timeout, the queue reset and re-enabled) with the card still answering is a transient:
+  // on a loaded host the engine may not be scheduled for a second; a hung engine keeps timing
+  // out and becomes fatal after the persistence time.
   void send_failed(std::uint64_t dest_key, OpStatus st, const std::string& msg) {
     if (st == OpStatus::kTimeout || st == OpStatus::kAborted) {
-      // the own queue was reset: the own card hung or was removed (the heartbeat tells which)
       auto hb = domain->dev->heartbeat();
       if (!hb && hb.error().code() == Code::kUnavailable) {
         report_fatal(where() + " is gone: " + hb.error().to_string(), FI_ENODEV);
-      } else {
-        report_fatal(msg, FI_ENODEV);
+        return;
       }
-      return;
     }
     auto it = dests.find(dest_key);
     if (it == dests.end()) return;

@@ -214,6 +214,20 @@ LaneHealthReport LaneHealthTracker::update(const LaneCounters& prev, const LaneC
   return r;
 }
 
+void LaneHealthTracker::seed(const LaneCounters& since_clear, bool locked) {
+  if (!locked) return;
+  const LaneAssessment a = assess_lane(LaneCounters{}, since_clear, true, {}, nullptr, std::nullopt, false, limits_);
+  // History, not a verdict: a lane averaged since link-up says nothing about now, but a
+  // healthy average is the best baseline there is (many intervals' worth of bits).
+  if (!baseline_ && a.ber && a.level == LaneHealth::kGood) baseline_ = *a.ber;
+  started_ = true;
+  came_back_ = false;
+  verdict_ = LaneHealth::kGood;
+  verdict_reason_.clear();
+  run_ = 0;
+  run_dir_ = 0;
+}
+
 std::uint8_t lanes_in_use(const PortStatus& st) noexcept {
   std::uint8_t m = 0;
   for (const std::uint8_t phys : st.lane_map) {

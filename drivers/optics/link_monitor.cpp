@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <thread>
 #include <tuple>
 #include <unordered_map>
@@ -39,6 +40,8 @@ struct PortTrack {
   std::vector<LaneHealthTracker> lanes;
   FlapDamper damper;
   std::uint32_t last_flap = 0;
+  std::deque<std::uint64_t> flap_times;  // downs this monitor saw, within flap_degrade_window_ns
+  std::uint32_t new_flaps = 0;           // FLAP_COUNT increments in this snapshot's interval
   std::optional<PortTraining> training;
   bool had_module = false;  // a module was seen here
   bool seen = false;        // the fields below hold the previous snapshot's verdicts
@@ -63,6 +66,7 @@ struct LinkMonitor::State {
   std::unordered_map<std::uint32_t, std::uint32_t> by_fabric_id;  // fabric ID -> card index
   std::uint64_t last_ns = 0;
   bool first = true;
+  bool seed = false;  // this snapshot reads the lane counters as history (sample())
 };
 
 LinkMonitor::LinkMonitor(System& system, LinkMonitorOptions options)
@@ -114,6 +118,7 @@ Result<void> LinkMonitor::enable_port(std::uint32_t card, unsigned port) {
   if (!r) return r;
   auto& pt = state_->cards[card].ports[port];
   pt.damper.release();
+  pt.flap_times.clear();  // the host acted on the flaps: as the damper, forget them
   return {};
 }
 
@@ -207,6 +212,25 @@ void LinkMonitor::record_events(LinkSnapshot& s) {
                             .reason = h.reason});
       }
       pt.link = ps.state;
+      if (pt.new_flaps != 0 || (first && ps.flap_count != 0)) {
+        // The card counts flaps, it does not time them: on the first snapshot the count since
+        // its reset is all the history there is.
+        const double window_s = static_cast<double>(options_.flap_degrade_window_ns) / 1e9;
+        s.events.push_back(
+            {.timestamp_ns = s.timestamp_ns,
+             .card = cp.card,
+             .port = port,
+             .lane = std::nullopt,
+             .what = "flap",
+             .from = first ? std::string("-") : fmt::format("{}", ps.flap_count - pt.new_flaps),
+             .to = fmt::format("{}", ps.flap_count),
+             .reason = first ? fmt::format("{} flap{} since the card's reset (before this monitor: times unknown)",
+                                           ps.flap_count, ps.flap_count == 1 ? "" : "s")
+                             : fmt::format("link went down and retrained {} time{} since the last snapshot; {} in "
+                                           "the last {:g} s; now {}",
+                                           pt.new_flaps, pt.new_flaps == 1 ? "" : "s", pt.flap_times.size(), window_s,
+                                           port_state_name(h.state))});
+      }
       // Lane verdicts by physical lane (kGood when not assessed); no allocation per port.
       constexpr std::size_t kMaxLanes = 16;
       const std::size_t nl = std::min(ps.lanes.size(), kMaxLanes);
@@ -245,6 +269,28 @@ void LinkMonitor::record_events(LinkSnapshot& s) {
     log.info("link event t={} card={}{}{} {} {} -> {}: {}", e.timestamp_ns, e.card,
              e.port ? fmt::format(" port={}", *e.port) : "", e.lane ? fmt::format(" lane={}", *e.lane) : "", e.what,
              e.from, e.to, e.reason);
+  }
+}
+
+Result<LinkSnapshot> LinkMonitor::sample(std::uint64_t interval_ns, unsigned intervals) {
+  std::vector<LinkEvent> events;
+  if (state_->first) {
+    state_->seed = true;
+    auto s0 = snapshot();
+    state_->seed = false;
+    if (!s0) return s0;
+    events = std::move(s0->events);
+  }
+  const unsigned n = intervals != 0 ? intervals : std::max(options_.limits.worsen_intervals, 1u);
+  for (unsigned i = 0;; ++i) {
+    sleep_ns(interval_ns);
+    auto s = snapshot();
+    if (!s) return s;
+    events.insert(events.end(), s->events.begin(), s->events.end());
+    if (i + 1 >= n) {
+      s->events = std::move(events);
+      return s;
+    }
   }
 }
 
@@ -367,11 +413,19 @@ Result<LinkSnapshot> LinkMonitor::snapshot() {
         pt.prev.assign(lanes, LaneCounters{});
       }
       // Flap policy: FLAP_COUNT increments since the last snapshot are downs now.
+      pt.new_flaps = 0;
       if (pt.have_prev && ps.flap_count > pt.last_flap) {
+        pt.new_flaps = ps.flap_count - pt.last_flap;
+        for (std::uint32_t i = 0; i < std::min<std::uint32_t>(pt.new_flaps, 64); ++i) {
+          pt.flap_times.push_back(s.timestamp_ns);
+        }
         if (pt.damper.on_down(s.timestamp_ns, ps.flap_count - pt.last_flap) && options_.enforce_flap_policy) {
           m.write32(regs::port_reg(p, pr::kCtrl), pr::kCtrlEnable.set(rec.ctrl, 0));
           ps.enabled = false;
         }
+      }
+      while (!pt.flap_times.empty() && s.timestamp_ns - pt.flap_times.front() >= options_.flap_degrade_window_ns) {
+        pt.flap_times.pop_front();
       }
       pt.last_flap = ps.flap_count;
       std::vector<LaneHealthReport> reports;
@@ -396,6 +450,11 @@ Result<LinkSnapshot> LinkMonitor::snapshot() {
               flags.tx_fault = module->lane_flags->test(xcvr::LaneFlag::kTxFault, l + 1);
             }
           }
+          if (state_->seed && !pt.have_prev) {
+            // sample()'s first snapshot: counters since the clear are history, not a verdict.
+            pt.lanes[l].seed(ps.lanes[l], locked);
+            continue;
+          }
           auto r = pt.lanes[l].update(pt.prev[l], ps.lanes[l], locked, flags, thr);
           r.lane = l;
           reports.push_back(std::move(r));
@@ -417,6 +476,15 @@ Result<LinkSnapshot> LinkMonitor::snapshot() {
         const std::string what = held.starts_with(kHeld) ? held.substr(kHeld.size()) : held;
         ph.state = PortState::kFailed;
         ph.reason = fmt::format("flapping: {} (the flap policy is not enforced by this reader); {}", what, ph.reason);
+      }
+      // A link that keeps going down and retraining: up now, but not one to trust.
+      const std::size_t recent = pt.flap_times.size();
+      if (options_.flap_degrade_count > 0 && recent >= options_.flap_degrade_count && ph.link_up &&
+          (ph.state == PortState::kHealthy || ph.state == PortState::kDegraded)) {
+        ph.state = PortState::kDegraded;
+        const bool has_details = ph.reason.find(": ") != std::string::npos;
+        ph.reason += fmt::format("{}{} flaps in the last {:g} s", has_details ? "; " : ": ", recent,
+                                 static_cast<double>(options_.flap_degrade_window_ns) / 1e9);
       }
       cp.health.push_back(std::move(ph));
       cp.ports.push_back(std::move(ps));

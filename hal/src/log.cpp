@@ -3,8 +3,13 @@
 
 #include <array>
 #include <atomic>
+#include <cctype>
+#include <charconv>
+#include <chrono>
 #include <cstdlib>
+#include <ctime>
 #include <mutex>
+#include <string>
 
 #include <fmt/format.h>
 #include <spdlog/pattern_formatter.h>
@@ -20,29 +25,59 @@ constexpr std::array<std::string_view, kNumSubsystems> kNames = {
     "npo.core",   "npo.backend",  "npo.dma",  "npo.memory",   "npo.mailbox",
     "npo.optics", "npo.topology", "npo.vfio", "npo.emulator", "npo.tools"};
 
-// Escapes a message for a JSON string value (RFC 8259 §7).
-class JsonMsgFlag final : public spdlog::custom_flag_formatter {
- public:
-  void format(const spdlog::details::log_msg& msg, const std::tm&, spdlog::memory_buf_t& dest) override {
-    for (char c : msg.payload) {
-      switch (c) {
-        case '"': dest.append(std::string_view("\\\"")); break;
-        case '\\': dest.append(std::string_view("\\\\")); break;
-        case '\n': dest.append(std::string_view("\\n")); break;
-        case '\r': dest.append(std::string_view("\\r")); break;
-        case '\t': dest.append(std::string_view("\\t")); break;
-        default:
-          if (static_cast<unsigned char>(c) < 0x20) {
-            fmt::format_to(std::back_inserter(dest), "\\u{:04x}", static_cast<unsigned>(c));
-          } else {
-            dest.push_back(c);
-          }
-      }
+// Appends `v` escaped for a JSON string value (RFC 8259 §7).
+void append_escaped(std::string& dest, std::string_view v) {
+  for (char c : v) {
+    switch (c) {
+      case '"': dest += "\\\""; break;
+      case '\\': dest += "\\\\"; break;
+      case '\n': dest += "\\n"; break;
+      case '\r': dest += "\\r"; break;
+      case '\t': dest += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          fmt::format_to(std::back_inserter(dest), "\\u{:04x}", static_cast<unsigned>(c));
+        } else {
+          dest.push_back(c);
+        }
     }
   }
-  [[nodiscard]] std::unique_ptr<custom_flag_formatter> clone() const override {
-    return std::make_unique<JsonMsgFlag>();
+}
+
+// Whether `key=` starts at `pos` of `m` as a whole token (start, or after a non-identifier).
+bool token_at(std::string_view m, std::size_t pos) {
+  if (pos == 0) return true;
+  const char b = m[pos - 1];
+  return !(std::isalnum(static_cast<unsigned char>(b)) != 0 || b == '_' || b == '.');
+}
+
+// The number after the first whole-word `key` followed by '=' or ' ' ("card=3", "card 3").
+std::optional<std::uint64_t> find_number(std::string_view m, std::string_view key) {
+  for (std::size_t pos = m.find(key); pos != std::string_view::npos; pos = m.find(key, pos + 1)) {
+    const std::size_t after = pos + key.size();
+    if (!token_at(m, pos) || after + 1 >= m.size() || (m[after] != '=' && m[after] != ' ')) continue;
+    const char* first = m.data() + after + 1;
+    const char* last = m.data() + m.size();
+    std::uint64_t v = 0;
+    auto r = std::from_chars(first, last, v);
+    if (r.ec == std::errc() && r.ptr != first) return v;
   }
+  return std::nullopt;
+}
+
+// Formats every record as json_line.
+class JsonFormatter final : public spdlog::formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, spdlog::memory_buf_t& dest) override {
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(msg.time.time_since_epoch()).count();
+    const auto lvl = spdlog::level::to_string_view(msg.level);
+    const std::string line = json_line(static_cast<std::uint64_t>(ns), std::string_view(lvl.data(), lvl.size()),
+                                       std::string_view(msg.logger_name.data(), msg.logger_name.size()),
+                                       std::string_view(msg.payload.data(), msg.payload.size()));
+    dest.append(line.data(), line.data() + line.size());
+    dest.push_back('\n');
+  }
+  [[nodiscard]] std::unique_ptr<spdlog::formatter> clone() const override { return std::make_unique<JsonFormatter>(); }
 };
 
 // Every logger writes to one dist_sink that lives as long as the process; configure()
@@ -64,12 +99,7 @@ State& state() {
 }
 
 std::unique_ptr<spdlog::formatter> make_formatter(Format f) {
-  if (f == Format::kJsonLines) {
-    auto fmtr = std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);
-    fmtr->add_flag<JsonMsgFlag>('*').set_pattern(
-        R"({"ts":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l","logger":"%n","msg":"%*"})");
-    return fmtr;
-  }
+  if (f == Format::kJsonLines) return std::make_unique<JsonFormatter>();
   auto fmtr = std::make_unique<spdlog::pattern_formatter>();
   { fmtr->set_pattern("[%H:%M:%S.%e] [%n] [%l] %v"); }
   return fmtr;
@@ -101,6 +131,72 @@ void read_env_locked(State& s) {
 }
 
 }  // namespace
+
+LineFields extract_fields(std::string_view m) {
+  LineFields f;
+  f.card = find_number(m, "card");
+  f.port = find_number(m, "port");
+  f.lane = find_number(m, "lane");
+  f.queue = find_number(m, "queue");
+  for (std::size_t pos = m.find("code="); pos != std::string_view::npos; pos = m.find("code=", pos + 1)) {
+    if (!token_at(m, pos)) continue;
+    std::size_t e = pos + 5;
+    while (e < m.size() && (std::isalnum(static_cast<unsigned char>(m[e])) != 0 || m[e] == '_')) ++e;
+    if (e > pos + 5) {
+      f.code = std::string(m.substr(pos + 5, e - pos - 5));
+      return f;
+    }
+  }
+  // An npo::Error in the message: "<code_name>: ..." (Error::to_string).
+  std::size_t best = std::string_view::npos;
+  for (unsigned c = 1; c <= static_cast<unsigned>(Code::kDataLoss); ++c) {
+    const std::string key = fmt::format("{}: ", code_name(static_cast<Code>(c)));
+    for (std::size_t pos = m.find(key); pos != std::string_view::npos; pos = m.find(key, pos + 1)) {
+      if (!token_at(m, pos)) continue;
+      if (pos < best) {
+        best = pos;
+        f.code = std::string(code_name(static_cast<Code>(c)));
+      }
+      break;
+    }
+  }
+  return f;
+}
+
+std::string json_line(std::uint64_t time_ns, std::string_view level, std::string_view logger,
+                      std::string_view message) {
+  const std::time_t secs = static_cast<std::time_t>(time_ns / 1'000'000'000ULL);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  std::string out =
+      fmt::format(R"({{"time":"{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z","level":")", tm.tm_year + 1900,
+                  tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (time_ns % 1'000'000'000ULL) / 1000);
+  append_escaped(out, level);
+  out += R"(","logger":")";
+  append_escaped(out, logger);
+  out += '"';
+  const LineFields f = extract_fields(message);
+  auto num = [&out](std::string_view key, const std::optional<std::uint64_t>& v) {
+    out += fmt::format(R"(,"{}":)", key);
+    out += v ? fmt::format("{}", *v) : std::string("null");
+  };
+  num("card", f.card);
+  num("port", f.port);
+  num("lane", f.lane);
+  num("queue", f.queue);
+  out += R"(,"code":)";
+  if (f.code) {
+    out += '"';
+    append_escaped(out, *f.code);
+    out += '"';
+  } else {
+    out += "null";
+  }
+  out += R"(,"message":")";
+  append_escaped(out, message);
+  out += "\"}";
+  return out;
+}
 
 std::string_view logger_name(Subsystem s) noexcept { return kNames[static_cast<unsigned>(s)]; }
 

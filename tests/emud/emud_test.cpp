@@ -694,6 +694,34 @@ TEST(Emud, FaultInjectedIntoTheRunningDaemonShowsInTheTools) {
   std::filesystem::remove_all(d.dir());
 }
 
+TEST(Emud, OneShotHealthAndShowReportALaneDegradedNow) {
+  // Trial finding 3: on a daemon that has run a while, a one-shot `npo-link health` judged one
+  // interval after the counters since link-up and printed HEALTHY (hysteresis needs 2), show
+  // the BER averaged since link-up. Both now sample 2 intervals first (LinkMonitor::sample).
+  EmudProcess d;
+  ASSERT_TRUE(d.start(emud_path(), "emu:mesh8")) << d.output();
+  const std::string emu = NPO_EMU, link = NPO_LINK;
+  const std::string backend = " --backend '" + d.uri() + "' --card 5 --port 2";
+  auto inj = npo_test::run_command(emu + " fault --socket-dir " + d.dir() +
+                                   " --kind ber_ramp --card 5 --port 2 --value 1e-4 --duration-ms 300 2>&1");
+  ASSERT_EQ(inj.status, 0) << inj.out;
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  auto health = npo_test::run_command(link + " health --interval 0.3" + backend + " 2>&1");
+  EXPECT_EQ(health.status, 3) << health.out;
+  EXPECT_EQ(health.out.rfind("card 5 port 2: DEGRADED (up 8/8 lanes: lane 0 DEGRADED: pre-FEC BER ", 0), 0u)
+      << health.out;
+  EXPECT_EQ(health.out.find("verdict stays GOOD"), std::string::npos) << health.out;
+  auto show = npo_test::run_command(link + " show" + backend);
+  EXPECT_EQ(show.status, 3) << show.out;
+  const std::string row = "   5    2  DEGRADED     800   8/8  2:4        ";
+  const auto at = show.out.find(row);
+  ASSERT_NE(at, std::string::npos) << show.out;
+  const double worst = std::stod(show.out.substr(at + row.size(), 9));
+  EXPECT_GT(worst, 5e-5) << show.out;  // the last interval's, not the average since link-up
+  EXPECT_EQ(d.stop(), 0);
+  std::filesystem::remove_all(d.dir());
+}
+
 // Issue 13 point 7: the tools watch cards another process owns and drives. The owner runs
 // host->HBM->host copies with data checked on cards 0 and 1, and talks to its firmware
 // (HEARTBEAT, transceiver reads) between copies; meanwhile npo-smi, npo-smi topo and npo-link
@@ -795,7 +823,8 @@ TEST(Emud, ToolsWatchCardsAnotherProcessOwnsWhileItRunsDma) {
     watch_out =
         npo_test::run_command(link + " show --port 0 --watch 0.2 --count 12 --backend '" + uri + "?card=2' 2>&1").out;
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(900));
+  // The first frame samples 2 intervals of 0.2 s (trial finding 3) before it prints.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   auto inj = npo_test::run_command(emu + " fault --socket-dir " + d.dir() +
                                    " --kind lane_loss --card 2 --port 0 --lane 3 2>&1");
   const auto injected = std::chrono::system_clock::now();
@@ -925,6 +954,42 @@ TEST(Emud, CraftedFaultForAnotherCardIsRefused) {
   EXPECT_EQ(r.call(message(emud::Command::kInjectFault, b)), 0);
   emud::store<std::uint32_t>(b, emud::fault::kKind, 11);
   EXPECT_EQ(r.call(message(emud::Command::kInjectFault, b)), static_cast<int>(Code::kInvalidArgument));
+  EXPECT_EQ(d.stop(), 0);
+}
+
+// npo-link prbs needs the owner's attach and both ends: on a read-only attach it used to print
+// all lanes "no 0 0 -" with exit 0 (its writes dropped), and owning one end only it showed the
+// near end alone, exit 0. npo-smi topo as an observer used to say it "trained" the links.
+TEST(Emud, PrbsRefusesAReadOnlyAttachAndSaysWhenTheFarEndWasNotChecked) {
+  EmudProcess d;
+  ASSERT_TRUE(d.start(emud_path(), "emu:mesh8")) << d.output();
+  const std::string link = NPO_LINK, smi = NPO_SMI, uri = d.uri();
+  auto ro = npo_test::run_command(link + " prbs --seconds 0.1 --backend '" + uri + "?mode=ro' 2>&1");
+  EXPECT_EQ(ro.status, 1) << ro.out;
+  EXPECT_NE(ro.out.find("prbs: permission_denied: card 0 is attached read-only"), std::string::npos) << ro.out;
+  EXPECT_EQ(ro.out.find("LOCK"), std::string::npos) << "no table of a test that did not run: " << ro.out;
+  // Card 0 alone: its port 1 goes to card 2, which this process does not hold.
+  auto one = npo_test::run_command(link + " prbs --seconds 0.1 --card 0 --port 1 --backend '" + uri + "?card=0' 2>&1");
+  EXPECT_EQ(one.status, 1) << one.out;
+  EXPECT_NE(one.out.find("far end not checked: the far end (fabric ID 3) is not a card of this backend"),
+            std::string::npos)
+      << one.out;  // card 2's fabric ID
+  // Both ends held: checked, every lane locked, exit 0.
+  auto both = npo_test::run_command(link + " prbs --seconds 0.1 --card 0 --port 1 --json --backend '" + uri +
+                                    "?card=0,2' 2>&1");
+  EXPECT_EQ(both.status, 0) << both.out;
+  EXPECT_NE(both.out.find("\"far_end_checked\": true"), std::string::npos) << both.out;
+  auto topo = npo_test::run_command(smi + " topo --backend '" + uri + "' 2>&1");
+  EXPECT_EQ(topo.status, 0) << topo.out;
+  EXPECT_NE(topo.out.find("56 of 56 ports with a module Up (read-only observer: trained nothing)"), std::string::npos)
+      << topo.out;
+  EXPECT_EQ(topo.out.find("trained Up in"), std::string::npos) << topo.out;
+  // A module removal on a port without a module was accepted (exit 0) and changed nothing.
+  const std::string emu = NPO_EMU;
+  auto empty =
+      npo_test::run_command(emu + " fault --socket-dir " + d.dir() + " --kind module_removal --card 0 --port 7 2>&1");
+  EXPECT_EQ(empty.status, 1) << empty.out;
+  EXPECT_NE(empty.out.find("card 0 port 7 has no module: nothing to remove"), std::string::npos) << empty.out;
   EXPECT_EQ(d.stop(), 0);
 }
 

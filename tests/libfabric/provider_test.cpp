@@ -327,6 +327,37 @@ TEST(Provider, FlowControlReadsTheCounterOfTheLaneInThePeersRing) {
   from.close();
 }
 
+TEST_F(ProviderPair, ASendToAFullLaneWaitsForAPeerThatConsumesLateInsteadOfRefusing) {
+  // ofi_rxd drops an ACK whose fi_send answers -FI_EAGAIN; the last ACK of a message lost so
+  // hung fi_pingpong -e rdm under load (the receiver stopped progressing). A send into a full
+  // lane whose receiver consumes within a moment must therefore be taken, not refused.
+  constexpr int kLane = 16;  // slots per lane
+  std::vector<std::uint32_t> rxbuf(kLane + 1);
+  for (int i = 0; i <= kLane; ++i)
+    ASSERT_EQ(fi_recv(b_.ep, &rxbuf[i], sizeof(std::uint32_t), nullptr, FI_ADDR_UNSPEC, nullptr), 0);
+  for (int i = 0; i < kLane; ++i) {
+    const std::uint32_t v = 0x5100u + static_cast<std::uint32_t>(i);
+    ASSERT_EQ(fi_send(a_.ep, &v, sizeof v, nullptr, a_to_b_, nullptr), 0) << i;
+  }
+  // the receiver consumes 100 ms from now (another thread; each domain has its own lock)
+  int received = 0;
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    fi_cq_data_entry rx{};
+    while (received < kLane + 1 && std::chrono::steady_clock::now() < end)
+      if (fi_cq_read(b_.cq, &rx, 1) == 1) ++received;
+  });
+  const std::uint32_t v = 0x5100u + kLane;
+  const ssize_t r = fi_send(a_.ep, &v, sizeof v, nullptr, a_to_b_, nullptr);
+  late.join();
+  EXPECT_EQ(r, 0) << "the 17th send was refused although the receiver consumed 100 ms later";
+  EXPECT_EQ(received, kLane + 1);
+  for (int i = 0; i <= kLane; ++i) EXPECT_EQ(rxbuf[i], 0x5100u + static_cast<std::uint32_t>(i));
+  fi_cq_data_entry tx{};
+  for (int i = 0; i <= kLane; ++i) ASSERT_EQ(read_one(a_.cq, &tx), 1);
+}
+
 TEST_F(ProviderPair, InjectHasNoCompletionAndArrives) {
   const char msg[] = "injected";
   char dst[32] = {};

@@ -31,14 +31,17 @@ if [[ ! -S "${dir}/sock/card-${cli_card}.sock" ]]; then
   echo "npo-emud did not come up in 15 s"; cat "${dir}/emud.log"; exit 1
 fi
 export FI_PROVIDER_PATH="${provdir}" NPO_FI_BACKEND="emu-remote:${dir}/sock"
+# a stall (no completion, no arrival for 5 s) logs the endpoint's ring state once: shown on failure
+export NPO_FI_STALL_MS="${NPO_FI_STALL_MS:-5000}" FI_LOG_LEVEL="${FI_LOG_LEVEL:-warn}" FI_LOG_PROV="${FI_LOG_PROV:-npo}"
 unset FI_NPO_CARD
 port=$((20000 + ($$ % 20000)))
-timeout 120 fi_pingpong "$@" -d "npo${srv_card}" -B "${port}" >"${dir}/server.log" 2>&1 &
+# 200 s: 46 sizes take 12-21 s on an idle 2-core VM and up to ~120 s while other builds load it.
+timeout 200 fi_pingpong "$@" -d "npo${srv_card}" -B "${port}" >"${dir}/server.log" 2>&1 &
 srv=$!
 pids+=("${srv}")
 sleep 0.3
 set +e
-timeout 120 fi_pingpong "$@" -d "npo${cli_card}" -P "${port}" 127.0.0.1 >"${dir}/client.log" 2>&1
+timeout 200 fi_pingpong "$@" -d "npo${cli_card}" -P "${port}" 127.0.0.1 >"${dir}/client.log" 2>&1
 cli_rc=$?
 wait "${srv}"
 srv_rc=$?
@@ -46,6 +49,7 @@ set -e
 echo "--- client (npo${cli_card})"; cat "${dir}/client.log"
 echo "--- server (npo${srv_card})"; tail -n 3 "${dir}/server.log"
 if [[ ${cli_rc} -ne 0 || ${srv_rc} -ne 0 ]]; then
+  grep -h "npo: stall" "${dir}/client.log" "${dir}/server.log" | cut -c1-4000 || true
   echo "FAIL: fi_pingpong client rc=${cli_rc} server rc=${srv_rc}"; exit 1
 fi
 # every size of -S all ran and both sides checked the data (-c): the last size is the largest

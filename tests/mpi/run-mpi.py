@@ -52,11 +52,11 @@ def log(msg):
 class Daemon:
     """npo-emud in its own temporary socket directory; its output collected by a thread."""
 
-    def __init__(self, emud, topology, ready_timeout):
+    def __init__(self, emud, topology, ready_timeout, extra_args=()):
         self.dir = tempfile.mkdtemp(prefix="npo-mpi-emud-")
         self.lines = []
         self.lock = threading.Lock()
-        self.proc = subprocess.Popen([emud, "--topology", topology, "--socket-dir", self.dir],
+        self.proc = subprocess.Popen([emud, "--topology", topology, "--socket-dir", self.dir, *extra_args],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
@@ -202,6 +202,8 @@ def main():
     ap.add_argument("--duration-ms", type=float, help="fault duration (npo-emu fault --duration-ms)")
     ap.add_argument("--npo-link", help="npo-link binary (for --check-port-up)")
     ap.add_argument("--check-port-up", help="CARD:PORT whose link must still be up after the job")
+    ap.add_argument("--check-lanes", type=int, help="with --check-port-up: lanes the link must carry after the job")
+    ap.add_argument("--emud-arg", action="append", default=[], help="extra npo-emud argument (e.g. --manage-links)")
     ap.add_argument("--fault-after", type=float, default=1.0, help="s after all cards are owned")
     ap.add_argument("--expect", choices=["pass", "error"], default="pass")
     ap.add_argument("--within", type=float, default=10.0, help="--expect error: s from fault to job end")
@@ -239,7 +241,7 @@ def main():
             subprocess.run([args.emu, "topo", "generate", kind, "--cards", cards, "--hbm", "64M", "-o", topology],
                            check=True, timeout=60, stdout=subprocess.DEVNULL)
         t0 = time.monotonic()
-        daemon = Daemon(args.emud, topology, ready_timeout=60)
+        daemon = Daemon(args.emud, topology, ready_timeout=60, extra_args=args.emud_arg)
         log(f"daemon ready in {time.monotonic() - t0:.1f} s: {daemon.find(r'npo-emud: ready .*')[0].group(0)}")
 
         env = dict(os.environ)
@@ -339,6 +341,12 @@ def main():
                 log(f"FAIL: card {card} port {port} is not up after the job: {ports[0]['reason'] if ports else show.stdout}")
                 return 1
             log(f"card {card} port {port} after the job: {ports[0]['state']}, {ports[0]['reason']}")
+            if args.check_lanes is not None and ports[0]["lane_count"] != args.check_lanes:
+                log(f"FAIL: card {card} port {port} carries {ports[0]['lane_count']} lanes, expected {args.check_lanes}")
+                return 1
+            retrained = daemon.find(rf"npo-emud: link card {card} port {port} retrained: .*")
+            if retrained:
+                log(retrained[0].group(0))
         if args.transport != "npo":
             log(f"PASS (transport {args.transport}: no per-card traffic check)")
             return 0

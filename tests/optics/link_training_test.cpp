@@ -314,6 +314,63 @@ TEST(LinkMonitorEmu, FlappingPortIsHeldDownUntilReEnabled) {
   EXPECT_EQ(s->cards[0].health[5].state, npo::PortState::kHealthy) << s->cards[0].health[5].reason;
 }
 
+TEST(LinkMonitorEmu, FlapsAreEventsAndTwoInFiveMinutesMakeAPortDegraded) {
+  // Trial finding 7: a flap storm was invisible but for a counter. Each FLAP_COUNT step is a
+  // "flap" event; 2 flaps within 300 s make an Up port DEGRADED naming the count; the state
+  // clears when the window has fewer than 2 left. A fresh monitor reports the flaps since the
+  // card's reset as history (the card keeps no times).
+  EmuRig rig("mesh8?clock=virtual&hbm=1M");
+  ASSERT_TRUE(rig.ok());
+  ASSERT_TRUE(npo::bring_up_links(*rig.sys, 10'000 * kMs).has_value());
+  npo::LinkMonitor mon(*rig.sys, {.limits = {}, .flap = {}, .enforce_flap_policy = false});
+  ASSERT_TRUE(mon.snapshot().has_value());
+  auto flap = [&]() -> npo::LinkSnapshot {
+    EXPECT_TRUE(npo::retrain_port(rig.sys->device(0), 5).has_value());
+    mon.sleep_ns(500 * kMs);
+    auto s = mon.snapshot();
+    EXPECT_TRUE(s.has_value());
+    return s ? *s : npo::LinkSnapshot{};
+  };
+  auto find = [](const npo::LinkSnapshot& s, std::uint32_t card, unsigned port, const std::string& what) {
+    for (const auto& e : s.events) {
+      if (e.card == card && e.port == port && e.what == what) return e;
+    }
+    return npo::LinkEvent{};
+  };
+  auto s = flap();
+  ASSERT_EQ(s.cards.size(), 8u);
+  EXPECT_EQ(s.cards[0].health[5].state, npo::PortState::kHealthy) << s.cards[0].health[5].reason;  // one flap
+  auto e = find(s, 0, 5, "flap");
+  EXPECT_EQ(e.from, "0");
+  EXPECT_EQ(e.to, "1");
+  EXPECT_NE(e.reason.find("link went down and retrained 1 time since the last snapshot; 1 in the last 300 s"),
+            std::string::npos)
+      << e.reason;
+  EXPECT_EQ(find(s, 6, 0, "flap").to, "1");  // the far end (card 6 port 0) flapped with it
+  s = flap();
+  const auto& h = s.cards[0].health[5];
+  EXPECT_EQ(h.state, npo::PortState::kDegraded) << h.reason;
+  EXPECT_EQ(h.reason, "up 8/8 lanes: 2 flaps in the last 300 s");
+  EXPECT_TRUE(h.link_up);
+  e = find(s, 0, 5, "port");
+  EXPECT_EQ(e.from, "HEALTHY");
+  EXPECT_EQ(e.to, "DEGRADED");
+  EXPECT_EQ(find(s, 0, 5, "flap").to, "2");
+  EXPECT_EQ(s.cards[6].health[0].state, npo::PortState::kDegraded) << s.cards[6].health[0].reason;
+  // History for a monitor that starts now: the counts since reset.
+  npo::LinkMonitor fresh(*rig.sys);
+  auto f = fresh.snapshot();
+  ASSERT_TRUE(f.has_value());
+  e = find(*f, 0, 5, "flap");
+  EXPECT_EQ(e.from, "-");
+  EXPECT_EQ(e.to, "2");
+  EXPECT_EQ(e.reason, "2 flaps since the card's reset (before this monitor: times unknown)");
+  // 300 s without a flap: HEALTHY again.
+  mon.sleep_ns(301'000 * kMs);
+  s = *mon.snapshot();
+  EXPECT_EQ(s.cards[0].health[5].state, npo::PortState::kHealthy) << s.cards[0].health[5].reason;
+}
+
 // ---- Link faults (need the emulator's physical optics model) -----------------------------
 
 struct Mesh {
@@ -367,6 +424,61 @@ TEST(LinkFaults, BerRampGivesDegradedThenFailingWithReasons) {
               failing_reason.find("FEC tail") != std::string::npos ||
               failing_reason.find("uncorrectable") != std::string::npos)
       << failing_reason;
+}
+
+TEST(LinkFaults, OneShotSampleReportsALaneThatIsDegradedNow) {
+  // Trial finding 3: after 30 s of clean link a lane ramps to 1e-4. Its average since link-up
+  // stays under the 1e-5 warning level, so a monitor whose first snapshot judges the counters
+  // since clear starts GOOD, and one more interval cannot worsen it (hysteresis needs 2).
+  // LinkMonitor::sample takes those counters as history and samples 2 intervals: DEGRADED,
+  // with the BER of the last interval.
+  Mesh m;
+  ASSERT_TRUE(m.rig.ok() && m.up());
+  ASSERT_TRUE(optics_test::has_lane_model(m.rig)) << optics_test::kNoModel;
+  m.sleep_ms(30'000);
+  ASSERT_TRUE(m.rig.emu->inject({.at_ns = m.rig.emu->now_ns(),
+                                 .kind = emu::FaultKind::kBerRamp,
+                                 .card = 5,
+                                 .port = 2,
+                                 .value = 1e-4,
+                                 .duration_ns = 500 * kMs}));
+  m.sleep_ms(1'000);
+  {
+    // The old one-shot: two snapshots 1 s apart.
+    npo::LinkMonitor old(*m.rig.sys);
+    auto s0 = old.snapshot();
+    ASSERT_TRUE(s0.has_value());
+    ASSERT_FALSE(s0->cards[5].health[2].lanes.empty());
+    EXPECT_LT(*s0->cards[5].health[2].lanes[0].ber, 1e-5);  // the average since link-up
+    old.sleep_ns(1'000 * kMs);
+    auto s1 = old.snapshot();
+    ASSERT_TRUE(s1.has_value());
+    EXPECT_EQ(s1->cards[5].health[2].state, npo::PortState::kHealthy);
+  }
+  npo::LinkMonitor mon(*m.rig.sys);
+  auto s = mon.sample(500 * kMs);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->interval_ns, 500 * kMs);
+  const auto& h = s->cards[5].health[2];
+  EXPECT_EQ(h.state, npo::PortState::kDegraded) << h.reason;
+  ASSERT_EQ(h.lanes.size(), 8u);
+  for (const auto& l : h.lanes) {
+    EXPECT_EQ(l.verdict, npo::LaneHealth::kDegraded) << l.lane;
+    ASSERT_TRUE(l.ber.has_value());
+    EXPECT_GT(*l.ber, 7e-5) << l.lane;  // the last interval's, not the average since link-up
+    EXPECT_LT(*l.ber, 1.5e-4) << l.lane;
+    ASSERT_TRUE(l.baseline_ber.has_value());
+    EXPECT_LT(*l.baseline_ber, 1e-5);  // the counters since clear became the baseline
+  }
+  // Lane verdict events of the sampling are in the returned snapshot.
+  bool lane_event = false;
+  for (const auto& e : s->events) {
+    if (e.card == 5 && e.port == 2 && e.what == "lane" && e.to == "DEGRADED") lane_event = true;
+  }
+  EXPECT_TRUE(lane_event);
+  // A clean port stays HEALTHY; the far end (card 2 port 4) sees the same ramp.
+  EXPECT_EQ(s->cards[0].health[0].state, npo::PortState::kHealthy) << s->cards[0].health[0].reason;
+  EXPECT_EQ(s->cards[2].health[4].state, npo::PortState::kDegraded) << s->cards[2].health[4].reason;
 }
 
 TEST(LinkFaults, LaneLossDegradesToSevenLanesNamingTheLane) {

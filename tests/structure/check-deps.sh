@@ -6,7 +6,7 @@
 #   drivers-no-emu         drivers never include the emulator
 #   drivers-no-backend     device logic (drivers/* but the backend folders) never includes a backend
 #   tools-public-api-only  tools include hal's public headers npo/hal/*.hpp (not backend/), their
-#                          own headers, the standard/POSIX library, CLI11, nlohmann, fmt, spdlog
+#                          own headers, the standard/POSIX library, CLI11, nlohmann, fmt, spdlog, cpp-httplib
 #   hal-api-no-internals   hal/include never includes drivers or the emulator
 #   hal-api-no-backend     the user API (hal/include/npo/hal/*.hpp) never includes npo/hal/backend/
 #   hal-composition-root   in hal/src only builtin_backends.cpp includes the backends, and only
@@ -44,7 +44,8 @@ std_cxx="${std_cxx//$'\n'/ }"
 std_c="${std_c//$'\n'/ }"
 posix_c="${posix_c//$'\n'/ }"
 # Third-party libraries the tools may use directly (include path prefixes).
-tools_third_party=(CLI/ nlohmann/ fmt/ spdlog/)
+# httplib.h: Debian's cpp-httplib (libcpp-httplib-dev), npo-exporter's HTTP server (issue 17).
+tools_third_party=(CLI/ nlohmann/ fmt/ spdlog/ httplib.h)
 # Deliberate exceptions, "file-glob|include-glob" (e.g. "tools/npo-emu/*|npo/emu/*" if the
 # emulator's control tool is allowed its control surface). Keep this list short and explained.
 exceptions=(

@@ -47,7 +47,7 @@ TEST(NpoSmi, TextTableAndClearErrors) {
   EXPECT_NE(r.out.find("0000:02:00.0"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("1ee7:0a01"), std::string::npos);
   r = run(std::string(NPO_SMI) + " --backend bogus 2>&1");
-  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.status, 2);  // a malformed URI is a bad command line (was 1, TRIAL finding 9)
   EXPECT_NE(r.out.find("accepted forms: emu:mesh8"), std::string::npos) << r.out;
   r = run(std::string(NPO_SMI) + " --backend vfio:all 2>&1");
   EXPECT_EQ(r.status, 1);
@@ -132,9 +132,22 @@ TEST(NpoSmi, TopoExpectListsEveryDifferenceFromThePlan) {
   std::set<std::string> kinds;
   for (const auto& i : j["expect"]["issues"]) kinds.insert(i["kind"].get<std::string>());
   EXPECT_TRUE(kinds.contains("miswired") && kinds.contains("missing")) << j["expect"].dump();
+  EXPECT_EQ(j["expect"]["plan_cards"], 4);
+  EXPECT_EQ(j["expect"]["fabric_cards"], 4);
+  EXPECT_EQ(r.out.find("the plan has"), std::string::npos) << "same size: " << r.out;
+  // A plan of another size (a 64-card torus against mesh8) says so before the differences
+  // (it used to list 210 differences and never name the sizes).
+  const std::string big = base + "-big.yaml";
+  r = run(std::string(NPO_EMU) + " topo generate torus2d --cards 16 -o " + big + " 2>&1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = run(std::string(NPO_SMI) + " --backend 'emu:mesh8?clock=virtual' topo --expect " + big);
+  EXPECT_EQ(r.status, 3) << r.out;
+  EXPECT_NE(r.out.find("the plan has 16 cards (32 cables), the fabric has 8: is this the plan of this fabric?"),
+            std::string::npos)
+      << r.out;
   r = run(smi + " --expect /nonexistent/plan.yaml 2>&1");
   EXPECT_EQ(r.status, 1) << r.out;
-  for (const auto& f : {found, same, other}) std::remove(f.c_str());
+  for (const auto& f : {found, same, other, big}) std::remove(f.c_str());
 }
 
 TEST(NpoSmi, JsonOfANonUtf8TopologyPathIsValid) {

@@ -74,8 +74,51 @@ TEST_F(LogTest, JsonLinesAreValidJsonWithEscaping) {
   const auto j = nlohmann::json::parse(lines[0]);
   EXPECT_EQ(j["logger"], "npo.mailbox");
   EXPECT_EQ(j["level"], "error");
-  EXPECT_EQ(j["msg"], "reply \"bad\"\n\tcrc=0xdeadbeef \\ end");
-  EXPECT_TRUE(j["ts"].get<std::string>().ends_with("Z"));
+  // Issue 17 renamed the keys for ELK/Loki: ts -> time, msg -> message.
+  EXPECT_EQ(j["message"], "reply \"bad\"\n\tcrc=0xdeadbeef \\ end");
+  EXPECT_TRUE(j["time"].get<std::string>().ends_with("Z"));
+}
+
+// Issue 17: one object per event with time, level, card, port, lane, queue, code, message;
+// the numbers come from the message's key=value tokens, the code from code= or an npo::Error.
+TEST_F(LogTest, JsonLinesCarryCardPortLaneQueueAndCode) {
+  ASSERT_TRUE(npo::log::configure({.level = "info", .format = npo::log::Format::kJsonLines, .file = path_.string()}));
+  npo::log::get(npo::log::Subsystem::kOptics).info("link event card=3 port=2 lane=7 code=TIMEOUT_FEC_LOCK");
+  const npo::Error e(npo::Code::kUnavailable, "card removed", 0, {.card = 5, .queue = 1});
+  npo::log::get(npo::log::Subsystem::kDma).warn("submit failed: {}", e.to_string());
+  npo::log::get(npo::log::Subsystem::kCore).info("system 'emu:mesh8': 8 cards");
+  npo::log::get(npo::log::Subsystem::kCore).info("card 6 0000:07:00.0 fabric 7 port 4: ok");
+  npo::log::get(npo::log::Subsystem::kCore).flush();
+  const auto lines = read_lines(path_);
+  ASSERT_EQ(lines.size(), 4u);
+  std::vector<nlohmann::json> j;
+  for (const auto& l : lines) j.push_back(nlohmann::json::parse(l));
+  for (const auto& o : j) {
+    for (const char* k : {"time", "level", "logger", "card", "port", "lane", "queue", "code", "message"})
+      EXPECT_TRUE(o.contains(k)) << k << " missing in " << o.dump();
+    // RFC 3339 UTC with microseconds: 2026-12-01T15:55:18.123456Z
+    const auto t = o["time"].get<std::string>();
+    EXPECT_EQ(t.size(), 27u) << t;
+    EXPECT_EQ(t[10], 'T');
+    EXPECT_EQ(t.back(), 'Z');
+  }
+  EXPECT_EQ(j[0]["card"], 3);
+  EXPECT_EQ(j[0]["port"], 2);
+  EXPECT_EQ(j[0]["lane"], 7);
+  EXPECT_TRUE(j[0]["queue"].is_null());
+  EXPECT_EQ(j[0]["code"], "TIMEOUT_FEC_LOCK");
+  EXPECT_EQ(j[0]["level"], "info");
+  EXPECT_EQ(j[0]["logger"], "npo.optics");
+  EXPECT_EQ(j[1]["card"], 5);
+  EXPECT_EQ(j[1]["queue"], 1);
+  EXPECT_EQ(j[1]["code"], "unavailable");
+  EXPECT_EQ(j[1]["level"], "warning");
+  EXPECT_TRUE(j[2]["card"].is_null());
+  EXPECT_TRUE(j[2]["code"].is_null());
+  EXPECT_EQ(j[2]["message"], "system 'emu:mesh8': 8 cards");
+  EXPECT_EQ(j[3]["card"], 6);
+  EXPECT_EQ(j[3]["port"], 4);
+  EXPECT_TRUE(j[3]["code"].is_null());  // no code= and no error code name followed by ": "
 }
 
 TEST_F(LogTest, ReconfigureWhileLoggingFromThreads) {

@@ -40,3 +40,27 @@ Result<void> configure_logging(const std::string& level) {
 }
 
 }  // namespace npo::tools
+
+namespace npo::tools {
+
+void add_log_options(CLI::App& app, LogOptions& options) {
+  add_log_level_option(app, options.level);
+  app.add_option("--log-format", options.format,
+                 "text (default) or json: one JSON object per log line (time, level, logger, card, port, lane, "
+                 "queue, code, message) for ELK/Loki")
+      ->check(CLI::IsMember({"text", "json"}));
+}
+
+Result<void> configure_logging(const LogOptions& options) {
+  if (options.format != "text" && options.format != "json") {
+    return fail(Code::kInvalidArgument, "unknown log format '" + options.format + "' (accepted: text, json)");
+  }
+  npo::log::Options lo;
+  if (!options.level.empty()) lo.level = options.level;
+  lo.format = options.format == "json" ? npo::log::Format::kJsonLines : npo::log::Format::kText;
+  return npo::log::configure(lo);
+}
+
+bool json_logs(const LogOptions& options) noexcept { return options.format == "json"; }
+
+}  // namespace npo::tools

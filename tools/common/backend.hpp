@@ -34,6 +34,24 @@ CLI::Option* add_backend_option(CLI::App& app, std::optional<std::string>& given
 /// Adds --log-level (spdlog level names) bound to `level`; empty when not given.
 CLI::Option* add_log_level_option(CLI::App& app, std::string& level);
 
+/// The common logging options of every tool: --log-level and --log-format.
+struct LogOptions {
+  std::string level;            ///< spdlog level name; empty: NPO_LOG_LEVEL, else warn
+  std::string format = "text";  ///< "text" or "json" (JSON lines, npo::log::json_line)
+};
+
+/// Adds --log-level (as add_log_level_option) and --log-format text|json (checked by CLI11)
+/// bound to `options`.
+void add_log_options(CLI::App& app, LogOptions& options);
+
+/// Configures the library's logging with `options`. Errors: kInvalidArgument for an unknown
+/// level or format name.
+Result<void> configure_logging(const LogOptions& options);
+
+/// Whether the tool logs JSON lines (--log-format json): its own event lines should then be
+/// npo::log::json_line objects too.
+[[nodiscard]] bool json_logs(const LogOptions& options) noexcept;
+
 /// Configures the library's logging (npo::log::configure) with `level`, or with its defaults
 /// (NPO_LOG_LEVEL, else warn) when `level` is empty. Errors: kInvalidArgument for an unknown
 /// level name.

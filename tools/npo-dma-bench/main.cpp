@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -26,7 +27,9 @@
 
 #include "common/backend.hpp"
 #include "common/bring_up.hpp"
+#include "common/cli.hpp"
 #include "common/output.hpp"
+#include "common/trace.hpp"
 #include "npo/hal/hal.hpp"
 
 namespace {
@@ -51,6 +54,24 @@ struct Options {
   int peer = -1;  // -1: card + 1
   bool json = false;
   double min_seconds = 0.2;
+  std::string trace;  ///< --trace FILE
+};
+
+/// --trace: the writer, and how many ops it may still record (a long run would otherwise
+/// write gigabytes; the cap and the ops left out are in the file's otherData).
+npo::tools::TraceWriter* g_trace = nullptr;
+constexpr std::uint64_t kMaxTracedOps = 200'000;
+std::uint64_t g_traced_ops = 0;
+std::uint64_t g_untraced_ops = 0;
+
+/// Trace track of queue `q` of card `card` (npo::tools::TraceWriter tid).
+std::uint32_t queue_tid(std::size_t card, std::size_t q) { return static_cast<std::uint32_t>(1 + card * 64 + q); }
+
+/// Per queue of one measure() run under --trace: submit time of each op not yet completed.
+struct QueueTrace {
+  std::uint32_t tid = 0;
+  std::unordered_map<npo::OpHandle, std::uint64_t> submitted;
+  std::vector<npo::OpHandle> batch;  ///< handles enqueued since the last submit
 };
 
 struct Result {
@@ -127,7 +148,8 @@ using EnqueueFn = std::function<npo::Result<npo::OpHandle>(npo::DmaQueue&)>;
 /// actually enqueued are waited for, at most kDrainLimit once stopped, and the error is
 /// returned in Result::fatal. So does the first kRemoteUnreachable completion (the
 /// destination card is gone), without an error (Result::unreachable).
-Result measure(std::vector<npo::DmaQueue*>& qs, const EnqueueFn& enqueue, std::uint64_t size, const Options& o) {
+Result measure(std::vector<npo::DmaQueue*>& qs, const EnqueueFn& enqueue, std::uint64_t size, const Options& o,
+               std::size_t card = 0) {
   // Once stopped, the outstanding ops complete (or the queue's watchdog fails them) well
   // within this; it only bounds the wait should a queue never report them.
   constexpr auto kDrainLimit = std::chrono::seconds(2);
@@ -143,11 +165,18 @@ Result measure(std::vector<npo::DmaQueue*>& qs, const EnqueueFn& enqueue, std::u
   }
   std::vector<npo::OpCompletion> comps(4096);
   std::uint64_t hal_ticks = 0, batches = 0, issued = 0, done = 0;
+  // --trace: one track per queue; each op is a span from its doorbell to the poll that saw
+  // its completion, with "submit" / "complete" instants listing the handles at both ends.
+  std::vector<QueueTrace> traces(g_trace != nullptr ? qs.size() : 0);
+  for (std::size_t i = 0; i < traces.size(); ++i) traces[i].tid = queue_tid(card, i);
+  const std::string op_name = fmt::format("{} {}", o.mode, human(size));
   std::optional<Clock::time_point> stopped;  // when a failed call stopped the run
   const auto t0 = Clock::now();
   for (;;) {
     bool progressed = false;
-    for (auto* q : qs) {
+    for (std::size_t qi = 0; qi < qs.size(); ++qi) {
+      auto* q = qs[qi];
+      QueueTrace* qt = traces.empty() ? nullptr : &traces[qi];
       if (!stopped && batches < target_batches * qs.size() && q->outstanding() + r.batch <= q->depth()) {
         const std::uint64_t a = ticks();
         for (unsigned b = 0; b < r.batch; ++b) {
@@ -157,9 +186,26 @@ Result measure(std::vector<npo::DmaQueue*>& qs, const EnqueueFn& enqueue, std::u
             break;
           }
           ++issued;
+          if (qt != nullptr) qt->batch.push_back(*h);
         }
+        const std::uint64_t submit_ns = qt != nullptr ? g_trace->now_ns() : 0;
         if (auto sr = q->submit(); !sr && !r.fatal) r.fatal = npo::Error(sr.error()).prefixed("submit");
         hal_ticks += ticks() - a;
+        if (qt != nullptr && !qt->batch.empty()) {
+          nlohmann::json handles = nlohmann::json::array();
+          for (auto h : qt->batch) {
+            if (g_traced_ops >= kMaxTracedOps) {
+              ++g_untraced_ops;
+              continue;
+            }
+            ++g_traced_ops;
+            qt->submitted.emplace(h, submit_ns);
+            handles.push_back(h);
+          }
+          if (!handles.empty())
+            g_trace->instant("submit", "dma", qt->tid, submit_ns, {{"handles", std::move(handles)}});
+          qt->batch.clear();
+        }
         ++batches;
         progressed = true;
         if (r.fatal) stopped = Clock::now();
@@ -168,6 +214,28 @@ Result measure(std::vector<npo::DmaQueue*>& qs, const EnqueueFn& enqueue, std::u
       const std::size_t n = q->poll(comps);
       if (n > 0) {
         hal_ticks += ticks() - a;
+        if (qt != nullptr) {
+          const std::uint64_t done_ns = g_trace->now_ns();
+          nlohmann::json handles = nlohmann::json::array();
+          for (std::size_t k = 0; k < n; ++k) {
+            auto it = qt->submitted.find(comps[k].handle);
+            if (it == qt->submitted.end()) continue;
+            const bool ok = comps[k].status == npo::OpStatus::kOk;
+            g_trace->complete(op_name, ok ? "dma" : "dma,fault", qt->tid, it->second, done_ns - it->second,
+                              {{"handle", comps[k].handle},
+                               {"status", std::string(npo::op_status_name(comps[k].status))},
+                               {"bytes", ok ? comps[k].info : 0}});
+            if (!ok) {
+              g_trace->instant(
+                  "op error", "fault", qt->tid, done_ns,
+                  {{"handle", comps[k].handle}, {"status", std::string(npo::op_status_name(comps[k].status))}});
+            }
+            handles.push_back(comps[k].handle);
+            qt->submitted.erase(it);
+          }
+          if (!handles.empty())
+            g_trace->instant("complete", "dma", qt->tid, done_ns, {{"handles", std::move(handles)}});
+        }
         for (std::size_t k = 0; k < n; ++k) {
           if (comps[k].status != npo::OpStatus::kOk) {
             if (r.errors++ == 0) r.first_error = std::string(npo::op_status_name(comps[k].status));
@@ -217,9 +285,9 @@ Result measure(std::vector<npo::DmaQueue*>& qs, const EnqueueFn& enqueue, std::u
 
 int main(int argc, char** argv) {
   Options o;
-  std::string log_level;
+  npo::tools::LogOptions log;
   CLI::App app{"npo-dma-bench: DMA bandwidth and op rate, with a same-run memcpy baseline per size"};
-  npo::tools::add_log_level_option(app, log_level);
+  npo::tools::add_log_options(app, log);
   npo::tools::add_backend_option(app, o.backend, "-b,--backend",
                                  "backend URI (default emu:mesh8; emu:mesh8?hbm=1G for 256 MiB transfers)");
   app.add_option("-m,--mode", o.mode,
@@ -236,9 +304,31 @@ int main(int argc, char** argv) {
   app.add_option("--card", o.card, "card to run on (the source card in peer mode)");
   app.add_option("--peer", o.peer, "destination card of --mode peer (default: --card + 1)");
   app.add_flag("--json", o.json, "print one JSON object with a 'results' array");
-  CLI11_PARSE(app, argc, argv);
+  npo::tools::add_trace_option(app, o.trace,
+                               "each DMA op per queue from doorbell to completion (first 200000 ops), op errors, "
+                               "and with peer/matrix the link training stages of every port");
+  if (auto rc = npo::tools::parse_command_line(app, argc, argv, "npo-dma-bench")) return *rc;
+  npo::tools::TraceWriter trace(o.trace);
+  if (trace.enabled()) {
+    g_trace = &trace;
+    trace.process_name("npo-dma-bench");
+  }
+  // Written on every way out (also after a failed run: the trace shows what happened).
+  struct TraceFlush {
+    npo::tools::TraceWriter& t;
+    ~TraceFlush() {
+      if (!t.enabled()) return;
+      if (auto w = t.write({{"tool", "npo-dma-bench"},
+                            {"traced_ops", g_traced_ops},
+                            {"untraced_ops", g_untraced_ops},
+                            {"max_traced_ops", kMaxTracedOps}});
+          !w) {
+        npo::tools::fail(kTool, "--trace", w.error());
+      }
+    }
+  } trace_flush{trace};
 
-  if (auto r = npo::tools::configure_logging(log_level); !r) return fail_with("logging", r.error());
+  if (auto r = npo::tools::configure_logging(log); !r) return fail_with("logging", r.error());
   if (!npo::tools::check_seconds(kTool, "--min-seconds", o.min_seconds)) return 2;
   std::vector<std::uint64_t> sizes;
   for (const auto& s : o.sizes) {
@@ -256,7 +346,10 @@ int main(int argc, char** argv) {
   const bool fabric = o.mode == "peer" || o.mode == "matrix";
   const std::string uri = npo::tools::backend_uri(o.backend);
   auto sys = npo::System::open(uri);
-  if (!sys) return fail_with("open " + uri, sys.error());
+  if (!sys) {
+    fail_with("open " + uri, sys.error());
+    return npo::tools::open_failure_status(sys.error());
+  }
   auto& s = **sys;
   const std::size_t ncards = s.device_count();
   if (o.card >= ncards) {
@@ -308,10 +401,12 @@ int main(int argc, char** argv) {
   if (fabric) {
     // Routes over the discovered graph, so cards that are not direct neighbours are reached
     // over several hops (registers.md §8).
+    const std::uint64_t bring_up_ns = trace.now_ns();
     auto brought =
         npo::tools::bring_up(s, {.timeout_ns = npo::tools::kDefaultBringUpTimeoutNs, .program_routes = true});
     if (!brought) return fail_with(brought.error().step, brought.error().error);
     const npo::LinkBringUp& up = brought->links;
+    npo::tools::trace_training(trace, up, bring_up_ns);
     routes = std::move(brought->routes);
     if (!o.json) {
       fmt::print("links: {} of {} ports with a module trained Up in {:.1f} ms; routes programmed, diameter {} hops\n",
@@ -349,6 +444,8 @@ int main(int argc, char** argv) {
     for (unsigned i = 0; i < o.queues; ++i) {
       auto q = dev.open_queue({.engine = i % caps.engines, .depth = o.depth});
       if (!q) return fail_with("open queue", q.error());
+      trace.thread_name(queue_tid(c, i), fmt::format("card {} queue {} (engine {})", c, i, i % caps.engines),
+                        static_cast<int>(queue_tid(c, i)));
       rig.queues.push_back(std::move(*q));
     }
   }
@@ -428,7 +525,7 @@ int main(int argc, char** argv) {
           const auto& h = rigs[j].window->handle();
           const auto src = npo::DmaAddress::hbm(rigs[i].src.offset);
           auto r = measure(
-              qs, [&](npo::DmaQueue& q) { return q.enqueue_remote_write(src, h, 0, len); }, size, o);
+              qs, [&](npo::DmaQueue& q) { return q.enqueue_remote_write(src, h, 0, len); }, size, o, i);
           matrix[i][j] = r.gbps;
           matrix_err[i][j] = r.errors != 0;
           if (!finish(r, static_cast<int>(i), static_cast<int>(j))) break;
@@ -455,7 +552,7 @@ int main(int argc, char** argv) {
         return q.enqueue_remote_write(src, h, 0, len);
       };
     }
-    if (!finish(measure(qs, fn, size, o), static_cast<int>(o.card),
+    if (!finish(measure(qs, fn, size, o, o.card), static_cast<int>(o.card),
                 o.mode == "peer" ? static_cast<int>(peer) : static_cast<int>(o.card))) {
       break;
     }

@@ -26,10 +26,14 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/backend.hpp"
+#include "common/cli.hpp"
 #include "common/output.hpp"
 #include "npo/emu/emulator.hpp"
 #include "npo/fw/emud.hpp"
 #include "npo/hal/error.hpp"
+#include "npo/hal/port.hpp"
+#include "npo/hal/system.hpp"
 #include "npo/hal/topology_file.hpp"
 #include "npo/hal/topology_gen.hpp"
 #include "npo/hal/topology_graph.hpp"
@@ -123,6 +127,10 @@ void print_props(const char* title, const npo::FabricProperties& p, bool switche
 int main(int argc, char** argv) {
   CLI::App app{"npo-emu: topology files for the npo-hal emulator (docs/topology.md); faults into a running npo-emud"};
   app.require_subcommand(1);
+  // --log-level/--log-format anywhere on the line (subcommands pass unknown options up).
+  npo::tools::LogOptions log;
+  npo::tools::add_log_options(app, log);
+  app.fallthrough();
   auto* topo = app.add_subcommand("topo", "topology files: generate, check");
   topo->require_subcommand(1);
 
@@ -168,11 +176,21 @@ int main(int argc, char** argv) {
   flt->add_option("--duration-ms", fduration_ms, "kind-specific duration, ms");
   flt->add_option("--delay-ms", fdelay_ms, "fire this long from now (default 0: at once)");
 
-  CLI11_PARSE(app, argc, argv);
+  if (auto rc = npo::tools::parse_command_line(app, argc, argv, "npo-emu")) return *rc;
+  if (auto r = npo::tools::configure_logging(log); !r) {
+    std::fprintf(stderr, "npo-emu: %s\n", r.error().to_string().c_str());
+    return 2;
+  }
 
   if (flt->parsed()) {
     auto kind = npo::emu::parse_fault_kind(fkind);
     if (!kind) return die(kind.error());
+    // ber_ramp's magnitude has no default: without --value the daemon would refuse "value 0".
+    if (*kind == npo::emu::FaultKind::kBerRamp && flt->count("--value") == 0) {
+      std::fprintf(stderr,
+                   "npo-emu fault: --kind ber_ramp needs --value (the final pre-FEC BER, in (0, 0.5), e.g. 1e-4)\n");
+      return 2;
+    }
     namespace emud = npo::fw::emud;
     namespace f = emud::fault;
     std::array<std::byte, emud::hdr::kBytes + f::kBytes> m{};
@@ -190,6 +208,18 @@ int main(int argc, char** argv) {
     emud::store<std::uint32_t>(b, f::kCount, fcount);
     emud::store<double>(b, f::kValue, fvalue);
     emud::store<std::uint64_t>(b, f::kDurationNs, static_cast<std::uint64_t>(fduration_ms * 1e6));
+    // A module removal needs a module: look at the port as a read-only observer first (the
+    // daemon would accept it and change nothing).
+    if (*kind == npo::emu::FaultKind::kModuleRemoval && fport) {
+      auto sys = npo::System::open(fmt::format("emu-remote:{}?card={}&mode=ro", sock_dir, fcard));
+      if (sys && (*sys)->device_count() == 1 && *fport < (*sys)->device(0).port_count()) {
+        auto ps = npo::read_port((*sys)->device(0), *fport);
+        if (ps && !ps->module_present) {
+          std::fprintf(stderr, "npo-emu fault: card %u port %u has no module: nothing to remove\n", fcard, *fport);
+          return 1;
+        }
+      }
+    }
     auto r = send_fault(sock_dir, fcard, m);
     if (!r) return die(r.error());
     std::printf("injected %s into card %u of %s\n", fkind.c_str(), fcard, sock_dir.c_str());

@@ -6,9 +6,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <optional>
+#include <set>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "common/output.hpp"
@@ -68,7 +71,9 @@ int ddm_once(System& sys, LinkMonitor& mon, const Common& c) {
     }
   }
   for (auto port : c.ports) {
-    const unsigned np = sys.device(c.cards.empty() ? 0 : c.cards.front()).port_count();
+    const auto& dev = sys.device(c.cards.empty() ? 0 : c.cards.front());
+    if (dev.info().removed) continue;  // removed before the open: no ports, shown removed below
+    const unsigned np = dev.port_count();
     if (port >= np) {
       std::fprintf(stderr, "npo-link ddm: port %u outside 0..%u\n", port, np - 1);
       return kExitError;
@@ -95,6 +100,9 @@ int ddm_once(System& sys, LinkMonitor& mon, const Common& c) {
   int worst = 0;  // 0 nothing raised, 1 a warning, 2 an alarm / LOS / fault / module removed
   bool error = false;
   std::size_t shown = 0, lost = 0;
+  // Which flags were raised, by where they are (the summary names them: a lane's rx_los is an
+  // alarm while the module's own flags are none).
+  std::set<std::string> lane_raised, module_raised;
   for (std::size_t ci = 0; ci < sys.device_count(); ++ci) {
     if (!card_selected(c, static_cast<std::uint32_t>(ci))) continue;
     auto& dev = sys.device(ci);
@@ -157,9 +165,15 @@ int ddm_once(System& sys, LinkMonitor& mon, const Common& c) {
       }
       ++shown;
       for (const auto& l : m->lanes) {
-        for (auto f : l.flags) worst = std::max(worst, severity(f));
+        for (auto f : l.flags) {
+          worst = std::max(worst, severity(f));
+          lane_raised.emplace(xcvr::lane_flag_name(f));
+        }
       }
-      for (auto f : m->module_flags) worst = std::max(worst, severity(f));
+      for (auto f : m->module_flags) {
+        worst = std::max(worst, severity(f));
+        module_raised.emplace(xcvr::module_flag_name(f));
+      }
       if (c.json) {
         mods.push_back({{"card", ci},
                         {"port", p},
@@ -207,13 +221,30 @@ int ddm_once(System& sys, LinkMonitor& mon, const Common& c) {
     print_doc(c, {{"backend", sys.uri()},
                   {"modules", mods},
                   {"removed_cards", removed_cards},
-                  {"summary", {{"modules", shown}, {"removed", lost}, {"exit_status", status}}}});
+                  {"summary",
+                   {{"modules", shown},
+                    {"removed", lost},
+                    {"lane_flags", lane_raised},
+                    {"module_flags", module_raised},
+                    {"exit_status", status}}}});
   } else {
-    fmt::print("\n{} module{} decoded, {} removed{}; flags raised: {}\n", shown, shown == 1 ? "" : "s", lost,
+    // "flags raised: alarm (lane flags rx_los, rx_cdr_lol; no module flag)": the level, and
+    // where it comes from, so it does not read as contradicting "module flags raised: none".
+    std::vector<std::string> where;
+    if (!lane_raised.empty()) where.push_back(fmt::format("lane flags {}", fmt::join(lane_raised, ", ")));
+    if (!module_raised.empty()) {
+      where.push_back(fmt::format("module flags {}", fmt::join(module_raised, ", ")));
+    } else if (!lane_raised.empty()) {
+      where.emplace_back("no module flag");
+    }
+    if (lost != 0) where.emplace_back("module removed");
+    if (!removed_cards.empty()) where.emplace_back("card removed");
+    fmt::print("\n{} module{} decoded, {} removed{}; flags raised: {}{}\n", shown, shown == 1 ? "" : "s", lost,
                removed_cards.empty() ? "" : fmt::format(", {} card(s) removed", removed_cards.size()),
                worst == 2   ? "alarm"
                : worst == 1 ? "warning"
-                            : "none");
+                            : "none",
+               worst == 0 || where.empty() ? std::string() : fmt::format(" ({})", fmt::join(where, "; ")));
   }
   return status;
 }

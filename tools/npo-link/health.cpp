@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// npo-link health --interval S: two snapshots S seconds apart (platform clock), then each
-// port's state and each lane's verdict with its reasons.
+// npo-link health --interval S: a first snapshot (counters as history), then as many intervals
+// of S seconds (platform clock) as the verdicts' hysteresis needs to worsen (2), then each
+// port's state and each lane's verdict with its reasons (LinkMonitor::sample). Later --watch
+// frames take two snapshots S seconds apart.
 #include <cstdint>
 #include <string>
 
@@ -15,9 +17,11 @@ namespace npo::tools::link {
 using nlohmann::json;
 
 int health_once(System& sys, LinkMonitor& mon, const Common& c, double interval) {
-  if (auto s0 = mon.snapshot(); !s0) return report(s0.error(), "snapshot");
-  mon.sleep_ns(static_cast<std::uint64_t>(interval * 1e9));
-  auto snap = mon.snapshot();
+  if (c.frame != 0) {
+    if (auto s0 = mon.snapshot(); !s0) return report(s0.error(), "snapshot");
+  }
+  auto snap = c.frame != 0 ? (mon.sleep_ns(static_cast<std::uint64_t>(interval * 1e9)), mon.snapshot())
+                           : frame_snapshot(mon, c, interval);
   if (!snap) return report(snap.error(), "snapshot");
   hint_if_untrained(*snap, c);
   const Summary sum = summarize(*snap, c);

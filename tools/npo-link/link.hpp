@@ -56,8 +56,20 @@ struct Common {
   std::vector<unsigned> ports;    ///< --port: only these ports (empty: all)
   std::vector<PortState> states;  ///< --state: only ports in these states (empty: all)
   mutable unsigned frame = 0;     ///< watch frame being printed (0: the first)
+  /// show --interval: seconds between the snapshots of the first frame, which samples as many
+  /// intervals as the lane verdicts' hysteresis needs (LinkMonitor::sample; kSampleIntervalS).
+  double interval = 0;
   [[nodiscard]] bool filtered() const { return !cards.empty() || !ports.empty() || !states.empty(); }
 };
+
+/// Default seconds between the snapshots a one-shot `show` / `events` (and each watch's first
+/// frame) samples: 2 intervals (HealthLimits::worsen_intervals), so 1 s in all.
+inline constexpr double kSampleIntervalS = 0.5;
+
+/// The first frame's snapshot: LinkMonitor::sample (a verdict of now, lane BERs over the last
+/// interval) with intervals of `interval_s` (0: kSampleIntervalS, or the --watch period when
+/// shorter); later watch frames take one snapshot (the interval since the previous frame).
+[[nodiscard]] Result<LinkSnapshot> frame_snapshot(LinkMonitor& mon, const Common& c, double interval_s);
 
 /// Prints "npo-link: WHAT: ERROR" to stderr; returns kExitError.
 int report(const Error& e, std::string_view what);

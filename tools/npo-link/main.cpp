@@ -16,6 +16,7 @@
 
 #include "common/backend.hpp"
 #include "common/bring_up.hpp"
+#include "common/cli.hpp"
 #include "link.hpp"
 
 namespace {
@@ -83,11 +84,51 @@ bool check_seconds(const char* sub, const char* name, double v) {
   return false;
 }
 
+/// Whether every --card and --port names a card / port of `sys` (of `card`, or of every
+/// selected card that was not removed before the open). Prints "npo-link SUB: card 8 not present (8 cards)" otherwise.
+bool check_selection(const char* sub, npo::System& sys, const Common& c, std::optional<unsigned> card,
+                     std::optional<unsigned> port) {
+  const std::size_t ncards = sys.device_count();
+  std::vector<unsigned> cards = c.cards;
+  if (card) cards.push_back(*card);
+  for (unsigned k : cards) {
+    if (k >= ncards) {
+      std::fprintf(stderr, "npo-link %s: card %u not present (%zu card%s)\n", sub, k, ncards, ncards == 1 ? "" : "s");
+      return false;
+    }
+  }
+  std::vector<unsigned> ports = c.ports;
+  if (port) ports.push_back(*port);
+  if (ports.empty()) return true;
+  // The ports of the selected cards (every card when none is selected).
+  std::vector<unsigned> checked = cards;
+  if (checked.empty()) {
+    for (std::size_t k = 0; k < ncards; ++k) checked.push_back(static_cast<unsigned>(k));
+  }
+  for (unsigned p : ports) {
+    for (unsigned k : checked) {
+      // A card removed before the open has no ports to check: it is shown REMOVED (exit 4).
+      if (sys.device(k).info().removed) continue;
+      const unsigned n = sys.device(k).port_count();
+      if (p >= n) {
+        std::fprintf(stderr, "npo-link %s: port %u not present (card %u has %u port%s)\n", sub, p, k, n,
+                     n == 1 ? "" : "s");
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"npo-link: optical links and transceivers of NPO cards"};
   app.require_subcommand(1);
+  // --log-level/--log-format anywhere on the line (subcommands pass unknown options up).
+  npo::tools::LogOptions log;
+  npo::tools::add_log_options(app, log);
+  app.fallthrough();
 
   auto* dec = app.add_subcommand("decode", "decode a transceiver EEPROM dump (raw, ethtool -m hex, or .hex file)");
   std::string file;
@@ -120,9 +161,19 @@ int main(int argc, char** argv) {
   prbs->add_option("--port", port, "port (default 0)");
   train->add_option("--card", card, "card index (with --port: that link, both ends; neither: every port)");
   train->add_option("--port", port, "port (default 0 when --card is given)");
-  health->add_option("--interval", interval, "seconds > 0 between the two snapshots (platform clock; default 1)");
+  health->add_option("--interval", interval,
+                     "seconds > 0 between the snapshots (platform clock; default 1): a run samples 2 intervals");
+  show->add_option(
+      "--interval", c.interval,
+      "seconds > 0 between the snapshots the first frame samples (platform clock; default 0.5, or the --watch "
+      "period when shorter): 2 "
+      "intervals, so a lane bad now is reported now and WORST-BER is the last interval's");
 
-  CLI11_PARSE(app, argc, argv);
+  if (auto rc = npo::tools::parse_command_line(app, argc, argv, "npo-link")) return *rc;
+  if (auto r = npo::tools::configure_logging(log); !r) {
+    std::fprintf(stderr, "npo-link: %s\n", r.error().to_string().c_str());
+    return 2;
+  }
   if (dec->parsed()) return link::decode(file, as_json);
 
   // Bad numbers are refused before any card is touched.
@@ -147,6 +198,7 @@ int main(int argc, char** argv) {
     }
   }
   if (health->parsed() && !check_seconds(sub, "--interval", interval)) return 2;
+  if (show->parsed() && show->count("--interval") != 0 && !check_seconds(sub, "--interval", c.interval)) return 2;
   for (const auto& st : states) {
     auto ps = link::parse_state(st);
     if (!ps) {
@@ -163,8 +215,13 @@ int main(int argc, char** argv) {
   std::string uri = npo::tools::backend_uri(c.backend);
   if (reads_only) uri = npo::tools::observer_uri(uri);
   auto sys = npo::System::open(uri);
-  if (!sys) return link::report(sys.error(), uri);
+  if (!sys) {
+    link::report(sys.error(), uri);
+    return npo::tools::open_failure_status(sys.error());  // 2: a malformed URI
+  }
   npo::System& s = **sys;
+  // A card or port that does not exist is a bad command line, not an empty selection.
+  if (!check_selection(sub, s, c, card, port)) return link::kExitUsage;
   // `health` also judges the modules' DDM (thresholds, Rx LOS, Tx fault) over the mailbox.
   npo::LinkMonitorOptions mo;
   mo.check_module_ddm = health->parsed();

@@ -300,6 +300,13 @@ std::string utc_now() {
 }
 }  // namespace
 
+Result<LinkSnapshot> frame_snapshot(LinkMonitor& mon, const Common& c, double interval_s) {
+  if (c.frame != 0) return mon.snapshot();
+  // Unset: kSampleIntervalS, or a shorter --watch period (the watch's own interval).
+  const double s = interval_s > 0 ? interval_s : (c.watch > 0 ? std::min(c.watch, kSampleIntervalS) : kSampleIntervalS);
+  return mon.sample(static_cast<std::uint64_t>(s * 1e9));
+}
+
 void print_frame_header(const Common& c, std::string_view sub, std::uint64_t platform_ns) {
   if (c.watch <= 0 || c.json) return;
   fmt::print("--- npo-link {} frame {}  {}  platform clock {:.6f} s ---\n", sub, c.frame + 1, utc_now(),

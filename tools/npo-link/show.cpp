@@ -17,18 +17,19 @@ constexpr std::string_view kLegend =
     "\nSTATE: HEALTHY (every lane in use good), DEGRADED (fewer lanes than the module's 8, or a lane over the\n"
     "1e-5 warning level or 100x worse than its own baseline), FAILED (down -- a link is up only when both\n"
     "ends are Up with CDR lock --, a module removed, or a lane over the KP4 limit 2.4e-4 / with uncorrectable\n"
-    "codewords), DISABLED (no module, disabled, or held down after flapping). A verdict needs 2 intervals\n"
-    "to worsen and 3 to recover; the reason then says what the last interval showed.\n"
+    "codewords, or 5 flaps in 60 s), DISABLED (no module, disabled, or held down after flapping). A link that\n"
+    "went down and retrained 2 times in 300 s is DEGRADED. A lane verdict needs 2 intervals to worsen and 3 to\n"
+    "recover: a run samples 2 intervals of --interval s (0.5) first, so a lane bad now is reported now.\n"
     "Gb/s: payload rate, 100 Gb/s per lane (53.125 GBd PAM4 after RS(544,514) and 256b/257b); blank and\n"
     "0 lanes when the link is not up. NEIGHBOR: card:port learned in training. WORST-BER: the worst lane's\n"
-    "pre-FEC BER (symbol errors + 16 per uncorrectable codeword) / (5440 bits x codewords) since the link\n"
-    "came up or the last snapshot. Exit status: 0 healthy, 3 a port DEGRADED, 4 a port FAILED or held\n"
+    "pre-FEC BER (symbol errors + 16 per uncorrectable codeword) / (5440 bits x codewords) over the last\n"
+    "interval (not since link-up). Exit status: 0 healthy, 3 a port DEGRADED, 4 a port FAILED or held\n"
     "down or a card removed, 1 tool error, 2 bad arguments.\n";
 
 }  // namespace
 
 int show_once(System& sys, LinkMonitor& mon, const Common& c) {
-  auto snap = mon.snapshot();
+  auto snap = frame_snapshot(mon, c, c.interval);
   if (!snap) return report(snap.error(), "snapshot");
   hint_if_untrained(*snap, c);
   if (c.json) return print_ports_json(sys, *snap, c);

@@ -15,6 +15,7 @@
 
 #include "common/backend.hpp"
 #include "common/bring_up.hpp"
+#include "common/cli.hpp"
 #include "common/output.hpp"
 #include "npo/hal/hal.hpp"
 
@@ -120,6 +121,14 @@ int check_expected(const npo::Topology& found, const std::string& plan_path, boo
   auto plan = npo::load_fabric_spec(plan_path);
   if (!plan) return fail(kTool, fmt::format("--expect {}", plan_path), plan.error());
   const npo::TopologyCheck chk = npo::check_topology(found, *plan);
+  // A plan for another fabric size (torus64.yaml against mesh8) is said first: every
+  // difference listed after it follows from that.
+  const std::size_t fabric_cards = found.cards.size();
+  const std::string size_mismatch =
+      plan->cards == fabric_cards
+          ? std::string()
+          : fmt::format("the plan has {} cards ({} cables), the fabric has {}: is this the plan of this fabric?",
+                        plan->cards, plan->cables.size(), fabric_cards);
   if (json) {
     nlohmann::json issues = nlohmann::json::array();
     for (const auto& i : chk.issues) {
@@ -131,6 +140,9 @@ int check_expected(const npo::Topology& found, const std::string& plan_path, boo
     (*out)["expect"] = {{"plan", plan_path},
                         {"expected_links", chk.expected_links},
                         {"up_as_planned", chk.up_as_planned},
+                        {"plan_cards", plan->cards},
+                        {"plan_cables", plan->cables.size()},
+                        {"fabric_cards", fabric_cards},
                         {"ok", chk.ok()},
                         {"issues", issues}};
   } else {
@@ -138,12 +150,132 @@ int check_expected(const npo::Topology& found, const std::string& plan_path, boo
                chk.expected_links,
                chk.ok() ? std::string("the fabric matches the plan")
                         : fmt::format("{} difference{}:", chk.issues.size(), chk.issues.size() == 1 ? "" : "s"));
+    if (!size_mismatch.empty()) fmt::print("  {}\n", size_mismatch);
     for (const auto& i : chk.issues) fmt::print("  {}\n", i.message);
   }
   return chk.ok() ? 0 : kExitMismatch;
 }
 
-int topo(npo::System& s, bool json, const std::string& expect) {
+/// Slurm hostlist expression of `prefix` + each index: "npo[0-3,5]" (Slurm's hostlist
+/// syntax, slurm.conf(5) "NodeName"); a single index is written without brackets.
+std::string slurm_hostlist(const std::string& prefix, std::vector<std::size_t> idx) {
+  std::sort(idx.begin(), idx.end());
+  if (idx.size() == 1) return fmt::format("{}{}", prefix, idx[0]);
+  std::string ranges;
+  for (std::size_t i = 0; i < idx.size();) {
+    std::size_t j = i;
+    while (j + 1 < idx.size() && idx[j + 1] == idx[j] + 1) ++j;
+    if (!ranges.empty()) ranges += ',';
+    ranges += j == i ? fmt::format("{}", idx[i]) : fmt::format("{}-{}", idx[i], idx[j]);
+    i = j + 1;
+  }
+  return fmt::format("{}[{}]", prefix, ranges);
+}
+
+/// Nominal payload rate of a link of `lanes` lanes, Gb/s (registers.md §7.1: 8 lanes = 800 Gb/s).
+double link_gbps(unsigned lanes) { return 100.0 * lanes; }
+
+/// `topo --format slurm`: a topology.conf for Slurm's tree plugin (topology.conf(5)): cards
+/// grouped into leaf "switches" of at most `group` cards that are close on the fabric (a
+/// breadth-first walk over Up links from the lowest card not yet placed), and a root switch
+/// over the leaves when there is more than one. Node names are `prefix` + card index.
+std::string slurm_topology(npo::System& s, const npo::Topology& t, const std::string& prefix, unsigned group) {
+  std::map<std::uint32_t, std::size_t> index;  // fabric ID -> card index
+  for (std::size_t i = 0; i < s.device_count(); ++i) index[s.device(i).info().fabric_id] = i;
+  std::map<std::uint32_t, std::vector<std::uint32_t>> adj;
+  for (const auto& l : t.links) {
+    if (!l.up || l.a_fabric_id == l.b_fabric_id) continue;
+    adj[l.a_fabric_id].push_back(l.b_fabric_id);
+    adj[l.b_fabric_id].push_back(l.a_fabric_id);
+  }
+  for (auto& [k, v] : adj) std::sort(v.begin(), v.end());
+  std::vector<std::vector<std::size_t>> groups;
+  std::map<std::uint32_t, bool> placed;
+  for (const auto& [fid, idx] : index) {
+    if (placed[fid]) continue;
+    std::vector<std::size_t> g;
+    std::vector<std::uint32_t> queue{fid};
+    placed[fid] = true;
+    for (std::size_t q = 0; q < queue.size() && g.size() < group; ++q) {
+      g.push_back(index[queue[q]]);
+      for (auto nb : adj[queue[q]]) {
+        if (index.count(nb) != 0 && !placed[nb] && queue.size() < group) {
+          placed[nb] = true;
+          queue.push_back(nb);
+        }
+      }
+    }
+    // Cards queued but not taken (the group filled up) go back to the pool.
+    for (std::size_t q = g.size(); q < queue.size(); ++q) placed[queue[q]] = false;
+    groups.push_back(std::move(g));
+  }
+  std::string out = fmt::format(
+      "# Slurm topology.conf (TopologyPlugin=topology/tree) written by npo-smi {} from backend {}\n"
+      "# {} cards in {} leaf switch{} of <= {} cards close on the optical fabric; nodes are {}<card index>.\n",
+      npo::kVersion, s.uri(), s.device_count(), groups.size(), groups.size() == 1 ? "" : "es", group, prefix);
+  std::vector<std::size_t> leaves;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    out += fmt::format("SwitchName=leaf{} Nodes={}\n", g, slurm_hostlist(prefix, groups[g]));
+    leaves.push_back(g);
+  }
+  if (groups.size() > 1) out += fmt::format("SwitchName=root Switches={}\n", slurm_hostlist("leaf", leaves));
+  return out;
+}
+
+/// `topo --format json`: the discovered graph for schedulers: nodes (cards) and edges (card
+/// pairs joined by Up links) with lanes, bandwidth and a routing weight (800 Gb/s / the
+/// pair's bandwidth: 1 for one full 8-lane link, less for parallel links, more for degraded).
+nlohmann::json graph_json(npo::System& s, const npo::Topology& t) {
+  std::map<std::uint32_t, std::size_t> index;
+  nlohmann::json nodes = nlohmann::json::array();
+  for (std::size_t i = 0; i < s.device_count(); ++i) {
+    const auto& d = s.device(i).info();
+    index[d.fabric_id] = i;
+    nodes.push_back({{"id", i},
+                     {"card", i},
+                     {"fabric_id", d.fabric_id},
+                     {"bdf", d.bdf},
+                     {"serial", fmt::format("{:016x}", d.serial)}});
+  }
+  struct Pair {
+    unsigned links = 0;
+    unsigned lanes = 0;
+  };
+  std::map<std::pair<std::size_t, std::size_t>, Pair> pairs;
+  for (const auto& l : t.links) {
+    if (!l.up || index.count(l.a_fabric_id) == 0 || index.count(l.b_fabric_id) == 0) continue;
+    auto a = index[l.a_fabric_id];
+    auto b = index[l.b_fabric_id];
+    if (a == b) continue;
+    if (a > b) std::swap(a, b);
+    auto& p = pairs[{a, b}];
+    ++p.links;
+    p.lanes += l.lanes;
+  }
+  nlohmann::json edges = nlohmann::json::array();
+  for (const auto& [k, p] : pairs) {
+    const double gbps = link_gbps(p.lanes);
+    edges.push_back({{"source", k.first},
+                     {"target", k.second},
+                     {"links", p.links},
+                     {"lanes", p.lanes},
+                     {"bandwidth_gbps", gbps},
+                     {"weight", gbps > 0 ? link_gbps(8) / gbps : 0.0}});
+  }
+  return {{"directed", false}, {"uri", s.uri()}, {"nodes", nodes}, {"edges", edges}};
+}
+
+/// Options of `topo` beyond --json/--expect.
+struct TopoFormat {
+  std::string format = "table";  ///< table | json (graph) | slurm
+  std::string slurm_prefix = "npo";
+  unsigned slurm_group = 8;
+};
+
+/// Whether `s` is attached read-only (emu-remote mode=ro): every card is then.
+bool observer(npo::System& s) { return s.device_count() != 0 && s.device(0).info().read_only; }
+
+int topo(npo::System& s, bool json, const std::string& expect, const TopoFormat& tf) {
   // Routes are computed here from the discovered graph, not programmed into the cards.
   auto fabric = npo::tools::bring_up(s, {.timeout_ns = npo::tools::kDefaultBringUpTimeoutNs, .program_routes = false});
   if (!fabric) return fail(kTool, fabric.error().step, fabric.error().error);
@@ -151,6 +283,14 @@ int topo(npo::System& s, bool json, const std::string& expect) {
   const npo::Topology* t = &fabric->topology;
   const npo::RouteTable* rt = &fabric->routes;
   const std::size_t n = t->cards.size();
+  if (tf.format == "slurm") {
+    std::fputs(slurm_topology(s, *t, tf.slurm_prefix, tf.slurm_group).c_str(), stdout);
+    return 0;
+  }
+  if (tf.format == "json") {
+    print_json(graph_json(s, *t));
+    return 0;
+  }
   // RouteTable::diameter() is over reachable pairs only: count the unreachable ones so a
   // disconnected fabric is not reported with a small finite diameter.
   std::size_t unreachable = 0;
@@ -181,6 +321,7 @@ int topo(npo::System& s, bool json, const std::string& expect) {
                            {{"ports_with_module", up.ports_with_module},
                             {"up", up.up},
                             {"failed", up.failed},
+                            {"read_only_observer", observer(s)},
                             {"elapsed_ms", static_cast<double>(up.elapsed_ns) / 1e6}}},
                           {"cards", cards},
                           {"links", links},
@@ -207,9 +348,14 @@ int topo(npo::System& s, bool json, const std::string& expect) {
                              "DISCONNECTED ({} of {} ordered card pairs unreachable; diameter {} hops among the "
                              "reachable)",
                              unreachable, n * (n - 1), rt->diameter());
-  fmt::print(
-      "npo-smi topo  backend {}  {} cards  {} links Up; {} of {} ports with a module trained Up in {:.1f} ms  {}\n\n",
-      s.uri(), n, up_links, up.up, up.ports_with_module, static_cast<double>(up.elapsed_ns) / 1e6, diameter);
+  // A read-only observer (emu-remote mode=ro) trains nothing: its writes are dropped, so the
+  // bring-up only waited for the links the owner trained.
+  const std::string training =
+      observer(s) ? fmt::format("{} of {} ports with a module Up (read-only observer: trained nothing)", up.up,
+                                up.ports_with_module)
+                  : fmt::format("{} of {} ports with a module trained Up in {:.1f} ms", up.up, up.ports_with_module,
+                                static_cast<double>(up.elapsed_ns) / 1e6);
+  fmt::print("npo-smi topo  backend {}  {} cards  {} links Up; {}  {}\n\n", s.uri(), n, up_links, training, diameter);
   if (n <= 64) {
     const bool compact = n > 16;
     const unsigned w = n > 32 ? 3 : (compact ? 4 : 6);
@@ -275,14 +421,14 @@ int main(int argc, char** argv) {
       "npo-smi: list NPO accelerator cards (identity, BARs, NUMA, HBM, PCIe, firmware); `topo` shows the fabric"};
   std::optional<std::string> backend;
   bool json = false;
-  std::string log_level;
+  npo::tools::LogOptions log;
   npo::tools::add_backend_option(app, backend, "-b,--backend",
                                  "backend URI: emu:mesh8 (default), emu:N, emu:file=PATH, vfio:all, vfio:BDF "
                                  "(env NPO_BACKEND overrides the default)");
   app.add_flag("--json", json,
                "print one JSON object (cards: a 'cards' array; topo: 'cards', 'links', 'hops', 'diameter', "
                "'connected')");
-  npo::tools::add_log_level_option(app, log_level);
+  npo::tools::add_log_options(app, log);
   auto* topo_cmd =
       app.add_subcommand("topo", "train the optical links, then show the discovered card x card hop matrix");
   topo_cmd->add_flag("--json", json, "print {cards, links, hops, diameter, connected} as JSON");
@@ -290,19 +436,31 @@ int main(int argc, char** argv) {
   topo_cmd->add_option("--expect", expect,
                        "check the discovered cabling against this topology file (YAML/JSON): every missing, miswired, "
                        "degraded or unexpected link; exit status 3 on a mismatch");
+  TopoFormat tf;
+  topo_cmd
+      ->add_option("--format", tf.format,
+                   "table (default) | json: graph of cards and links with weights, for schedulers | slurm: a "
+                   "topology.conf for Slurm's tree plugin")
+      ->check(CLI::IsMember({"table", "json", "slurm"}));
+  topo_cmd->add_option("--slurm-node-prefix", tf.slurm_prefix, "with --format slurm: node name prefix (default npo)");
+  topo_cmd->add_option("--slurm-switch-size", tf.slurm_group, "with --format slurm: cards per leaf switch (default 8)")
+      ->check(CLI::Range(1u, 1024u));
   topo_cmd->fallthrough();  // `npo-smi topo --backend X` works like `npo-smi --backend X topo`
-  CLI11_PARSE(app, argc, argv);
+  if (auto rc = npo::tools::parse_command_line(app, argc, argv, "npo-smi")) return *rc;
 
-  if (auto r = npo::tools::configure_logging(log_level); !r) {
+  if (auto r = npo::tools::configure_logging(log); !r) {
     fail(kTool, r.error());
     return 2;
   }
   // npo-smi only reads: on emu-remote it attaches read-only unless the URI says mode=rw.
   const std::string uri = npo::tools::observer_uri(npo::tools::backend_uri(backend));
   auto sys = npo::System::open(uri);
-  if (!sys) return fail(kTool, fmt::format("cannot open '{}'", uri), sys.error());
+  if (!sys) {
+    fail(kTool, fmt::format("cannot open '{}'", uri), sys.error());
+    return npo::tools::open_failure_status(sys.error());
+  }
   auto& s = **sys;
-  if (topo_cmd->parsed()) return topo(s, json, expect);
+  if (topo_cmd->parsed()) return topo(s, json, expect, tf);
   // A card already removed when we opened it (DeviceInfo::removed) is listed and exits 4, as
   // npo-link does for a removed card.
   std::string removed;

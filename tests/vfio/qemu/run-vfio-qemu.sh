@@ -76,10 +76,13 @@ log="${work}/serial.log"
 timeout_s="${NPO_VFIO_QEMU_TIMEOUT:-300}"
 start=$(date +%s%N)
 set +e
+# no_timer_check: under TCG on a loaded host the kernel's IO-APIC timer test can miss its tick
+# and panic ("timer doesn't work through Interrupt-remapped IO-APIC"; seen here 1 run in 6 while
+# other builds ran). The check proves nothing about VFIO, so the guest skips it.
 timeout --foreground -k 5 "${timeout_s}" "${qemu}" -machine q35 -accel tcg -cpu max -smp 1 -m 512M \
   -device intel-iommu,intremap=on,caching-mode=on -device edu -device "nvme,serial=${serial}" \
   -kernel "${kernel}" -initrd "${work}/initrd.gz" \
-  -append "console=ttyS0 intel_iommu=on panic=-1 quiet npo.api=${api} npo.serial=${serial}" \
+  -append "console=ttyS0 intel_iommu=on panic=-1 quiet no_timer_check npo.api=${api} npo.serial=${serial}" \
   -nographic -no-reboot -nodefaults -serial stdio -monitor none </dev/null >"${log}" 2>&1
 qrc=$?
 set -e
@@ -87,7 +90,8 @@ ms=$((($(date +%s%N) - start) / 1000000))
 secs="$((ms / 1000)).$(printf %03d $((ms % 1000)))"
 # The guest's own lines (kernel noise filtered), then the verdict.
 grep -E '^(PASS|FAIL|SKIP|NPO-|guest:|insmod|npo-vfio-bind|0000:)' "${log}" | tr -d '\r' || true
-result=$(grep -a 'NPO-VFIO-QEMU-EXIT:' "${log}" | tr -d '\r' | tail -n 1 | awk '{print $2}')
+# (|| true: no status line must reach the diagnostics below, not end the script under pipefail)
+result=$(grep -a 'NPO-VFIO-QEMU-EXIT:' "${log}" | tr -d '\r' | tail -n 1 | awk '{print $2}' || true)
 echo "run-vfio-qemu: QEMU exited ${qrc} after ${secs} s (kernel $(basename "${kernel}"), api ${api})"
 if [[ -z "${result}" ]]; then
   echo "run-vfio-qemu: FAIL: no status from the guest; last serial lines:"

@@ -126,6 +126,12 @@ class LaneHealthTracker {
   /// findings keep the verdict and do not count.
   LaneHealthReport update(const LaneCounters& prev, const LaneCounters& cur, bool locked,
                           const LaneDdmFlags& flags = {}, const xcvr::Thresholds* thresholds = nullptr);
+  /// Takes a lane's counters since the last clear as history instead of as an interval to
+  /// judge (LinkMonitor::sample's first snapshot): their BER becomes the baseline when it is
+  /// GOOD by these limits, the verdict starts GOOD, and the next update() is judged with the
+  /// usual hysteresis (a worse level must persist `worsen_intervals`). A lane without lock
+  /// (`locked` false) is not seeded: its next update() reports what it shows at once.
+  void seed(const LaneCounters& since_clear, bool locked);
   [[nodiscard]] LaneHealth verdict() const noexcept { return verdict_; }
   [[nodiscard]] std::optional<double> baseline() const noexcept { return baseline_; }
   /// Sets the baseline (e.g. a BER recorded at an earlier bring-up).

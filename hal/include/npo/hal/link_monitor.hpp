@@ -33,7 +33,10 @@ struct LinkEvent {
   std::optional<unsigned> port;  ///< nullopt: the whole card
   std::optional<unsigned> lane;  ///< set for a lane verdict change
   /// "port" (state), "link" (the card's STATUS.STATE entering or leaving up or fault),
-  /// "lane" (verdict), "module" (present/removed), "card" (present/removed).
+  /// "lane" (verdict), "module" (present/removed), "card" (present/removed), "flap" (the
+  /// link went down and retrained between two snapshots: from/to are the port's FLAP_COUNT
+  /// before and after; on the first snapshot from "-": the flaps since the card's reset, whose
+  /// times the card does not keep).
   std::string what;
   std::string from;    ///< old state ("-" on the first snapshot), e.g. "HEALTHY", "GOOD", "present"
   std::string to;      ///< new state
@@ -58,7 +61,8 @@ struct LinkSnapshot {
   };
   std::vector<CardPorts> cards;
   /// Changes since the previous snapshot of this monitor, in card, port, lane order. On the
-  /// first snapshot: the ports that are neither HEALTHY nor DISABLED (from "-") and removed cards.
+  /// first snapshot: the ports that are neither HEALTHY nor DISABLED (from "-"), removed cards
+  /// and the ports that flapped since the card's reset ("flap", from "-").
   std::vector<LinkEvent> events;
 };
 
@@ -78,6 +82,15 @@ struct LinkMonitorOptions {
   /// Bound for the stats blocks of one snapshot to arrive, ns of platform time
   /// (System::clock()); on a virtual clock of wall time, as the stats DMA needs no emulated time.
   std::uint64_t stats_timeout_ns = 20'000'000;
+  /// A port whose link went down (FLAP_COUNT advanced) at least `flap_degrade_count` times
+  /// within `flap_degrade_window_ns` is DEGRADED "N flaps in the last 300 s" while its link
+  /// is up (a port that is down or has a failing lane stays FAILED). Defaults: 2 in 300 s --
+  /// one flap is an event (a fibre re-seated, the far end rebooted), a second within five
+  /// minutes is a link to look at; the state clears once fewer than 2 downs are left in the
+  /// window. The hold-down (`flap`, 5 in 60 s) is above it. 0: no flap degrade.
+  /// Only downs seen by this monitor count (the card keeps a count, not the times).
+  unsigned flap_degrade_count = 2;
+  std::uint64_t flap_degrade_window_ns = 300'000'000'000;  ///< see flap_degrade_count
 };
 
 /// Batched link monitoring. Thread-safety: one thread per LinkMonitor.
@@ -97,8 +110,19 @@ class LinkMonitor {
   /// Errors: kResourceExhausted (stats buffer).
   Result<LinkSnapshot> snapshot();
 
-  /// Re-enables a port held down by the flap policy (or disabled): releases the damper and
-  /// writes CTRL.ENABLE = 1. Errors: kOutOfRange, kUnavailable.
+  /// A verdict of "now" in one call (a one-shot `npo-link show` / `health`): when this
+  /// monitor has taken no snapshot yet, a first one that reads the counters as history (the
+  /// lanes' counters since the last clear become their baselines, not verdicts: an average
+  /// since link-up hides a lane that is bad now; LaneHealthTracker::seed), then `intervals`
+  /// snapshots `interval_ns` apart on the platform clock (sleep_ns). 0 intervals: as many as
+  /// the hysteresis needs to report a worse verdict (HealthLimits::worsen_intervals, at least
+  /// 1). So a lane is DEGRADED (FAILING) when every sampled interval showed it, and lane BERs
+  /// are over the last interval. Returns the last snapshot with the events of all of them (in
+  /// time order) and interval_ns of the last interval. Errors: as snapshot().
+  Result<LinkSnapshot> sample(std::uint64_t interval_ns, unsigned intervals = 0);
+
+  /// Re-enables a port held down by the flap policy (or disabled): releases the damper,
+  /// forgets the downs counted for flap_degrade_count and writes CTRL.ENABLE = 1. Errors: kOutOfRange, kUnavailable.
   Result<void> enable_port(std::uint32_t card, unsigned port);
 
   /// Records training results (e.g. from bring_up_links) so port reasons can name dropped

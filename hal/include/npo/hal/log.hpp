@@ -4,9 +4,11 @@
 // Loggers are named "npo.<subsystem>" and share one sink (stderr by default).
 // The level comes from LogOptions, else from the NPO_LOG_LEVEL environment variable
 // (trace, debug, info, warn, error, critical, off), else "warn". Format is either
-// human text or JSON lines (one object per record: ts, level, logger, msg).
+// human text or JSON lines for ELK/Loki (one object per record: time, level, logger, card,
+// port, lane, queue, code, message; docs/observability.md §Logs).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -54,6 +56,26 @@ Result<void> configure(const Options& options);
 /// The logger of a subsystem, created on first use with the current configuration.
 /// Never null. Thread-safety: safe from any thread.
 [[nodiscard]] spdlog::logger& get(Subsystem s);
+
+/// The fields of one JSON log line that come from its message: the number after the first
+/// whole word `card`, `port`, `lane`, `queue` followed by '=' or a space ("card=3" as
+/// npo::Error::to_string writes it, "card 3" as the library's messages do), and `code=WORD` or else the first
+/// npo::Error code name followed by ": " (e.g. "unavailable: ..."). Unset when the message has none. Thread-safety:
+/// pure function.
+struct LineFields {
+  std::optional<std::uint64_t> card, port, lane, queue;
+  std::optional<std::string> code;
+};
+[[nodiscard]] LineFields extract_fields(std::string_view message);
+
+/// One JSON log line without the newline: {"time":"RFC 3339 UTC with microseconds","level",
+/// "logger","card","port","lane","queue","code","message"}; the fields from extract_fields
+/// are null when absent; `message` is escaped (RFC 8259 §7; bytes that are not UTF-8 pass
+/// through unchanged). `time_ns`: ns since the Unix epoch (system clock). The same line the
+/// JSON sink writes, for programs that print events themselves (npo-emud).
+/// Thread-safety: pure function.
+[[nodiscard]] std::string json_line(std::uint64_t time_ns, std::string_view level, std::string_view logger,
+                                    std::string_view message);
 
 /// Parses a level name ("warn" or "warning", ...). Errors: kInvalidArgument.
 Result<spdlog::level::level_enum> parse_level(std::string_view name);

@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: Apache-2.0
+// Every tool's bad command line: exit 2 with one clear line (tools/common/cli.hpp), never
+// CLI11's own codes (104..114) or its misleading texts; a malformed backend URI is 2 too.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "common/run_command.hpp"
+
+namespace {
+
+struct Case {
+  std::string cmd;   ///< tool and arguments
+  std::string want;  ///< text the output must hold
+  std::string not_want = {};
+};
+
+void expect_usage_errors(const std::vector<Case>& cases) {
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.cmd);
+    const auto r = npo_test::run_command("timeout 60 " + c.cmd + " 2>&1");
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_NE(r.out.find(c.want), std::string::npos) << r.out;
+    if (!c.not_want.empty()) {
+      EXPECT_EQ(r.out.find(c.not_want), std::string::npos) << r.out;
+    }
+  }
+}
+
+const std::string kLink = NPO_LINK;
+const std::string kSmi = NPO_SMI;
+const std::string kBench = NPO_DMA_BENCH;
+const std::string kEmu = NPO_EMU;
+const std::string kEmud = NPO_EMUD;
+const std::string kBe = " --backend 'emu:mesh8?clock=virtual&hbm=1M'";
+
+TEST(ToolsCli, BadCommandLinesExit2WithAClearMessage) {
+  expect_usage_errors({
+      // Used to exit 106 "A subcommand is required".
+      {kLink + " shwo", "npo-link: unknown subcommand 'shwo' (did you mean 'show'?", "A subcommand is required"},
+      {kLink + " frobnicate", "unknown subcommand 'frobnicate' (try: decode, show, ddm, fec, prbs, train"},
+      {kLink, "npo-link: a subcommand is required (try: decode, show"},
+      // Used to exit 109: --backend is an option of the subcommands.
+      {kLink + " --backend emu:2 show", "option '--backend' belongs to a subcommand: put it after it"},
+      {kLink + " show --crad 1" + kBe, "npo-link show: unknown option '--crad' (did you mean '--card'?)"},
+      // Used to exit 104 / 105.
+      {kLink + " show --card -1" + kBe, "--card"},
+      {kBench + " --backend emu:2 --mode peerr", "peerr"},
+      // Used to exit 106 "--topology is required".
+      {kEmud + " --topolgy emu:2 --socket-dir /tmp/x",
+       "npo-emud: unknown option '--topolgy' (did you mean '--topology'?)", "is required"},
+      {kEmud + " --socket-dir /tmp/x", "--topology is required"},
+      // Used to exit 109.
+      {kSmi + " --card 3", "npo-smi: unknown option '--card'"},
+      {kSmi + " topo --expcet plan.yaml", "unknown option '--expcet' (did you mean '--expect'?)"},
+      {kSmi + " tpo", "npo-smi: unknown subcommand 'tpo' (did you mean 'topo'?"},
+      {kEmu + " topo chekc", "npo-emu topo: unknown subcommand 'chekc' (did you mean 'check'?"},
+  });
+  // --help is not an error.
+  const auto help = npo_test::run_command(kLink + " show --help");
+  EXPECT_EQ(help.status, 0) << help.out;
+  EXPECT_NE(help.out.find("--card"), std::string::npos) << help.out;
+}
+
+TEST(ToolsCli, MalformedBackendUriExits2) {
+  // Used to exit 1 like an unreachable backend.
+  expect_usage_errors({
+      {kSmi + " --backend bogus", "accepted forms: emu:mesh8"},
+      {kLink + " show --backend emu:mesh9", "emu:mesh8"},
+      {kBench + " --backend 'emu-remote:/tmp?frob=1' --iterations 1", "unknown option 'frob=1'"},
+  });
+  // A backend that cannot be reached is still 1.
+  const auto r = npo_test::run_command(kSmi + " --backend emu-remote:/nonexistent-npo-dir 2>&1");
+  EXPECT_EQ(r.status, 1) << r.out;
+}
+
+TEST(ToolsCli, EmuAndEmudNameWhatIsMissingOrWrong) {
+  expect_usage_errors({
+      // Used to say "value 0 must be in (0, 0.5)" from the daemon.
+      {kEmu + " fault --socket-dir /nonexistent-npo-dir --kind ber_ramp --card 0 --port 0",
+       "npo-emu fault: --kind ber_ramp needs --value", "value 0"},
+      // Used to report 'emu:emu-remote:...'.
+      {kEmud + " --topology emu-remote:/tmp/npo-x --socket-dir /nonexistent-npo-dir/s",
+       "npo-emud: --topology emu-remote:/tmp/npo-x: 'emu-remote:' is not an emulator topology", "emu:emu-remote"},
+  });
+}
+
+TEST(ToolsCli, CardOrPortThatDoesNotExistIsAnError) {
+  // Used to print nothing and exit 0 (npo-dma-bench already said "card 9 not present").
+  expect_usage_errors({
+      {kLink + " show --card 8" + kBe, "npo-link show: card 8 not present (8 cards)"},
+      {kLink + " show --card 1,9" + kBe, "card 9 not present (8 cards)"},
+      {kLink + " show --card 2 --port 9" + kBe, "npo-link show: port 9 not present (card 2 has 8 ports)"},
+      {kLink + " fec --port 8" + kBe, "port 8 not present"},
+      {kLink + " prbs --card 8" + kBe, "npo-link prbs: card 8 not present (8 cards)"},
+      {kLink + " prbs --card 0 --port 12" + kBe, "port 12 not present"},
+      {kLink + " train --card 8" + kBe, "npo-link train: card 8 not present (8 cards)"},
+      {kLink + " ddm --card 1 --port 8" + kBe, "port 8 not present"},
+  });
+  // In range still works.
+  const auto r = npo_test::run_command(kLink + " show --train --card 7 --port 6" + kBe);
+  EXPECT_EQ(r.status, 0) << r.out;
+}
+
+}  // namespace

@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: Apache-2.0
+// npo-emud --manage-links: the subnet manager's link duty while the daemon serves.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "npo/hal/link_training.hpp"
+#include "npo/hal/system.hpp"
+
+namespace npo::tools {
+
+/// Retrains links that go down while the supernode is served, as a fabric's subnet manager
+/// does (registers.md §7.2): every `period` it reads every port's registers (LinkMonitor,
+/// no stats DMA, no flap enforcement of its own) and retrains (train_ports, retrain = true)
+/// the ports that have a module, are enabled by the host, and were seen not up and not
+/// training in two polls in a row -- so a card's own retry is never raced. A lane that no
+/// longer locks is dropped from LANE_ENABLE by the supervisor, and the link comes back
+/// narrower (DEGRADED, e.g. 7/8 lanes). A port that went down FlapPolicy::max_downs times within
+/// FlapPolicy::window_ns (5 in 60 s) is left down and logged once ("held down"), so a
+/// flapping link is not retrained for ever. Removed cards are skipped. Every decision is one
+/// line through `say`. Thread-safety: owns one thread; the System must outlive the manager.
+class LinkManager {
+ public:
+  LinkManager(System& system, std::function<void(const std::string&)> say,
+              std::chrono::milliseconds period = std::chrono::milliseconds(200));
+  ~LinkManager();
+  LinkManager(const LinkManager&) = delete;
+  LinkManager& operator=(const LinkManager&) = delete;
+
+ private:
+  void run();
+
+  System& system_;
+  std::function<void(const std::string&)> say_;
+  std::chrono::milliseconds period_;
+  std::atomic<bool> stop_{false};
+  std::map<std::pair<std::uint32_t, unsigned>, FlapDamper> dampers_;
+  std::thread thread_;
+};
+
+}  // namespace npo::tools

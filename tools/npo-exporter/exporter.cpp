@@ -1,0 +1,426 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "exporter.hpp"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "common/bring_up.hpp"
+
+namespace npo::exporter {
+namespace {
+
+// Appends text and numbers to the exposition. A 1024-card scrape writes about a million
+// samples, so the writer copies into the string's spare capacity with one bounds check per
+// sample instead of one append per piece; finish() (or the destructor) trims the string to
+// what was written.
+class Writer {
+ public:
+  explicit Writer(std::string& out) : out_(out), len_(out.size()) {}
+  ~Writer() { finish(); }
+  Writer(const Writer&) = delete;
+  Writer& operator=(const Writer&) = delete;
+
+  /// "# HELP name help\n# TYPE name type\n".
+  void family(std::string_view name, std::string_view type, std::string_view help) {
+    reserve(2 * name.size() + type.size() + help.size() + 32);
+    put("# HELP ");
+    put(name);
+    put(' ');
+    put(help);
+    put("\n# TYPE ");
+    put(name);
+    put(' ');
+    put(type);
+    put('\n');
+  }
+  /// "name{labels} value\n" (no braces when `labels` is empty).
+  void sample(std::string_view name, std::string_view labels, double v) {
+    head(name, labels, {});
+    number(v);
+    put('\n');
+  }
+  void sample(std::string_view name, std::string_view labels, std::uint64_t v) {
+    head(name, labels, {});
+    integer(v);
+    put('\n');
+  }
+  /// "name{labels,extra} value\n".
+  void sample2(std::string_view name, std::string_view labels, std::string_view extra, std::uint64_t v) {
+    head(name, labels, extra);
+    integer(v);
+    put('\n');
+  }
+  /// Trims the string to the bytes written. Idempotent.
+  void finish() { out_.resize(len_); }
+
+ private:
+  /// Makes room for `n` more bytes past len_ (amortised doubling; new bytes are not zeroed).
+  void reserve(std::size_t n) {
+    if (len_ + n <= out_.size()) return;
+    const std::size_t want = std::max(len_ + n, out_.size() * 2 + 4096);
+    out_.resize_and_overwrite(want, [](char*, std::size_t k) { return k; });
+  }
+  void put(std::string_view v) {
+    std::memcpy(out_.data() + len_, v.data(), v.size());
+    len_ += v.size();
+  }
+  void put(char c) { out_[len_++] = c; }
+  void head(std::string_view name, std::string_view labels, std::string_view extra) {
+    reserve(name.size() + labels.size() + extra.size() + 48);  // + braces, comma, value, newline
+    put(name);
+    if (!labels.empty()) {
+      put('{');
+      put(labels);
+      if (!extra.empty()) {
+        put(',');
+        put(extra);
+      }
+      put('}');
+    }
+    put(' ');
+  }
+  void integer(std::uint64_t v) {
+    auto r = std::to_chars(out_.data() + len_, out_.data() + out_.size(), v);
+    len_ = static_cast<std::size_t>(r.ptr - out_.data());
+  }
+  void number(double v) {
+    if (std::isnan(v)) {
+      put("NaN");
+    } else if (std::isinf(v)) {
+      put(v > 0 ? "+Inf" : "-Inf");
+    } else {
+      auto r = std::to_chars(out_.data() + len_, out_.data() + out_.size(), v);
+      len_ = static_cast<std::size_t>(r.ptr - out_.data());
+    }
+  }
+  std::string& out_;
+  std::size_t len_;
+};
+
+constexpr std::array<LinkState, 7> kLinkStates = {
+    LinkState::kDisabled, LinkState::kModuleWait, LinkState::kDataPathInit, LinkState::kTraining,
+    LinkState::kFecLock,  LinkState::kUp,         LinkState::kFault};
+constexpr std::array<PortState, 4> kPortStates = {PortState::kHealthy, PortState::kDegraded, PortState::kFailed,
+                                                  PortState::kDisabled};
+constexpr std::array<LaneHealth, 4> kLaneVerdicts = {LaneHealth::kGood, LaneHealth::kDegraded, LaneHealth::kFailing,
+                                                     LaneHealth::kDown};
+/// PORT.TRAIN_RESULT codes (TrainResultReg::code, registers.md §7.2).
+constexpr std::array<std::string_view, 9> kTrainResults = {"NONE",
+                                                           "OK",
+                                                           "NO_MODULE",
+                                                           "MODULE_NOT_READY",
+                                                           "TIMEOUT_DATAPATH",
+                                                           "TIMEOUT_CDR_LOCK",
+                                                           "TIMEOUT_NEIGHBOR",
+                                                           "TIMEOUT_FEC_LOCK",
+                                                           "ABORTED"};
+
+/// `key="NAME"` for every value of an enum, built once.
+template <typename E, std::size_t N, typename NameFn>
+std::array<std::string, N> label_set(std::string_view key, const std::array<E, N>& values, NameFn name) {
+  std::array<std::string, N> r;
+  for (std::size_t i = 0; i < N; ++i) r[i] = fmt::format("{}=\"{}\"", key, name(values[i]));
+  return r;
+}
+
+}  // namespace
+
+Collector::Labels& Collector::labels_for(std::uint32_t card, unsigned port) {
+  const std::size_t k = static_cast<std::size_t>(card) * kPortSlots + port;
+  Labels& lb = labels_.at(k);  // sized for every card in the constructor: rows keep pointers into it
+  if (lb.port.empty()) {
+    lb.port = fmt::format("card=\"{}\",port=\"{}\"", card, port);
+    for (unsigned l = 0; l < lb.lanes.size(); ++l) lb.lanes[l] = fmt::format("{},lane=\"{}\"", lb.port, l);
+  }
+  return lb;
+}
+
+std::string escape_label(std::string_view v) {
+  std::string r;
+  r.reserve(v.size());
+  for (char c : v) {
+    if (c == '\\') {
+      r += "\\\\";
+    } else if (c == '"') {
+      r += "\\\"";
+    } else if (c == '\n') {
+      r += "\\n";
+    } else {
+      r += c;
+    }
+  }
+  return r;
+}
+
+Collector::Collector(System& system)
+    : system_(&system), monitor_(system, [] {
+        LinkMonitorOptions o;
+        o.enforce_flap_policy = false;
+        return o;
+      }()) {
+  labels_.resize(system.device_count() * kPortSlots);
+  card_labels_.reserve(system.device_count());
+  for (std::size_t c = 0; c < system.device_count(); ++c) card_labels_.push_back(fmt::format("card=\"{}\"", c));
+}
+
+Result<bool> Collector::collect(std::string& out) {
+  auto snap = monitor_.snapshot();
+  if (!snap) return std::unexpected(snap.error());
+  Writer w(out);
+
+  std::vector<PortRow>& ports = port_rows_;
+  std::vector<LaneRow>& lanes = lane_rows_;
+  ports.clear();
+  lanes.clear();
+  std::size_t removed = 0;
+  for (const auto& cp : snap->cards) {
+    if (cp.removed) ++removed;
+    for (std::size_t i = 0; i < cp.ports.size(); ++i) {
+      const PortStatus& st = cp.ports[i];
+      const PortHealth* h = i < cp.health.size() ? &cp.health[i] : nullptr;
+      Labels& lb = labels_for(cp.card, st.port);
+      PortRow pr{&lb.port, &st, h, 0};
+      // Time in state: since the first snapshot that saw the port's current health state
+      // (the training state while the monitor gives no health).
+      const int state = h != nullptr ? static_cast<int>(h->state) : 100 + static_cast<int>(st.state);
+      if (lb.state != state) {
+        lb.state = state;
+        lb.since_ns = snap->timestamp_ns;
+      }
+      pr.time_in_state_s = static_cast<double>(snap->timestamp_ns - lb.since_ns) / 1e9;
+      if (st.module_present) {
+        for (std::size_t l = 0; l < st.lanes.size() && l < lb.lanes.size(); ++l) {
+          LaneRow lr{&lb.lanes[l], &st.lanes[l], nullptr};
+          if (h != nullptr) {
+            for (const auto& lh : h->lanes) {
+              if (lh.lane == l) lr.health = &lh;
+            }
+          }
+          lanes.push_back(lr);
+        }
+      }
+      ports.push_back(pr);
+    }
+  }
+
+  // ---- cards ----
+  w.family("npo_card_info", "gauge",
+           "Identity of a card (always 1): PCI address, fabric ID, model, serial, firmware, driver.");
+  for (std::size_t c = 0; c < system_->device_count(); ++c) {
+    const DeviceInfo& d = system_->device(c).info();
+    const std::string labels =
+        fmt::format("{},bdf=\"{}\",fabric_id=\"{}\",model=\"{}\",serial=\"{:016x}\",firmware=\"{}\",driver=\"{}\"",
+                    card_labels_[c], escape_label(d.bdf), d.fabric_id, escape_label(d.model), d.serial,
+                    escape_label(d.firmware.firmware), escape_label(d.driver));
+    w.sample("npo_card_info", labels, std::uint64_t{1});
+  }
+  w.family("npo_card_up", "gauge", "Whether the card answers (0: removed, or its registers read all ones).");
+  for (const auto& cp : snap->cards)
+    w.sample("npo_card_up", card_labels_[cp.card], std::uint64_t{cp.removed ? 0u : 1u});
+  w.family("npo_card_hbm_bytes", "gauge", "Device memory (HBM) of the card, bytes.");
+  for (std::size_t c = 0; c < system_->device_count(); ++c)
+    w.sample("npo_card_hbm_bytes", card_labels_[c], system_->device(c).info().hbm_bytes);
+  w.family("npo_card_stats_dma", "gauge",
+           "Whether the card's counters were read by one statistics DMA (1) or register by register (0).");
+  for (const auto& cp : snap->cards)
+    w.sample("npo_card_stats_dma", card_labels_[cp.card], std::uint64_t{cp.via_stats_dma ? 1u : 0u});
+
+  // ---- ports ----
+  w.family("npo_port_link_up", "gauge",
+           "Whether the link carries traffic: both ends Up with FEC lock and every lane in use locked.");
+  for (const auto& p : ports) w.sample("npo_port_link_up", *p.labels, std::uint64_t{p.health && p.health->link_up});
+  w.family("npo_port_state", "gauge", "Port health state (LinkMonitor): 1 for the current state, 0 for the others.");
+  static const auto kPortStateLabels = label_set("state", kPortStates, port_state_name);
+  for (const auto& p : ports) {
+    for (std::size_t i = 0; i < kPortStates.size(); ++i) {
+      const bool cur = p.health != nullptr && p.health->state == kPortStates[i];
+      w.sample2("npo_port_state", *p.labels, kPortStateLabels[i], cur ? 1u : 0u);
+    }
+  }
+  w.family("npo_port_training_state", "gauge",
+           "Port training state machine (STATUS.STATE, registers.md 7.2): 1 for the current state, 0 for the others.");
+  static const auto kLinkStateLabels = label_set("state", kLinkStates, link_state_name);
+  for (const auto& p : ports) {
+    for (std::size_t i = 0; i < kLinkStates.size(); ++i)
+      w.sample2("npo_port_training_state", *p.labels, kLinkStateLabels[i], p.status->state == kLinkStates[i] ? 1u : 0u);
+  }
+  w.family("npo_port_training_result", "gauge",
+           "Result of the port's last training attempt (PORT.TRAIN_RESULT); the series of the current result is 1.");
+  static const auto kResultLabels = label_set("result", kTrainResults, [](std::string_view n) { return n; });
+  for (const auto& p : ports) {
+    const auto code = p.status->train_result.code;
+    w.sample2(
+        "npo_port_training_result", *p.labels,
+        code < kResultLabels.size() ? std::string_view(kResultLabels[code]) : std::string_view("result=\"UNKNOWN\""),
+        1u);
+  }
+  w.family("npo_port_time_in_state_seconds", "gauge",
+           "Seconds (platform clock) since this exporter first saw the port in its current health state.");
+  for (const auto& p : ports) w.sample("npo_port_time_in_state_seconds", *p.labels, p.time_in_state_s);
+  w.family("npo_port_speed_bytes_per_second", "gauge",
+           "Payload rate of the link, bytes per second (0 when the link is not up; 800 Gb/s = 1e11).");
+  for (const auto& p : ports) {
+    const bool up = p.health != nullptr && p.health->link_up;
+    w.sample("npo_port_speed_bytes_per_second", *p.labels, up ? p.status->speed_gbps() * 1e9 / 8 : 0.0);
+  }
+  w.family("npo_port_lanes", "gauge", "Lanes carrying the link when it is up, else 0.");
+  for (const auto& p : ports)
+    w.sample("npo_port_lanes", *p.labels, std::uint64_t{p.health ? p.health->lane_count : 0u});
+  w.family("npo_port_lanes_up", "gauge", "Physical lanes with signal and CDR lock (STATUS.LANES_UP).");
+  for (const auto& p : ports)
+    w.sample("npo_port_lanes_up", *p.labels, static_cast<std::uint64_t>(std::popcount(p.status->lanes_up)));
+  w.family("npo_port_module_present", "gauge", "Whether a transceiver module sits in the port's cage.");
+  for (const auto& p : ports) w.sample("npo_port_module_present", *p.labels, std::uint64_t{p.status->module_present});
+  w.family("npo_port_flaps_total", "counter", "Link flaps of the port since reset (PORT.FLAP_COUNT).");
+  for (const auto& p : ports) w.sample("npo_port_flaps_total", *p.labels, std::uint64_t{p.status->flap_count});
+  w.family("npo_port_link_up_transitions_total", "counter", "Entries of the link into Up since reset (PORT.UP_COUNT).");
+  for (const auto& p : ports)
+    w.sample("npo_port_link_up_transitions_total", *p.labels, std::uint64_t{p.status->up_count});
+  w.family("npo_port_training_attempts_total", "counter",
+           "Training attempts of the port since reset (PORT.TRAIN_COUNT).");
+  for (const auto& p : ports)
+    w.sample("npo_port_training_attempts_total", *p.labels, std::uint64_t{p.status->train_count});
+  w.family("npo_port_module_temperature_celsius", "gauge", "Transceiver module temperature (DDM), degrees Celsius.");
+  for (const auto& p : ports) {
+    if (p.status->module_temp_c) w.sample("npo_port_module_temperature_celsius", *p.labels, *p.status->module_temp_c);
+  }
+  w.family("npo_port_module_supply_volts", "gauge", "Transceiver module supply voltage (DDM), volts.");
+  for (const auto& p : ports) {
+    if (p.status->module_vcc_v) w.sample("npo_port_module_supply_volts", *p.labels, *p.status->module_vcc_v);
+  }
+
+  // ---- lanes ----
+  w.family("npo_lane_pre_fec_ber", "gauge",
+           "Pre-FEC bit error ratio of the lane over the last monitor interval (lanes in use with traffic).");
+  for (const auto& l : lanes) {
+    if (l.health != nullptr && l.health->ber) w.sample("npo_lane_pre_fec_ber", *l.labels, *l.health->ber);
+  }
+  w.family(
+      "npo_lane_health", "gauge",
+      "Lane health verdict with hysteresis (GOOD, DEGRADED, FAILING, DOWN): 1 for the current verdict, lanes in use.");
+  static const auto kVerdictLabels = label_set("verdict", kLaneVerdicts, lane_health_name);
+  for (const auto& l : lanes) {
+    if (l.health == nullptr) continue;
+    for (std::size_t i = 0; i < kLaneVerdicts.size(); ++i)
+      w.sample2("npo_lane_health", *l.labels, kVerdictLabels[i], l.health->verdict == kLaneVerdicts[i] ? 1u : 0u);
+  }
+  w.family("npo_lane_in_use", "gauge", "Whether the lane carries the port's link (negotiated lane map).");
+  for (const auto& l : lanes) w.sample("npo_lane_in_use", *l.labels, std::uint64_t{l.health != nullptr});
+  w.family("npo_lane_fec_codewords_total", "counter", "RS(544,514) codewords received on the lane.");
+  for (const auto& l : lanes) w.sample("npo_lane_fec_codewords_total", *l.labels, l.counters->codewords);
+  w.family("npo_lane_fec_corrected_codewords_total", "counter", "Codewords the FEC corrected (1..15 symbol errors).");
+  for (const auto& l : lanes) w.sample("npo_lane_fec_corrected_codewords_total", *l.labels, l.counters->corrected);
+  w.family("npo_lane_fec_uncorrectable_codewords_total", "counter",
+           "Codewords the FEC could not correct (more than 15 symbol errors).");
+  for (const auto& l : lanes)
+    w.sample("npo_lane_fec_uncorrectable_codewords_total", *l.labels, l.counters->uncorrectable);
+  w.family("npo_lane_fec_symbol_errors_total", "counter", "Symbols the FEC corrected.");
+  for (const auto& l : lanes) w.sample("npo_lane_fec_symbol_errors_total", *l.labels, l.counters->symbol_errors);
+  w.family(
+      "npo_lane_fec_codewords_by_symbol_errors_total", "counter",
+      "Codewords by number of symbol errors (FEC histogram bins 0..15; bins 1..15 appear from their first count).");
+  static const std::array<std::string, 16> kBins = [] {
+    std::array<std::string, 16> b;
+    for (unsigned i = 0; i < 16; ++i) b[i] = fmt::format("bin=\"{}\"", i);
+    return b;
+  }();
+  // Bin 0 always; bins 1..15 from their first count on (a healthy lane has 15 empty bins:
+  // writing them would double a 1024-card exposition). An absent bin reads as 0.
+  for (const auto& l : lanes) {
+    for (unsigned b = 0; b < 16; ++b) {
+      if (b == 0 || l.counters->fec_bins[b] != 0)
+        w.sample2("npo_lane_fec_codewords_by_symbol_errors_total", *l.labels, kBins[b], l.counters->fec_bins[b]);
+    }
+  }
+  w.family("npo_lane_snr_decibels", "gauge", "Receiver signal-to-noise ratio of the lane, dB (0: no signal).");
+  for (const auto& l : lanes) w.sample("npo_lane_snr_decibels", *l.labels, l.counters->snr_db);
+  w.family("npo_lane_cdr_lock", "gauge", "Whether the lane's receiver has clock and data recovery lock.");
+  for (const auto& l : lanes) w.sample("npo_lane_cdr_lock", *l.labels, std::uint64_t{l.counters->cdr_lock});
+  w.family("npo_lane_tx_bias_amperes", "gauge", "Laser bias current of the lane (DDM), amperes.");
+  for (const auto& l : lanes) w.sample("npo_lane_tx_bias_amperes", *l.labels, l.counters->tx_bias_ma / 1e3);
+  w.family("npo_lane_tx_power_watts", "gauge", "Optical transmit power of the lane (DDM), watts.");
+  for (const auto& l : lanes) w.sample("npo_lane_tx_power_watts", *l.labels, l.counters->tx_power_mw / 1e3);
+  w.family("npo_lane_rx_power_watts", "gauge", "Optical receive power of the lane (DDM), watts.");
+  for (const auto& l : lanes) w.sample("npo_lane_rx_power_watts", *l.labels, l.counters->rx_power_mw / 1e3);
+
+  return removed == snap->cards.size() && !snap->cards.empty();
+}
+
+Exporter::Exporter(ExporterOptions options) : options_(std::move(options)) {}
+Exporter::~Exporter() = default;
+
+std::string Exporter::scrape() {
+  const auto t0 = std::chrono::steady_clock::now();
+  ++scrapes_;
+  std::string body;
+  bool up = false;
+  if (!system_) {
+    auto s = System::open(options_.uri);
+    if (!s) {
+      last_error_ = s.error().to_string();
+    } else {
+      system_ = std::move(*s);
+      if (scrapes_ > 1) ++reconnects_;
+      if (options_.bring_up) {
+        if (auto f = tools::bring_up(*system_); !f) last_error_ = f.error().error.to_string();
+      }
+      collector_ = std::make_unique<Collector>(*system_);
+    }
+  }
+  if (collector_) {
+    body.reserve(1u << 20);
+    auto gone = collector_->collect(body);
+    if (!gone) {
+      last_error_ = gone.error().to_string();
+      body.clear();
+    } else {
+      up = true;
+      if (*gone) {
+        // Every card reads as removed: a dead daemon (or a backend that lost all cards).
+        // Report them at 0 now and reopen on the next scrape.
+        last_error_ = "every card reads as removed";
+        up = false;
+      } else {
+        last_error_.clear();
+      }
+    }
+    if (!up) {
+      collector_.reset();
+      system_.reset();
+    }
+  }
+  std::string out;
+  out.reserve(body.size() + 1024);
+  {
+    Writer w(out);
+    w.family("npo_up", "gauge", "Whether the backend answered the last scrape (0: unreachable, or every card gone).");
+    w.sample("npo_up", "", std::uint64_t{up ? 1u : 0u});
+    w.family("npo_exporter_scrapes_total", "counter", "Scrapes this exporter served.");
+    w.sample("npo_exporter_scrapes_total", "", scrapes_);
+    w.family("npo_exporter_reconnects_total", "counter", "Times the exporter reopened the backend after losing it.");
+    w.sample("npo_exporter_reconnects_total", "", reconnects_);
+    w.family("npo_exporter_last_error_info", "gauge", "The last error of the backend (1 while there is one).");
+    if (!last_error_.empty()) {
+      w.sample("npo_exporter_last_error_info", fmt::format("error=\"{}\"", escape_label(last_error_)),
+               std::uint64_t{1});
+    }
+  }
+  out += body;
+  const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  Writer w(out);
+  w.family("npo_exporter_scrape_duration_seconds", "gauge", "Wall time this scrape took to collect, seconds.");
+  w.sample("npo_exporter_scrape_duration_seconds", "", dt);
+  w.finish();
+  return out;
+}
+
+}  // namespace npo::exporter
