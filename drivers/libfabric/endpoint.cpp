@@ -45,9 +45,9 @@ void Ep::poll_dma() {
                                   " to the card with fabric id " + std::to_string(it->dest_fabric) +
                                   " failed: " + std::string(op_status_name(it->worst));
           // A queue timeout with the own card alive is a transient (send_failed judges both).
-          const bool transient = is_path_failure(it->worst) ||
-                                 ((it->worst == OpStatus::kTimeout || it->worst == OpStatus::kAborted) &&
-                                  !own_card_gone());
+          const bool transient =
+              is_path_failure(it->worst) ||
+              ((it->worst == OpStatus::kTimeout || it->worst == OpStatus::kAborted) && !own_card_gone());
           if (transient) {
             // The fabric did not deliver the datagram (peer unreachable, its ring window gone):
             // like a UD/UDP datagram it is dropped and the send completes; a reliability layer

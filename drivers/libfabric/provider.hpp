@@ -498,7 +498,8 @@ struct Ep {
     if (eq) eq->push_error(&ep.fid, ep.fid.context, err, msg);
     if (abort_on_fault()) {
       const std::string_view m = std::string_view(msg).starts_with("npo: ") ? std::string_view(msg).substr(5) : msg;
-      std::fprintf(stderr, "npo: fatal: %.*s (the process ends; NPO_FI_FAULT=report would report it on the EQ instead)\n",
+      std::fprintf(stderr,
+                   "npo: fatal: %.*s (the process ends; NPO_FI_FAULT=report would report it on the EQ instead)\n",
                    static_cast<int>(m.size()), m.data());
       std::fflush(stderr);
       std::_Exit(1);
