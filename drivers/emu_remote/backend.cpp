@@ -909,7 +909,17 @@ class RemoteBackend final : public backend::Backend {
 
   Result<std::vector<backend::FunctionInfo>> enumerate() override {
     std::error_code ec;
-    if (!std::filesystem::is_directory(o_.dir, ec)) {
+    // A directory this user may not search is npo-emud's permissions, not a missing daemon.
+    const auto denied = [&] {
+      return fail(Code::kPermissionDenied,
+                  fmt::format("emu-remote: cannot read {} ({}): npo-emud's socket directory does not let this user "
+                              "in; start npo-emud with --socket-group GROUP (and --socket-mode 0660) and join that "
+                              "group, or run as the daemon's user",
+                              o_.dir.string(), ec.message()));
+    };
+    const bool is_dir = std::filesystem::is_directory(o_.dir, ec);
+    if (ec == std::errc::permission_denied) return denied();
+    if (!is_dir) {
       return fail(Code::kUnavailable,
                   fmt::format("emu-remote: {} is not a directory: start the daemon with `npo-emud --topology "
                               "emu:mesh8 --socket-dir {}`",
@@ -926,6 +936,7 @@ class RemoteBackend final : public backend::Backend {
       const auto [p, err] = std::from_chars(digits.data(), digits.data() + digits.size(), k);
       if (err == std::errc{} && p == digits.data() + digits.size()) cards.insert(k);
     }
+    if (ec == std::errc::permission_denied) return denied();
     if (cards.empty()) {
       // A cleanly stopped daemon removes its sockets and leaves the directory: that is no
       // supernode, not an empty one.

@@ -127,6 +127,11 @@ TEST(EmudView, CardRemovedInsideTheDaemonIsListedRemovedNotAnError) {
   EXPECT_NE(show.out.find("   7    -  REMOVED"), std::string::npos) << show.out;
   EXPECT_NE(show.out.find("card 7 REMOVED"), std::string::npos) << show.out;
   EXPECT_NE(show.out.find("   0    6  "), std::string::npos) << "card 0 still shown:\n" << show.out;
+  // ddm of a removed card (and a --port check that skips its 0 ports): REMOVED, exit 4.
+  auto ddm = npo_test::run_command(std::string(NPO_LINK) + " ddm --backend " + d.uri() + " --card 7 --port 0 2>&1");
+  EXPECT_EQ(ddm.status, 4) << ddm.out;
+  EXPECT_NE(ddm.out.find("card 7: REMOVED"), std::string::npos) << ddm.out;
+  EXPECT_NE(ddm.out.find("1 card(s) removed"), std::string::npos) << ddm.out;
   // Through the library: the System opens all 8; card 7 is marked, its calls fail unavailable.
   auto sys = npo::System::open(d.uri() + "?mode=ro");
   ASSERT_TRUE(sys.has_value()) << sys.error().to_string();
@@ -196,6 +201,45 @@ TEST(EmudView, SocketGroupAndModeLetAGroupConnect) {
   const std::string unit = slurp(NPO_EMUD_UNIT);
   EXPECT_NE(unit.find(std::string("ExecStart=") + NPO_INSTALL_BINDIR + "/npo-emud "), std::string::npos) << unit;
   EXPECT_EQ(unit.find("@CMAKE"), std::string::npos) << unit;
+}
+
+// Finding 10 as another user sees it (needs root to become nobody:nogroup; skipped otherwise):
+// a daemon started without --socket-group keeps its socket directory to its own user, and the
+// client is told permission_denied with the --socket-group hint, not "no npo-emud serving DIR";
+// with --socket-group nogroup --socket-mode 0660 the same user connects.
+TEST(EmudView, AnotherUserIsToldPermissionDeniedOrLetInByTheSocketGroup) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a client as nobody:nogroup";
+  const group* ng = ::getgrnam("nogroup");
+  if (ng == nullptr) GTEST_SKIP() << "no group nogroup";
+  const std::string as_nobody = "setpriv --reuid=65534 --regid=" + std::to_string(ng->gr_gid) + " --clear-groups ";
+  auto probe = npo_test::run_command(as_nobody + NPO_SMI + " --help >/dev/null 2>&1");
+  if (probe.status != 0) GTEST_SKIP() << "nobody cannot run " << NPO_SMI << " (setpriv missing or build dir closed)";
+  {
+    EmudProcess d;
+    ASSERT_TRUE(d.start(NPO_EMUD, "emu:2", {"--no-bring-up"})) << d.output();
+    ASSERT_EQ(::chmod(d.dir().c_str(), 0700), 0);
+    auto smi = npo_test::run_command(as_nobody + NPO_SMI + " --backend " + d.uri() + " 2>&1");
+    EXPECT_EQ(smi.status, 1) << smi.out;
+    EXPECT_NE(smi.out.find("permission_denied"), std::string::npos) << smi.out;
+    EXPECT_NE(smi.out.find("--socket-group"), std::string::npos) << smi.out;
+    EXPECT_EQ(smi.out.find("no npo-emud serving"), std::string::npos) << smi.out;
+    // A searchable directory, sockets from the umask (srwxr-xr-x): refused at the connect.
+    ASSERT_EQ(::chmod(d.dir().c_str(), 0755), 0);
+    auto smi2 = npo_test::run_command(as_nobody + NPO_SMI + " --backend " + d.uri() + " 2>&1");
+    EXPECT_EQ(smi2.status, 1) << smi2.out;
+    EXPECT_NE(smi2.out.find("permission_denied"), std::string::npos) << smi2.out;
+    EXPECT_EQ(smi2.out.find("is npo-emud running"), std::string::npos) << smi2.out;
+    EXPECT_EQ(d.stop(), 0) << d.output();
+    std::filesystem::remove_all(d.dir());
+  }
+  EmudProcess d;
+  ASSERT_TRUE(d.start(NPO_EMUD, "emu:2", {"--no-bring-up", "--socket-group", "nogroup", "--socket-mode", "0660"}))
+      << d.output();
+  auto smi = npo_test::run_command(as_nobody + NPO_SMI + " --backend " + d.uri() + " 2>&1");
+  EXPECT_EQ(smi.status, 0) << smi.out;
+  EXPECT_NE(smi.out.find("2 cards"), std::string::npos) << smi.out;
+  EXPECT_EQ(d.stop(), 0) << d.output();
+  std::filesystem::remove_all(d.dir());
 }
 
 }  // namespace

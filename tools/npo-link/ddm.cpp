@@ -106,6 +106,13 @@ int ddm_once(System& sys, LinkMonitor& mon, const Common& c) {
   for (std::size_t ci = 0; ci < sys.device_count(); ++ci) {
     if (!card_selected(c, static_cast<std::uint32_t>(ci))) continue;
     auto& dev = sys.device(ci);
+    if (dev.info().removed) {
+      // Removed before the open (a shared npo-emud's surprise removal): as one removed now.
+      removed_cards.push_back(ci);
+      if (!c.json) fmt::print("card {}: REMOVED (config space reads ffff:ffff)\n", ci);
+      worst = 2;
+      continue;
+    }
     for (unsigned p = 0; p < dev.port_count(); ++p) {
       if (!c.ports.empty() && std::find(c.ports.begin(), c.ports.end(), p) == c.ports.end()) continue;
       if (!state_ok(ci, p)) continue;
