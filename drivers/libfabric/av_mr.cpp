@@ -54,7 +54,8 @@ int av_remove(fid_av* f, fi_addr_t* fi_addr, std::size_t count, std::uint64_t) {
     }
     a->table[fi_addr[i]].valid = false;
     const auto& h = a->table[fi_addr[i]].handle;
-    if (auto it = a->by_src.find(src_key_of(h.fabric_id, h.window_id)); it != a->by_src.end() && it->second == fi_addr[i])
+    if (auto it = a->by_src.find(src_key_of(h.fabric_id, h.window_id));
+        it != a->by_src.end() && it->second == fi_addr[i])
       a->by_src.erase(it);
   }
   return ret;

@@ -396,8 +396,9 @@ ssize_t send_to(Ep& e, const Av::Entry& peer, const iovec* iov, std::size_t coun
   // staging and queue room may have been used by nothing else meanwhile (one thread per domain)
   while (!room())
     if (!wait_a_bit()) return -FI_EAGAIN;
-  const ssize_t r = post_slot(e, peer, d, key, d.next_seq, iov, count, len, ctx, data,
-                              (has_data ? kFlagData : 0) | (meta.tagged ? kFlagTagged : 0), completion && !inject, meta);
+  const ssize_t r =
+      post_slot(e, peer, d, key, d.next_seq, iov, count, len, ctx, data,
+                (has_data ? kFlagData : 0) | (meta.tagged ? kFlagTagged : 0), completion && !inject, meta);
   if (r == 0) ++d.next_seq;
   return r == 1 ? 0 : r;
 }
@@ -407,7 +408,7 @@ Ep* ep_of(fid_ep* f) { return reinterpret_cast<Ep*>(f); }
 ssize_t ep_sendv(fid_ep* f, const iovec* iov, void**, std::size_t count, fi_addr_t dest, void* ctx) {
   Ep* e = ep_of(f);
   std::lock_guard lk(e->domain->mu);
-  return do_send(*e, iov, count, dest, ctx, 0, false, false, !e->tx_selective);
+  return do_send(*e, iov, count, dest, ctx, 0, false, false, e->tx_default_completion());
 }
 ssize_t ep_send(fid_ep* f, const void* buf, std::size_t len, void* desc, fi_addr_t dest, void* ctx) {
   iovec iov{const_cast<void*>(buf), len};
@@ -429,7 +430,7 @@ ssize_t ep_senddata(fid_ep* f, const void* buf, std::size_t len, void*, std::uin
   Ep* e = ep_of(f);
   std::lock_guard lk(e->domain->mu);
   iovec iov{const_cast<void*>(buf), len};
-  return do_send(*e, &iov, 1, dest, ctx, data, true, false, !e->tx_selective);
+  return do_send(*e, &iov, 1, dest, ctx, data, true, false, e->tx_default_completion());
 }
 ssize_t ep_injectdata(fid_ep* f, const void* buf, std::size_t len, std::uint64_t data, fi_addr_t dest) {
   Ep* e = ep_of(f);
@@ -699,6 +700,9 @@ int ep_open(fid_domain* f, fi_info* info, fid_ep** out, void* context) {
     return -FI_EINVAL;
   auto e = std::make_unique<Ep>();
   e->rdm = info && info->ep_attr && info->ep_attr->type == FI_EP_RDM;
+  e->directed_recv = info && (info->caps & FI_DIRECTED_RECV);
+  if (info && info->tx_attr) e->tx_op_flags = info->tx_attr->op_flags;
+  if (info && info->rx_attr) e->rx_op_flags = info->rx_attr->op_flags;
   e->domain = d;
   e->ep.fid.fclass = FI_CLASS_EP;
   e->ep.fid.context = context;

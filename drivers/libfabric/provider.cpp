@@ -161,8 +161,8 @@ bool hints_match(const fi_info* hints, unsigned card) {
 
 // The native RDM endpoint (rdm.cpp): tagged and untagged messages of any size, reliable,
 // ordered per sender, directed receives, peek/claim/discard, remote CQ data.
-constexpr std::uint64_t kRdmCaps = FI_MSG | FI_TAGGED | FI_SEND | FI_RECV | FI_DIRECTED_RECV | FI_SOURCE |
-                                   FI_LOCAL_COMM | FI_REMOTE_COMM;
+constexpr std::uint64_t kRdmCaps =
+    FI_MSG | FI_TAGGED | FI_SEND | FI_RECV | FI_DIRECTED_RECV | FI_SOURCE | FI_LOCAL_COMM | FI_REMOTE_COMM;
 
 bool hints_match_rdm(const fi_info* hints, unsigned card) {
   if (!hints) return true;
@@ -177,15 +177,14 @@ bool hints_match_rdm(const fi_info* hints, unsigned card) {
     return false;
   if (hints->fabric_attr && hints->fabric_attr->name && std::string_view(hints->fabric_attr->name) != "npo")
     return false;
-  if (hints->fabric_attr && hints->fabric_attr->prov_name &&
-      std::string_view(hints->fabric_attr->prov_name) != "npo")
+  if (hints->fabric_attr && hints->fabric_attr->prov_name && std::string_view(hints->fabric_attr->prov_name) != "npo")
     return false;
   if (hints->addr_format != FI_FORMAT_UNSPEC) return false;
   if (hints->domain_attr && hints->domain_attr->cq_data_size > 8) return false;
   if (hints->domain_attr && (hints->domain_attr->mr_mode & FI_MR_LOCAL) == 0 && hints->domain_attr->mr_mode != 0 &&
-      (hints->domain_attr->mr_mode & ~(FI_MR_BASIC | FI_MR_SCALABLE | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
-                                       FI_MR_PROV_KEY | FI_MR_LOCAL | FI_MR_RAW | FI_MR_ENDPOINT | FI_MR_MMU_NOTIFY |
-                                       FI_MR_RMA_EVENT | FI_MR_HMEM)))
+      (hints->domain_attr->mr_mode &
+       ~(FI_MR_BASIC | FI_MR_SCALABLE | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_LOCAL | FI_MR_RAW |
+         FI_MR_ENDPOINT | FI_MR_MMU_NOTIFY | FI_MR_RMA_EVENT | FI_MR_HMEM)))
     return false;
   if (hints->tx_attr && (hints->tx_attr->inject_size > kEagerMax || hints->tx_attr->iov_limit > kIovLimit))
     return false;
@@ -200,11 +199,23 @@ fi_info* make_info(unsigned card, const fi_info* hints);
 fi_info* make_rdm_info(unsigned card, const fi_info* hints) {
   fi_info* i = make_info(card, hints);
   if (!i) return nullptr;
-  i->caps = kRdmCaps;
-  i->tx_attr->caps = kRdmCaps & (FI_MSG | FI_TAGGED | FI_SEND);
-  i->rx_attr->caps = kRdmCaps & (FI_MSG | FI_TAGGED | FI_RECV | FI_DIRECTED_RECV | FI_SOURCE);
+  // The capabilities asked for (all when none were): FI_DIRECTED_RECV in particular changes
+  // behaviour, since without it a receive's source address is ignored (fi_tagged(3)).
+  std::uint64_t caps = kRdmCaps;
+  if (hints && hints->caps) {
+    caps = hints->caps & kRdmCaps;
+    if (!(caps & (FI_MSG | FI_TAGGED))) caps |= FI_MSG | FI_TAGGED;
+    if (!(caps & (FI_SEND | FI_RECV))) caps |= FI_SEND | FI_RECV;
+    caps |= FI_LOCAL_COMM | FI_REMOTE_COMM;
+  }
+  i->caps = caps;
+  i->tx_attr->caps = caps & (FI_MSG | FI_TAGGED | FI_SEND);
+  i->rx_attr->caps = caps & (FI_MSG | FI_TAGGED | FI_RECV | FI_DIRECTED_RECV | FI_SOURCE);
   i->tx_attr->inject_size = kEagerMax;
   i->rx_attr->total_buffered_recv = kUnexpMax;
+  // default op flags: FI_COMPLETION when asked (with FI_SELECTIVE_COMPLETION it decides)
+  if (hints && hints->tx_attr) i->tx_attr->op_flags = hints->tx_attr->op_flags & FI_COMPLETION;
+  if (hints && hints->rx_attr) i->rx_attr->op_flags = hints->rx_attr->op_flags & FI_COMPLETION;
   i->ep_attr->type = FI_EP_RDM;
   i->ep_attr->max_msg_size = kRdmMaxMsg;
   // all 64 tag bits are matched (libfabric 1.17 has no FI_TAG_GENERIC; this is its pattern)

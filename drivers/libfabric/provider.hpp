@@ -86,14 +86,14 @@ struct SlotHeader {
   std::uint64_t data;   // remote CQ data
   std::uint32_t magic;  // kHdrMagic
   std::uint32_t src_fabric_id;
-  std::uint64_t sum;  // payload_sum() of the payload: a failed payload write is detected
-  std::uint64_t tag;          // RDM: the tag of a tagged message (kFlagTagged)
-  std::uint16_t src_window;   // RDM: the sender's ring window ID (with src_fabric_id: who sent it)
-  std::uint8_t kind;          // RDM: MsgKind; 0 on the DGRAM core
+  std::uint64_t sum;         // payload_sum() of the payload: a failed payload write is detected
+  std::uint64_t tag;         // RDM: the tag of a tagged message (kFlagTagged)
+  std::uint16_t src_window;  // RDM: the sender's ring window ID (with src_fabric_id: who sent it)
+  std::uint8_t kind;         // RDM: MsgKind; 0 on the DGRAM core
   std::uint8_t pad[13];
 };
-constexpr std::uint32_t kFlagData = 1;  // data is valid
-constexpr std::uint32_t kFlagSkip = 2;  // tombstone: the message of this seq was lost, skip the slot
+constexpr std::uint32_t kFlagData = 1;    // data is valid
+constexpr std::uint32_t kFlagSkip = 2;    // tombstone: the message of this seq was lost, skip the slot
 constexpr std::uint32_t kFlagTagged = 4;  // RDM: a tagged message (FI_TAGGED), tag is valid
 
 // ---- RDM protocol (docs/libfabric.md "Native RDM") ----------------------------------------
@@ -102,13 +102,13 @@ constexpr std::uint32_t kFlagTagged = 4;  // RDM: a tagged message (FI_TAGGED), 
 // its landing zone for part of that message (CtsBody). FIN: the sender wrote a granted chunk
 // (the data write, a fence, then this message, so FIN is seen only after the data landed).
 enum MsgKind : std::uint8_t { kEager = 0, kRts = 1, kCts = 2, kFin = 3 };
-constexpr std::size_t kEagerMax = kMaxMsg;               // RDM payloads up to this go eager
-constexpr std::uint64_t kRdmMaxMsg = 1ull << 40;         // max_msg_size of the RDM endpoint
-constexpr std::size_t kRndvChunk = 256 * 1024;           // rendezvous chunk (one grant, one FIN)
-constexpr unsigned kLandingChunks = 16;                  // landing zone: 16 chunks = 4 MiB of HBM
-constexpr unsigned kRndvStagingChunks = 4;               // sender: chunks in flight per endpoint
-constexpr unsigned kGrantsPerRecv = 8;                   // chunks granted ahead per message
-constexpr std::size_t kUnexpMax = 64ull << 20;           // buffered unexpected eager bytes
+constexpr std::size_t kEagerMax = kMaxMsg;                    // RDM payloads up to this go eager
+constexpr std::uint64_t kRdmMaxMsg = 1ull << 40;              // max_msg_size of the RDM endpoint
+constexpr std::size_t kRndvChunk = 256 * 1024;                // rendezvous chunk (one grant, one FIN)
+constexpr unsigned kLandingChunks = 16;                       // landing zone: 16 chunks = 4 MiB of HBM
+constexpr unsigned kRndvStagingChunks = 4;                    // sender: chunks in flight per endpoint
+constexpr unsigned kGrantsPerRecv = 8;                        // chunks granted ahead per message
+constexpr std::size_t kUnexpMax = 64ull << 20;                // buffered unexpected eager bytes
 constexpr auto kRetryBackoff = std::chrono::milliseconds(1);  // RDM: resend a write the fabric failed
 
 // Checksum of a payload (64-bit multiply-xorshift over 8-byte words, length folded in). Not
@@ -307,14 +307,15 @@ inline std::chrono::milliseconds fault_persistence() {
 // How often progress checks that the own card still answers (mailbox heartbeat).
 constexpr auto kHeartbeatPeriod = std::chrono::seconds(1);
 
-// Ports of `dev` with a module whose link is not up: "port 3 (down, neighbour fabric id 4)".
+// Ports of `dev` whose link is not up: "port 3 down (neighbour fabric id 4)", "port 0 down (no
+// transceiver module)" (a removed module).
 inline std::string down_ports(Device& dev) {
   std::string out;
   for (unsigned p = 0; p < dev.port_count(); ++p) {
     auto st = read_port(dev, p);
-    if (!st || !st->module_present || st->link_up) continue;
+    if (!st || st->link_up) continue;
     if (!out.empty()) out += ", ";
-    out += "port " + std::to_string(p) + " down";
+    out += "port " + std::to_string(p) + (st->module_present ? " down" : " down (no transceiver module)");
     if (st->neighbor_fabric_id) out += " (neighbour fabric id " + std::to_string(*st->neighbor_fabric_id) + ")";
   }
   return out;
@@ -442,6 +443,11 @@ struct Ep {
   Cq* rx_cq = nullptr;
   Eq* eq = nullptr;
   bool tx_selective = false, rx_selective = false;
+  std::uint64_t tx_op_flags = 0, rx_op_flags = 0;  // the info's default op flags (FI_COMPLETION)
+  // Whether a send call without flags (fi_send, fi_tsend, ...) generates a completion: always,
+  // unless the CQ was bound with FI_SELECTIVE_COMPLETION and the default op flags lack FI_COMPLETION.
+  bool tx_default_completion() const { return !tx_selective || (tx_op_flags & FI_COMPLETION); }
+  bool rx_default_completion() const { return !rx_selective || (rx_op_flags & FI_COMPLETION); }
   bool enabled = false;
   unsigned ep_no = 0;
   unsigned lanes = kDefaultLanes;
@@ -507,8 +513,9 @@ struct Ep {
 
   // ---- RDM state (rdm.cpp) ----
   bool rdm = false;
-  bool progressing = false;  // progress() is not re-entered from inside itself
-  struct Posted {            // a posted receive
+  bool directed_recv = false;  // FI_DIRECTED_RECV asked for: a receive's source address counts
+  bool progressing = false;    // progress() is not re-entered from inside itself
+  struct Posted {              // a posted receive
     void* ctx = nullptr;
     std::array<iovec, kIovLimit> iov{};
     std::size_t count = 0;
@@ -527,7 +534,7 @@ struct Ep {
     bool has_data = false;
     std::uint64_t total = 0;  // message bytes
     std::vector<std::byte> payload;
-    std::uint64_t send_id = 0;  // RTS: the sender's id of the message
+    std::uint64_t send_id = 0;   // RTS: the sender's id of the message
     void* claimed_by = nullptr;  // FI_CLAIM: the context that claimed it
   };
   std::list<Unexp> unexp;
@@ -569,7 +576,7 @@ struct Ep {
     std::array<std::uint64_t, 5> body;
   };
   std::deque<Ctrl> ctrl_out;
-  std::deque<Tx> retry;                             // failed writes waiting to be resent
+  std::deque<Tx> retry;                                // failed writes waiting to be resent
   std::unordered_map<std::uint64_t, Av::Entry> peers;  // senders seen in RTS, by src key
   std::uint64_t landing_off() const { return ring_bytes(lanes); }
 
@@ -601,9 +608,9 @@ struct Ep {
     check_card();
     check_stall();
   }
-  void rdm_progress();                      // rdm.cpp
-  void rdm_tx_done(Tx t);                   // rdm.cpp: a finished ring write of an RDM endpoint
-  void rdm_poll_rx();                       // rdm.cpp: consume the own ring (never sends)
+  void rdm_progress();     // rdm.cpp
+  void rdm_tx_done(Tx t);  // rdm.cpp: a finished ring write of an RDM endpoint
+  void rdm_poll_rx();      // rdm.cpp: consume the own ring (never sends)
   void report_fatal(const std::string& msg, int err) {
     if (fatal_reported) return;
     fatal_reported = true;

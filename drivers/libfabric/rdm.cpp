@@ -87,8 +87,8 @@ std::uint64_t recv_flags(bool tagged, bool has_data) {
 
 // Writes the completion of a receive of `total` message bytes into `r` (FI_ETRUNC when the
 // buffers were shorter).
-void complete_recv(Ep& e, const Ep::Posted& r, std::uint64_t total, bool tagged, std::uint64_t tag,
-                   std::uint64_t data, bool has_data, fi_addr_t src) {
+void complete_recv(Ep& e, const Ep::Posted& r, std::uint64_t total, bool tagged, std::uint64_t tag, std::uint64_t data,
+                   bool has_data, fi_addr_t src) {
   if (!e.rx_cq) return;
   const std::size_t cap = iov_bytes(r.iov.data(), r.count);
   const std::uint64_t flags = recv_flags(tagged, has_data);
@@ -100,8 +100,7 @@ void complete_recv(Ep& e, const Ep::Posted& r, std::uint64_t total, bool tagged,
     return;
   }
   if (e.rx_selective && !(r.flags & FI_COMPLETION)) return;
-  Cq::Comp c{r.ctx, flags, static_cast<std::size_t>(total), r.count ? r.iov[0].iov_base : nullptr,
-             has_data ? data : 0};
+  Cq::Comp c{r.ctx, flags, static_cast<std::size_t>(total), r.count ? r.iov[0].iov_base : nullptr, has_data ? data : 0};
   c.tag = tagged ? tag : 0;
   c.src = src;
   e.rx_cq->push(c);
@@ -119,9 +118,8 @@ void queue_grants(Ep& e, std::uint64_t recv_id, Ep::RecvReq& q) {
     const unsigned chunk = e.land_free.back();
     e.land_free.pop_back();
     const std::uint64_t len = std::min<std::uint64_t>(kRndvChunk, q.total - q.granted);
-    e.ctrl_out.push_back(Ep::Ctrl{q.src_key, kCts,
-                                  {q.send_id, recv_id, q.granted, e.landing_off() + std::uint64_t{chunk} * kRndvChunk,
-                                   len}});
+    e.ctrl_out.push_back(Ep::Ctrl{
+        q.src_key, kCts, {q.send_id, recv_id, q.granted, e.landing_off() + std::uint64_t{chunk} * kRndvChunk, len}});
     q.granted += len;
   }
 }
@@ -213,8 +211,8 @@ void Ep::rdm_poll_rx() {
       if (!bad_header) hw_copy(rx_scratch.data(), slot + kHdr, h.len);
       if (bad_header || payload_sum(rx_scratch.data(), h.len) != h.sum) {
         // The fence before every header makes this impossible on a working card: data loss.
-        report_fatal("npo: " + where() + " received a corrupt message on ring lane " + std::to_string(lane) +
-                         " (seq " + std::to_string(want) + ", from fabric id " + std::to_string(h.src_fabric_id) + ")",
+        report_fatal("npo: " + where() + " received a corrupt message on ring lane " + std::to_string(lane) + " (seq " +
+                         std::to_string(want) + ", from fabric id " + std::to_string(h.src_fabric_id) + ")",
                      FI_EIO);
         rx_consumed[lane] = want;
         hw_store64(base + std::size_t{lane} * 64, want);
@@ -306,8 +304,7 @@ void Ep::rdm_poll_rx() {
           auto q = recvs.find(b.recv_id);
           if (q == recvs.end()) break;
           RecvReq& r = q->second;
-          if (b.land_off >= landing_off() && b.len <= kRndvChunk &&
-              b.land_off + b.len <= map->bytes().size()) {
+          if (b.land_off >= landing_off() && b.len <= kRndvChunk && b.land_off + b.len <= map->bytes().size()) {
             copy_to_iov(r.r.iov.data(), r.r.count, b.msg_off, base + b.land_off, b.len, true);
             land_free.push_back(static_cast<unsigned>((b.land_off - landing_off()) / kRndvChunk));
           }
@@ -358,8 +355,8 @@ void Ep::rdm_tx_done(Tx t) {
   const std::string msg = "npo: send of " + std::to_string(t.len + t.data_len) + " B from " + where() +
                           " to the card with fabric id " + std::to_string(t.dest_fabric) +
                           " failed: " + std::string(op_status_name(t.worst));
-  const bool transient = is_path_failure(t.worst) || ((t.worst == OpStatus::kTimeout ||
-                                                       t.worst == OpStatus::kAborted) && !own_card_gone());
+  const bool transient = is_path_failure(t.worst) ||
+                         ((t.worst == OpStatus::kTimeout || t.worst == OpStatus::kAborted) && !own_card_gone());
   if (transient) send_failed(t.dest_key, t.worst, msg);
   if (transient && !fatal_reported) {
     warn(FI_LOG_EP_DATA, msg + "; resending");
@@ -421,8 +418,8 @@ void Ep::rdm_progress() {
       }
       const SendReq::Grant g = q.grants.front();
       const unsigned chunk = rndv_free.back();
-      copy_from_iov(q.iov.data(), q.count, g.msg_off,
-                    rndv_staging->bytes().data() + std::size_t{chunk} * kRndvChunk, g.len);
+      copy_from_iov(q.iov.data(), q.count, g.msg_off, rndv_staging->bytes().data() + std::size_t{chunk} * kRndvChunk,
+                    g.len);
       FinBody b{q.recv_id, g.msg_off, g.land_off, g.len};
       iovec iov{&b, sizeof b};
       SlotMeta m;
@@ -448,17 +445,6 @@ void Ep::rdm_progress() {
   if (!land_free.empty())
     for (auto& [id, q] : recvs)
       if (q.granted < q.total) queue_grants(*this, id, q);
-  if (std::getenv("NPO_FI_DEBUG")) {
-    static auto last = std::chrono::steady_clock::now();
-    if (std::chrono::steady_clock::now() - last > std::chrono::milliseconds(500)) {
-      last = std::chrono::steady_clock::now();
-      std::fprintf(stderr, "dbg %s: sends %zu recvs %zu rndv_free %zu land_free %zu ctrl %zu retry %zu tx %zu free_slots %zu outst %zu\n",
-                   where().c_str(), sends.size(), recvs.size(), rndv_free.size(), land_free.size(), ctrl_out.size(),
-                   retry.size(), tx.size(), free_slots.size(), std::size_t(queue->outstanding()));
-      for (auto& [id, q] : sends) std::fprintf(stderr, "  send %lu total %lu done %lu grants %zu\n", id, q.total, q.done, q.grants.size());
-      for (auto& [id, q] : recvs) std::fprintf(stderr, "  recv %lu total %lu granted %lu received %lu\n", id, q.total, q.granted, q.received);
-    }
-  }
   check_card();
   check_stall();
   progressing = false;
@@ -504,8 +490,8 @@ ssize_t rdm_send(Ep& e, const iovec* iov, std::size_t count, fi_addr_t dest, voi
   return 0;
 }
 
-ssize_t rdm_recv(Ep& e, const iovec* iov, std::size_t count, fi_addr_t src, void* ctx, std::uint64_t flags,
-                 bool tagged, std::uint64_t tag, std::uint64_t ignore) {
+ssize_t rdm_recv(Ep& e, const iovec* iov, std::size_t count, fi_addr_t src, void* ctx, std::uint64_t flags, bool tagged,
+                 std::uint64_t tag, std::uint64_t ignore) {
   if (!e.enabled) return -FI_EOPBADSTATE;
   if (count > kIovLimit) return -FI_EINVAL;
   Ep::Posted r;
@@ -515,7 +501,7 @@ ssize_t rdm_recv(Ep& e, const iovec* iov, std::size_t count, fi_addr_t src, void
   r.tagged = tagged;
   r.tag = tag;
   r.ignore = ignore;
-  r.src = src;
+  r.src = e.directed_recv ? src : FI_ADDR_UNSPEC;  // ignored without FI_DIRECTED_RECV (fi_msg(3))
   for (std::size_t i = 0; i < count; ++i) r.iov[i] = iov[i];
   if (flags & (FI_PEEK | FI_CLAIM)) {
     std::list<Ep::Unexp>::iterator u = e.unexp.end();
@@ -579,12 +565,12 @@ ssize_t m_recv(fid_ep* f, void* buf, std::size_t len, void*, fi_addr_t src, void
   Ep* e = ep_of(f);
   std::lock_guard lk(e->domain->mu);
   iovec iov{buf, len};
-  return rdm_recv(*e, &iov, 1, src, ctx, FI_COMPLETION, false, 0, 0);
+  return rdm_recv(*e, &iov, 1, src, ctx, e->rx_default_completion() ? FI_COMPLETION : 0, false, 0, 0);
 }
 ssize_t m_recvv(fid_ep* f, const iovec* iov, void**, std::size_t count, fi_addr_t src, void* ctx) {
   Ep* e = ep_of(f);
   std::lock_guard lk(e->domain->mu);
-  return rdm_recv(*e, iov, count, src, ctx, FI_COMPLETION, false, 0, 0);
+  return rdm_recv(*e, iov, count, src, ctx, e->rx_default_completion() ? FI_COMPLETION : 0, false, 0, 0);
 }
 ssize_t m_recvmsg(fid_ep* f, const fi_msg* msg, std::uint64_t flags) {
   Ep* e = ep_of(f);
@@ -595,12 +581,12 @@ ssize_t m_send(fid_ep* f, const void* buf, std::size_t len, void*, fi_addr_t des
   Ep* e = ep_of(f);
   std::lock_guard lk(e->domain->mu);
   iovec iov{const_cast<void*>(buf), len};
-  return rdm_send(*e, &iov, 1, dest, ctx, 0, false, false, !e->tx_selective, false, 0);
+  return rdm_send(*e, &iov, 1, dest, ctx, 0, false, false, e->tx_default_completion(), false, 0);
 }
 ssize_t m_sendv(fid_ep* f, const iovec* iov, void**, std::size_t count, fi_addr_t dest, void* ctx) {
   Ep* e = ep_of(f);
   std::lock_guard lk(e->domain->mu);
-  return rdm_send(*e, iov, count, dest, ctx, 0, false, false, !e->tx_selective, false, 0);
+  return rdm_send(*e, iov, count, dest, ctx, 0, false, false, e->tx_default_completion(), false, 0);
 }
 ssize_t m_sendmsg(fid_ep* f, const fi_msg* msg, std::uint64_t flags) {
   Ep* e = ep_of(f);
@@ -615,12 +601,11 @@ ssize_t m_inject(fid_ep* f, const void* buf, std::size_t len, fi_addr_t dest) {
   iovec iov{const_cast<void*>(buf), len};
   return rdm_send(*e, &iov, 1, dest, nullptr, 0, false, true, false, false, 0);
 }
-ssize_t m_senddata(fid_ep* f, const void* buf, std::size_t len, void*, std::uint64_t data, fi_addr_t dest,
-                   void* ctx) {
+ssize_t m_senddata(fid_ep* f, const void* buf, std::size_t len, void*, std::uint64_t data, fi_addr_t dest, void* ctx) {
   Ep* e = ep_of(f);
   std::lock_guard lk(e->domain->mu);
   iovec iov{const_cast<void*>(buf), len};
-  return rdm_send(*e, &iov, 1, dest, ctx, data, true, false, !e->tx_selective, false, 0);
+  return rdm_send(*e, &iov, 1, dest, ctx, data, true, false, e->tx_default_completion(), false, 0);
 }
 ssize_t m_injectdata(fid_ep* f, const void* buf, std::size_t len, std::uint64_t data, fi_addr_t dest) {
   Ep* e = ep_of(f);
@@ -635,13 +620,13 @@ ssize_t t_recv(fid_ep* f, void* buf, std::size_t len, void*, fi_addr_t src, std:
   Ep* e = ep_of(f);
   std::lock_guard lk(e->domain->mu);
   iovec iov{buf, len};
-  return rdm_recv(*e, &iov, 1, src, ctx, FI_COMPLETION, true, tag, ignore);
+  return rdm_recv(*e, &iov, 1, src, ctx, e->rx_default_completion() ? FI_COMPLETION : 0, true, tag, ignore);
 }
 ssize_t t_recvv(fid_ep* f, const iovec* iov, void**, std::size_t count, fi_addr_t src, std::uint64_t tag,
                 std::uint64_t ignore, void* ctx) {
   Ep* e = ep_of(f);
   std::lock_guard lk(e->domain->mu);
-  return rdm_recv(*e, iov, count, src, ctx, FI_COMPLETION, true, tag, ignore);
+  return rdm_recv(*e, iov, count, src, ctx, e->rx_default_completion() ? FI_COMPLETION : 0, true, tag, ignore);
 }
 ssize_t t_recvmsg(fid_ep* f, const fi_msg_tagged* msg, std::uint64_t flags) {
   Ep* e = ep_of(f);
@@ -652,13 +637,12 @@ ssize_t t_send(fid_ep* f, const void* buf, std::size_t len, void*, fi_addr_t des
   Ep* e = ep_of(f);
   std::lock_guard lk(e->domain->mu);
   iovec iov{const_cast<void*>(buf), len};
-  return rdm_send(*e, &iov, 1, dest, ctx, 0, false, false, !e->tx_selective, true, tag);
+  return rdm_send(*e, &iov, 1, dest, ctx, 0, false, false, e->tx_default_completion(), true, tag);
 }
-ssize_t t_sendv(fid_ep* f, const iovec* iov, void**, std::size_t count, fi_addr_t dest, std::uint64_t tag,
-                void* ctx) {
+ssize_t t_sendv(fid_ep* f, const iovec* iov, void**, std::size_t count, fi_addr_t dest, std::uint64_t tag, void* ctx) {
   Ep* e = ep_of(f);
   std::lock_guard lk(e->domain->mu);
-  return rdm_send(*e, iov, count, dest, ctx, 0, false, false, !e->tx_selective, true, tag);
+  return rdm_send(*e, iov, count, dest, ctx, 0, false, false, e->tx_default_completion(), true, tag);
 }
 ssize_t t_sendmsg(fid_ep* f, const fi_msg_tagged* msg, std::uint64_t flags) {
   Ep* e = ep_of(f);
@@ -678,7 +662,7 @@ ssize_t t_senddata(fid_ep* f, const void* buf, std::size_t len, void*, std::uint
   Ep* e = ep_of(f);
   std::lock_guard lk(e->domain->mu);
   iovec iov{const_cast<void*>(buf), len};
-  return rdm_send(*e, &iov, 1, dest, ctx, data, true, false, !e->tx_selective, true, tag);
+  return rdm_send(*e, &iov, 1, dest, ctx, data, true, false, e->tx_default_completion(), true, tag);
 }
 ssize_t t_injectdata(fid_ep* f, const void* buf, std::size_t len, std::uint64_t data, fi_addr_t dest,
                      std::uint64_t tag) {
@@ -701,9 +685,9 @@ ssize_t rdm_cancel(Ep& e, void* ctx) {
   return 0;
 }
 
-fi_ops_msg rdm_msg_ops{sizeof(fi_ops_msg), m_recv,    m_recvv,  m_recvmsg,  m_send,
-                       m_sendv,            m_sendmsg, m_inject, m_senddata, m_injectdata};
-fi_ops_tagged rdm_tagged_ops{sizeof(fi_ops_tagged), t_recv,    t_recvv,  t_recvmsg,  t_send,
-                             t_sendv,               t_sendmsg, t_inject, t_senddata, t_injectdata};
+fi_ops_msg rdm_msg_ops{sizeof(fi_ops_msg), m_recv,   m_recvv,    m_recvmsg,   m_send, m_sendv,
+                       m_sendmsg,          m_inject, m_senddata, m_injectdata};
+fi_ops_tagged rdm_tagged_ops{
+    sizeof(fi_ops_tagged), t_recv, t_recvv, t_recvmsg, t_send, t_sendv, t_sendmsg, t_inject, t_senddata, t_injectdata};
 
 }  // namespace npo::fi

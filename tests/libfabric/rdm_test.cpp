@@ -203,7 +203,7 @@ TEST(RdmInfo, OpenMpiHintsSelectTheNativeEndpointFirst) {
   ASSERT_NE(native, nullptr) << "no npo RDM entry";
   ASSERT_STREQ(native->fabric_attr->prov_name, "npo") << "ofi_rxd layered over npo comes first";
   EXPECT_EQ(native->ep_attr->type, FI_EP_RDM);
-  EXPECT_EQ(native->caps & (FI_TAGGED | FI_MSG | FI_DIRECTED_RECV), FI_TAGGED | FI_MSG | FI_DIRECTED_RECV);
+  EXPECT_EQ(native->caps & (FI_TAGGED | FI_DIRECTED_RECV), FI_TAGGED | FI_DIRECTED_RECV);
   EXPECT_GE(native->domain_attr->cq_data_size, 4u);
   EXPECT_GE(native->ep_attr->max_msg_size, std::size_t{1} << 32);
   EXPECT_EQ(native->tx_attr->msg_order & FI_ORDER_SAS, FI_ORDER_SAS);
@@ -217,9 +217,9 @@ TEST(RdmInfo, OpenMpiHintsSelectTheNativeEndpointFirst) {
 TEST_F(Rdm, TaggedEverySizeClassArrivesIntactWithNullDescriptors) {
   // 0, eager, eager limit, first rendezvous size, one chunk, chunk+1, several chunks, more
   // chunks than the landing zone holds at once (16 x 256 KiB).
-  for (std::size_t n : {std::size_t{0}, std::size_t{1}, kEager - 1, kEager, kEager + 1, std::size_t{65536},
-                        std::size_t{256 * 1024}, std::size_t{256 * 1024 + 1}, std::size_t{(1 << 20) + 13},
-                        std::size_t{9 << 20}}) {
+  for (std::size_t n :
+       {std::size_t{0}, std::size_t{1}, kEager - 1, kEager, kEager + 1, std::size_t{65536}, std::size_t{256 * 1024},
+        std::size_t{256 * 1024 + 1}, std::size_t{(1 << 20) + 13}, std::size_t{9 << 20}}) {
     SCOPED_TRACE("size " + std::to_string(n));
     const auto tx = pattern(n, static_cast<unsigned>(n));
     std::vector<std::uint8_t> rx(n + 64, 0xee);
