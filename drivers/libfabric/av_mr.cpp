@@ -29,6 +29,7 @@ int av_insert(fid_av* f, const void* addr, std::size_t count, fi_addr_t* fi_addr
     }
     if ((flags & FI_SYNC_ERR) && context) static_cast<int*>(context)[i] = 0;
     a->table.push_back(*e);
+    a->by_src[src_key_of(e->handle.fabric_id, e->handle.window_id)] = a->table.size() - 1;
     if (fi_addr) fi_addr[i] = a->table.size() - 1;
     ++ok;
   }
@@ -52,6 +53,10 @@ int av_remove(fid_av* f, fi_addr_t* fi_addr, std::size_t count, std::uint64_t) {
       continue;
     }
     a->table[fi_addr[i]].valid = false;
+    const auto& h = a->table[fi_addr[i]].handle;
+    if (auto it = a->by_src.find(src_key_of(h.fabric_id, h.window_id));
+        it != a->by_src.end() && it->second == fi_addr[i])
+      a->by_src.erase(it);
   }
   return ret;
 }

@@ -102,7 +102,7 @@ void write_entry(fi_cq_format f, void* out, const Cq::Comp& c) {
       break;
     }
     case FI_CQ_FORMAT_TAGGED: {
-      fi_cq_tagged_entry e{c.op_context, c.flags, c.len, c.buf, c.data, 0};
+      fi_cq_tagged_entry e{c.op_context, c.flags, c.len, c.buf, c.data, c.tag};
       std::memcpy(out, &e, sizeof e);
       break;
     }
@@ -134,7 +134,7 @@ ssize_t cq_readfrom(fid_cq* f, void* buf, std::size_t count, fi_addr_t* src) {
   std::size_t n = 0;
   for (; n < count && !q->comps.empty(); ++n) {
     write_entry(q->format, static_cast<std::byte*>(buf) + n * sz, q->comps.front());
-    if (src) src[n] = FI_ADDR_NOTAVAIL;
+    if (src) src[n] = q->comps.front().src;
     q->comps.pop_front();
   }
   return static_cast<ssize_t>(n);

@@ -31,6 +31,13 @@ void Ep::poll_dma() {
         it->info = c.info;
       }
       if (c.handle != it->last) continue;
+      if (rdm && it->kind == Tx::kSend) {
+        note_activity();
+        Tx t = *it;
+        tx.erase(it);
+        rdm_tx_done(std::move(t));
+        continue;
+      }
       if (c.status != OpStatus::kOk && it->kind == Tx::kSend) {
         // the header never landed: the peer waits for this seq; owe it a tombstone
         if (auto d = dests.find(it->dest_key); d != dests.end()) d->second.holes.push_back(it->seq);
@@ -205,13 +212,48 @@ Result<std::uint64_t> refresh_consumed(Ep& e, const WindowHandle& h, unsigned la
   }
 }
 
+// Enqueues the writes of `t` from its staging slot (and, for a FIN, its rendezvous chunk
+// first) and submits them: [chunk data, fence,] [payload, fence,] header. The slot header
+// lands last, so the receiver never sees a header whose payload (or chunk) did not land.
+Result<void> enqueue_tx(Ep& e, Ep::Tx& t) {
+  const std::uint64_t dst = slot_offset(t.lane, t.slots, t.seq);
+  bool first_set = false;
+  auto mark = [&](OpHandle op) {
+    if (!first_set) t.first = op;
+    first_set = true;
+  };
+  if (t.rndv_chunk >= 0 && t.data_len) {
+    auto op = e.queue->enqueue_remote_write(
+        DmaAddress::host(e.rndv_staging->iova() + std::uint64_t(t.rndv_chunk) * kRndvChunk), t.handle, t.land_off,
+        static_cast<std::uint32_t>(t.data_len));
+    if (!op) return std::unexpected(op.error());
+    mark(*op);
+    if (auto f = e.queue->enqueue_fence(); !f) return std::unexpected(f.error());
+  }
+  if (t.len) {
+    auto op = e.queue->enqueue_remote_write(DmaAddress::host(e.staging_iova(t.slot) + kHdr), t.handle, dst + kHdr,
+                                            static_cast<std::uint32_t>(t.len));
+    if (!op) return std::unexpected(op.error());
+    mark(*op);
+    if (auto f = e.queue->enqueue_fence(); !f) return std::unexpected(f.error());
+  }
+  auto hop = e.queue->enqueue_remote_write(DmaAddress::host(e.staging_iova(t.slot)), t.handle, dst, kHdr);
+  if (!hop) return std::unexpected(hop.error());
+  mark(*hop);
+  t.last = *hop;
+  t.done = false;
+  t.worst = OpStatus::kOk;
+  if (auto sub = e.queue->submit(); !sub) return std::unexpected(sub.error());
+  return {};
+}
+
 // Writes one slot of the peer's ring: payload (if any), a fence, then the header (so the
 // receiver sees a header only after the payload landed; the checksum catches a payload that
 // failed). A tombstone (flags kFlagSkip, no payload) stands for a seq whose header never
 // landed. Returns 0 when posted, 1 when it failed and was reported on the CQ.
 ssize_t post_slot(Ep& e, const Av::Entry& peer, Ep::Dest& d, std::uint64_t key, std::uint64_t seq, const iovec* iov,
                   std::size_t count, std::size_t len, void* ctx, std::uint64_t data, std::uint32_t flags,
-                  bool completion) {
+                  bool completion, const SlotMeta& meta) {
   const WindowHandle& h = peer.handle;
   const unsigned lanes = peer.wire.lanes, slots = peer.wire.slots;
   const unsigned lane = e.my_lane % lanes;
@@ -230,78 +272,90 @@ ssize_t post_slot(Ep& e, const Av::Entry& peer, Ep::Dest& d, std::uint64_t key, 
   hdr.magic = kHdrMagic;
   hdr.src_fabric_id = e.domain->fabric_id;
   hdr.sum = payload_sum(st + kHdr, len);
+  hdr.tag = meta.tag;
+  hdr.src_window = e.window ? e.window->handle().window_id : 0;
+  hdr.kind = meta.kind;
   std::memcpy(st, &hdr, sizeof hdr);
-  const std::uint64_t dst = slot_offset(lane, slots, seq);
-  auto fail_enqueue = [&](const Error& err) -> ssize_t {
-    const std::string msg = "npo: send from " + e.where() + " failed: " + err.to_string();
-    if (e.tx_cq && completion) e.tx_cq->push_error(ctx, FI_SEND | FI_MSG, 0, 0, fi_errno_of(err), msg);
-    e.report_fatal(msg, fi_errno_of(err));
-    return 1;  // reported on the CQ; nothing was posted
-  };
   Ep::Tx t;
   t.ctx = ctx;
   t.completion = completion;
   t.len = len;
   t.slot = s;
-  t.cq_flags = FI_SEND | FI_MSG;
+  t.cq_flags = meta.cq_flags;
   t.dest_fabric = h.fabric_id;
   t.dest_key = key;
   t.seq = seq;
-  bool first_set = false;
-  if (len) {
-    auto op = e.queue->enqueue_remote_write(DmaAddress::host(e.staging_iova(s) + kHdr), h, dst + kHdr,
-                                            static_cast<std::uint32_t>(len));
-    if (!op) return fail_enqueue(op.error());
-    t.first = *op;
-    first_set = true;
-    auto fence = e.queue->enqueue_fence();
-    if (!fence) return fail_enqueue(fence.error());
+  t.msg_kind = meta.kind;
+  t.tag = meta.tag;
+  t.cq_data = data;
+  t.send_id = meta.send_id;
+  t.rndv_chunk = meta.rndv_chunk;
+  t.land_off = meta.land_off;
+  t.data_len = meta.data_len;
+  t.lane = lane;
+  t.slots = slots;
+  t.handle = h;
+  if (auto r = enqueue_tx(e, t); !r) {
+    const Error& err = r.error();
+    const std::string msg = "npo: send from " + e.where() + " failed: " + err.to_string();
+    if (e.tx_cq && completion) e.tx_cq->push_error(ctx, meta.cq_flags, 0, 0, fi_errno_of(err), msg, meta.tag);
+    e.report_fatal(msg, fi_errno_of(err));
+    return 1;  // reported on the CQ; nothing was posted
   }
-  auto hop = e.queue->enqueue_remote_write(DmaAddress::host(e.staging_iova(s)), h, dst, kHdr);
-  if (!hop) return fail_enqueue(hop.error());
-  if (!first_set) t.first = *hop;
-  t.last = *hop;
-  if (auto sub = e.queue->submit(); !sub) return fail_enqueue(sub.error());
   e.free_slots.pop_back();
   e.tx.push_back(t);
   (void)d;
   return 0;
 }
 
+std::uint64_t dest_key_of(const WindowHandle& h) {
+  return (std::uint64_t{h.fabric_id} << 32) | (std::uint64_t{h.window_id} << 16) | h.generation;
+}
+
 ssize_t do_send(Ep& e, const iovec* iov, std::size_t count, fi_addr_t dest, void* ctx, std::uint64_t data,
-                bool has_data, bool inject, bool completion) {
+                bool has_data, bool inject, bool completion, const SlotMeta& meta) {
   if (!e.enabled) return -FI_EOPBADSTATE;
   if (!e.av) return -FI_EINVAL;
   if (count > kIovLimit) return -FI_EINVAL;
+  if (dest >= e.av->table.size() || !e.av->table[dest].valid) return -FI_EINVAL;
+  const Av::Entry peer = e.av->table[dest];
+  return send_to(e, peer, iov, count, ctx, data, has_data, inject, completion, meta, kSendWait);
+}
+
+ssize_t send_to(Ep& e, const Av::Entry& peer, const iovec* iov, std::size_t count, void* ctx, std::uint64_t data,
+                bool has_data, bool inject, bool completion, const SlotMeta& meta, std::chrono::milliseconds wait) {
   std::size_t len = 0;
   for (std::size_t i = 0; i < count; ++i) len += iov[i].iov_len;
   if (len > kMaxMsg) return -FI_EMSGSIZE;
-  if (dest >= e.av->table.size() || !e.av->table[dest].valid) return -FI_EINVAL;
-  const Av::Entry peer = e.av->table[dest];
   e.poll_dma();
   const WindowHandle& h = peer.handle;
-  const std::uint64_t key = (std::uint64_t{h.fabric_id} << 32) | (std::uint64_t{h.window_id} << 16) | h.generation;
+  const std::uint64_t key = dest_key_of(h);
   Ep::Dest& d = e.dests[key];
   // Resources short (staging slots, queue room, the peer's ring credits): wait for them up
-  // to kSendWait, progressing this endpoint (completions free staging; consuming the own
-  // ring lets a peer that waits for us go on), then -FI_EAGAIN (see kSendWait).
-  const auto wait_end = std::chrono::steady_clock::now() + kSendWait;
+  // to `wait` (kSendWait for an application's send), progressing this endpoint's completions
+  // and receptions but never sending from inside (completions free staging; consuming the
+  // own ring lets a peer that waits for us go on), then -FI_EAGAIN (see kSendWait).
+  const auto wait_end = std::chrono::steady_clock::now() + wait;
   auto wait_a_bit = [&]() -> bool {
     if (std::chrono::steady_clock::now() >= wait_end) return false;
     e.poll_dma();
-    e.poll_rx();
+    if (e.rdm) {
+      e.rdm_poll_rx();
+    } else {
+      e.poll_rx();
+    }
     // sleep, not spin: on an oversubscribed host the card's engines need the CPU to free room
     std::this_thread::sleep_for(std::chrono::microseconds(20));
     return true;
   };
-  auto room = [&] { return !e.free_slots.empty() && e.queue->outstanding() + 4 <= e.queue->depth(); };
+  auto room = [&] { return !e.free_slots.empty() && e.queue->outstanding() + 6 <= e.queue->depth(); };
   // tombstones first: the peer's lane is stuck at the oldest seq whose header never landed
   while (!d.holes.empty()) {
     while (!room())
       if (!wait_a_bit()) return -FI_EAGAIN;
     const std::uint64_t hole = d.holes.front();
     d.holes.erase(d.holes.begin());
-    if (post_slot(e, peer, d, key, hole, nullptr, 0, 0, nullptr, 0, kFlagSkip, false) != 0) {
+    if (post_slot(e, peer, d, key, hole, nullptr, 0, 0, nullptr, 0, kFlagSkip, false, SlotMeta{}) != 0) {
       d.holes.insert(d.holes.begin(), hole);
       return 0;
     }
@@ -314,6 +368,14 @@ ssize_t do_send(Ep& e, const iovec* iov, std::size_t count, fi_addr_t dest, void
     if (!c) {
       if (c.error().code() == Code::kDeadlineExceeded) {
         if (!wait_a_bit()) return -FI_EAGAIN;
+        continue;
+      }
+      if (e.rdm) {
+        // RDM never drops: wait (the route may come back), a fault after NPO_FI_FAULT_MS
+        e.send_failed(key, OpStatus::kRemoteUnreachable,
+                      "npo: send from " + e.where() + " to the card with fabric id " + std::to_string(h.fabric_id) +
+                          " stalled: " + c.error().to_string());
+        if (e.fatal_reported || !wait_a_bit()) return e.fatal_reported ? -FI_EIO : -FI_EAGAIN;
         continue;
       }
       // the peer's ring cannot be read: the datagram is dropped (see poll_dma)
@@ -334,8 +396,9 @@ ssize_t do_send(Ep& e, const iovec* iov, std::size_t count, fi_addr_t dest, void
   // staging and queue room may have been used by nothing else meanwhile (one thread per domain)
   while (!room())
     if (!wait_a_bit()) return -FI_EAGAIN;
-  const ssize_t r = post_slot(e, peer, d, key, d.next_seq, iov, count, len, ctx, data, has_data ? kFlagData : 0,
-                              completion && !inject);
+  const ssize_t r =
+      post_slot(e, peer, d, key, d.next_seq, iov, count, len, ctx, data,
+                (has_data ? kFlagData : 0) | (meta.tagged ? kFlagTagged : 0), completion && !inject, meta);
   if (r == 0) ++d.next_seq;
   return r == 1 ? 0 : r;
 }
@@ -345,7 +408,7 @@ Ep* ep_of(fid_ep* f) { return reinterpret_cast<Ep*>(f); }
 ssize_t ep_sendv(fid_ep* f, const iovec* iov, void**, std::size_t count, fi_addr_t dest, void* ctx) {
   Ep* e = ep_of(f);
   std::lock_guard lk(e->domain->mu);
-  return do_send(*e, iov, count, dest, ctx, 0, false, false, !e->tx_selective);
+  return do_send(*e, iov, count, dest, ctx, 0, false, false, e->tx_default_completion());
 }
 ssize_t ep_send(fid_ep* f, const void* buf, std::size_t len, void* desc, fi_addr_t dest, void* ctx) {
   iovec iov{const_cast<void*>(buf), len};
@@ -367,7 +430,7 @@ ssize_t ep_senddata(fid_ep* f, const void* buf, std::size_t len, void*, std::uin
   Ep* e = ep_of(f);
   std::lock_guard lk(e->domain->mu);
   iovec iov{const_cast<void*>(buf), len};
-  return do_send(*e, &iov, 1, dest, ctx, data, true, false, !e->tx_selective);
+  return do_send(*e, &iov, 1, dest, ctx, data, true, false, e->tx_default_completion());
 }
 ssize_t ep_injectdata(fid_ep* f, const void* buf, std::size_t len, std::uint64_t data, fi_addr_t dest) {
   Ep* e = ep_of(f);
@@ -407,6 +470,7 @@ fi_ops_msg ep_msg_ops{sizeof(fi_ops_msg), ep_recv,    ep_recvv,  ep_recvmsg,  ep
 ssize_t ep_cancel(fid_t f, void* ctx) {
   Ep* e = reinterpret_cast<Ep*>(f);
   std::lock_guard lk(e->domain->mu);
+  if (e->rdm) return rdm_cancel(*e, ctx);
   auto it = std::find_if(e->rx.begin(), e->rx.end(), [&](const Ep::Rx& r) { return r.ctx == ctx; });
   if (it == e->rx.end()) return -FI_ENOENT;
   e->rx.erase(it);
@@ -426,7 +490,7 @@ int ep_setopt(fid_t, int level, int, const void*, std::size_t) {
 ssize_t ep_rx_size_left(fid_ep* f) {
   Ep* e = ep_of(f);
   std::lock_guard lk(e->domain->mu);
-  return static_cast<ssize_t>(kRxSize - e->rx.size());
+  return static_cast<ssize_t>(kRxSize - std::min<std::size_t>(kRxSize, e->rdm ? e->posted.size() : e->rx.size()));
 }
 ssize_t ep_tx_size_left(fid_ep* f) {
   Ep* e = ep_of(f);
@@ -600,7 +664,8 @@ fi_ops ep_fi_ops{sizeof(fi_ops), ep_close, ep_bind, ep_control, no_ops_open, no_
 // Creates the endpoint's ring window, aperture mapping, staging memory and DMA queue.
 int ep_setup(Ep& e) {
   Domain& d = *e.domain;
-  const std::uint64_t bytes = ring_bytes(e.lanes);
+  // RDM: the landing zone of rendezvous chunks follows the ring, in the same window
+  const std::uint64_t bytes = ring_bytes(e.lanes) + (e.rdm ? std::uint64_t{kLandingChunks} * kRndvChunk : 0);
   auto hbm = allocate_hbm(*d.dev, bytes, 4096);
   if (!hbm) return -FI_ENOMEM;
   e.hbm = *hbm;
@@ -625,14 +690,19 @@ int ep_setup(Ep& e) {
   e.wire.magic = kAddrMagic;
   e.rx_consumed.assign(e.lanes, 0);
   for (unsigned s = kTxSize; s > 0; --s) e.free_slots.push_back(s - 1);
-  return 0;
+  return e.rdm ? rdm_setup(e) : 0;
 }
 
 int ep_open(fid_domain* f, fi_info* info, fid_ep** out, void* context) {
   auto* d = reinterpret_cast<Domain*>(f);
-  if (info && info->ep_attr && info->ep_attr->type != FI_EP_DGRAM && info->ep_attr->type != FI_EP_UNSPEC)
+  if (info && info->ep_attr && info->ep_attr->type != FI_EP_DGRAM && info->ep_attr->type != FI_EP_RDM &&
+      info->ep_attr->type != FI_EP_UNSPEC)
     return -FI_EINVAL;
   auto e = std::make_unique<Ep>();
+  e->rdm = info && info->ep_attr && info->ep_attr->type == FI_EP_RDM;
+  e->directed_recv = info && (info->caps & FI_DIRECTED_RECV);
+  if (info && info->tx_attr) e->tx_op_flags = info->tx_attr->op_flags;
+  if (info && info->rx_attr) e->rx_op_flags = info->rx_attr->op_flags;
   e->domain = d;
   e->ep.fid.fclass = FI_CLASS_EP;
   e->ep.fid.context = context;
@@ -644,6 +714,10 @@ int ep_open(fid_domain* f, fi_info* info, fid_ep** out, void* context) {
   e->ep.tagged = &ep_tagged_ops;
   e->ep.atomic = &ep_atomic_ops;
   e->ep.collective = &ep_coll_ops;
+  if (e->rdm) {
+    e->ep.msg = &rdm_msg_ops;
+    e->ep.tagged = &rdm_tagged_ops;
+  }
   if (const char* l = env("NPO_FI_RING_LANES")) e->lanes = std::clamp(static_cast<unsigned>(std::atoi(l)), 1u, 4096u);
   {
     auto& s = shared();

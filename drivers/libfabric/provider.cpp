@@ -159,6 +159,72 @@ bool hints_match(const fi_info* hints, unsigned card) {
   return true;
 }
 
+// The native RDM endpoint (rdm.cpp): tagged and untagged messages of any size, reliable,
+// ordered per sender, directed receives, peek/claim/discard, remote CQ data.
+constexpr std::uint64_t kRdmCaps =
+    FI_MSG | FI_TAGGED | FI_SEND | FI_RECV | FI_DIRECTED_RECV | FI_SOURCE | FI_LOCAL_COMM | FI_REMOTE_COMM;
+
+bool hints_match_rdm(const fi_info* hints, unsigned card) {
+  if (!hints) return true;
+  // capabilities this endpoint cannot offer (secondary ones like FI_FENCE are ignored)
+  if (hints->caps & (FI_RMA | FI_ATOMIC | FI_COLLECTIVE | FI_MULTI_RECV | FI_HMEM | FI_TRIGGER | FI_MULTICAST |
+                     FI_NAMED_RX_CTX | FI_RMA_EVENT | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE))
+    return false;
+  if (hints->ep_attr && hints->ep_attr->type != FI_EP_UNSPEC && hints->ep_attr->type != FI_EP_RDM) return false;
+  if (hints->ep_attr && hints->ep_attr->max_msg_size > kRdmMaxMsg) return false;
+  if (hints->domain_attr && hints->domain_attr->name &&
+      std::string_view(hints->domain_attr->name) != "npo" + std::to_string(card))
+    return false;
+  if (hints->fabric_attr && hints->fabric_attr->name && std::string_view(hints->fabric_attr->name) != "npo")
+    return false;
+  if (hints->fabric_attr && hints->fabric_attr->prov_name && std::string_view(hints->fabric_attr->prov_name) != "npo")
+    return false;
+  if (hints->addr_format != FI_FORMAT_UNSPEC) return false;
+  if (hints->domain_attr && hints->domain_attr->cq_data_size > 8) return false;
+  if (hints->domain_attr && (hints->domain_attr->mr_mode & FI_MR_LOCAL) == 0 && hints->domain_attr->mr_mode != 0 &&
+      (hints->domain_attr->mr_mode &
+       ~(FI_MR_BASIC | FI_MR_SCALABLE | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_LOCAL | FI_MR_RAW |
+         FI_MR_ENDPOINT | FI_MR_MMU_NOTIFY | FI_MR_RMA_EVENT | FI_MR_HMEM)))
+    return false;
+  if (hints->tx_attr && (hints->tx_attr->inject_size > kEagerMax || hints->tx_attr->iov_limit > kIovLimit))
+    return false;
+  if (hints->rx_attr && hints->rx_attr->iov_limit > kIovLimit) return false;
+  if (hints->tx_attr && (hints->tx_attr->msg_order & ~(FI_ORDER_SAS | FI_ORDER_NONE))) return false;
+  if (hints->rx_attr && (hints->rx_attr->msg_order & ~(FI_ORDER_SAS | FI_ORDER_NONE))) return false;
+  return true;
+}
+
+fi_info* make_info(unsigned card, const fi_info* hints);
+
+fi_info* make_rdm_info(unsigned card, const fi_info* hints) {
+  fi_info* i = make_info(card, hints);
+  if (!i) return nullptr;
+  // The capabilities asked for (all when none were): FI_DIRECTED_RECV in particular changes
+  // behaviour, since without it a receive's source address is ignored (fi_tagged(3)).
+  std::uint64_t caps = kRdmCaps;
+  if (hints && hints->caps) {
+    caps = hints->caps & kRdmCaps;
+    if (!(caps & (FI_MSG | FI_TAGGED))) caps |= FI_MSG | FI_TAGGED;
+    if (!(caps & (FI_SEND | FI_RECV))) caps |= FI_SEND | FI_RECV;
+    caps |= FI_LOCAL_COMM | FI_REMOTE_COMM;
+  }
+  i->caps = caps;
+  i->tx_attr->caps = caps & (FI_MSG | FI_TAGGED | FI_SEND);
+  i->rx_attr->caps = caps & (FI_MSG | FI_TAGGED | FI_RECV | FI_DIRECTED_RECV | FI_SOURCE);
+  i->tx_attr->inject_size = kEagerMax;
+  i->rx_attr->total_buffered_recv = kUnexpMax;
+  // default op flags: FI_COMPLETION when asked (with FI_SELECTIVE_COMPLETION it decides)
+  if (hints && hints->tx_attr) i->tx_attr->op_flags = hints->tx_attr->op_flags & FI_COMPLETION;
+  if (hints && hints->rx_attr) i->rx_attr->op_flags = hints->rx_attr->op_flags & FI_COMPLETION;
+  i->ep_attr->type = FI_EP_RDM;
+  i->ep_attr->max_msg_size = kRdmMaxMsg;
+  // all 64 tag bits are matched (libfabric 1.17 has no FI_TAG_GENERIC; this is its pattern)
+  i->ep_attr->mem_tag_format = 0xaaaaaaaaaaaaaaaaull;
+  // any user buffer is accepted (the provider stages it), so no FI_MR_LOCAL; keys are the provider's
+  i->domain_attr->mr_mode = 0;
+  return i;
+}
+
 fi_info* make_info(unsigned card, const fi_info* hints) {
   fi_info* i = fi_allocinfo();
   if (!i) return nullptr;
@@ -224,8 +290,18 @@ fi_info* make_info(unsigned card, const fi_info* hints) {
   return i;
 }
 
-int getinfo(std::uint32_t, const char*, const char*, std::uint64_t, const fi_info* hints, fi_info** info) {
+// libfabric's OFI_CORE_PROV_ONLY (include/ofi.h, internal): set when a utility provider
+// (ofi_rxd, ofi_rxm) asks a core provider for endpoints to layer on.
+constexpr std::uint64_t kCoreProvOnly = 1ull << 59;
+
+int getinfo(std::uint32_t, const char*, const char*, std::uint64_t flags, const fi_info* hints, fi_info** info) {
   *info = nullptr;
+  // The native RDM endpoint replaces ofi_rxd over the DGRAM core. libfabric lists utility
+  // providers before a provider it does not know, so `-p npo` would pick "npo;ofi_rxd" first;
+  // like efa, shm and psm3 the provider declines layering unless NPO_FI_LAYERING=1 asks for it
+  // (to compare against ofi_rxd, docs/libfabric.md "Layering").
+  if ((flags & kCoreProvOnly) && !(env("NPO_FI_LAYERING") && std::string_view(env("NPO_FI_LAYERING")) == "1"))
+    return -FI_ENODATA;
   const BackendChoice b = choose_backend();
   const std::size_t n = count_cards(b);
   if (n == 0) return -FI_ENODATA;
@@ -250,18 +326,22 @@ int getinfo(std::uint32_t, const char*, const char*, std::uint64_t, const fi_inf
   fi_info* tail = nullptr;
   for (unsigned k = 0; k < n; ++k) {
     if (only && *only != k) continue;
-    if (!hints_match(hints, k)) continue;
-    fi_info* i = make_info(k, hints);
-    if (!i) {
-      fi_freeinfo(head);
-      return -FI_ENOMEM;
+    // the native RDM endpoint first (a runtime takes the first entry that fits), then the
+    // DGRAM core (what ofi_rxd and other utility providers layer on)
+    for (int kind = 0; kind < 2; ++kind) {
+      if (kind == 0 ? !hints_match_rdm(hints, k) : !hints_match(hints, k)) continue;
+      fi_info* i = kind == 0 ? make_rdm_info(k, hints) : make_info(k, hints);
+      if (!i) {
+        fi_freeinfo(head);
+        return -FI_ENOMEM;
+      }
+      if (tail) {
+        tail->next = i;
+      } else {
+        head = i;
+      }
+      tail = i;
     }
-    if (tail) {
-      tail->next = i;
-    } else {
-      head = i;
-    }
-    tail = i;
   }
   if (!head) return -FI_ENODATA;
   *info = head;

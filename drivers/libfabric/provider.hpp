@@ -27,6 +27,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -85,11 +86,30 @@ struct SlotHeader {
   std::uint64_t data;   // remote CQ data
   std::uint32_t magic;  // kHdrMagic
   std::uint32_t src_fabric_id;
-  std::uint64_t sum;  // payload_sum() of the payload: a failed payload write is detected
-  std::uint8_t pad[24];
+  std::uint64_t sum;         // payload_sum() of the payload: a failed payload write is detected
+  std::uint64_t tag;         // RDM: the tag of a tagged message (kFlagTagged)
+  std::uint16_t src_window;  // RDM: the sender's ring window ID (with src_fabric_id: who sent it)
+  std::uint8_t kind;         // RDM: MsgKind; 0 on the DGRAM core
+  std::uint8_t pad[13];
 };
-constexpr std::uint32_t kFlagData = 1;  // data is valid
-constexpr std::uint32_t kFlagSkip = 2;  // tombstone: the message of this seq was lost, skip the slot
+constexpr std::uint32_t kFlagData = 1;    // data is valid
+constexpr std::uint32_t kFlagSkip = 2;    // tombstone: the message of this seq was lost, skip the slot
+constexpr std::uint32_t kFlagTagged = 4;  // RDM: a tagged message (FI_TAGGED), tag is valid
+
+// ---- RDM protocol (docs/libfabric.md "Native RDM") ----------------------------------------
+// Kinds of ring messages of an RDM endpoint. Eager: the payload is the message. RTS: a
+// message larger than kEagerMax announces itself (RtsBody). CTS: the receiver grants a chunk of
+// its landing zone for part of that message (CtsBody). FIN: the sender wrote a granted chunk
+// (the data write, a fence, then this message, so FIN is seen only after the data landed).
+enum MsgKind : std::uint8_t { kEager = 0, kRts = 1, kCts = 2, kFin = 3 };
+constexpr std::size_t kEagerMax = kMaxMsg;                    // RDM payloads up to this go eager
+constexpr std::uint64_t kRdmMaxMsg = 1ull << 40;              // max_msg_size of the RDM endpoint
+constexpr std::size_t kRndvChunk = 256 * 1024;                // rendezvous chunk (one grant, one FIN)
+constexpr unsigned kLandingChunks = 16;                       // landing zone: 16 chunks = 4 MiB of HBM
+constexpr unsigned kRndvStagingChunks = 4;                    // sender: chunks in flight per endpoint
+constexpr unsigned kGrantsPerRecv = 8;                        // chunks granted ahead per message
+constexpr std::size_t kUnexpMax = 64ull << 20;                // buffered unexpected eager bytes
+constexpr auto kRetryBackoff = std::chrono::milliseconds(1);  // RDM: resend a write the fabric failed
 
 // Checksum of a payload (64-bit multiply-xorshift over 8-byte words, length folded in). Not
 // cryptographic: it tells a slot whose payload write failed (stale bytes) from a good one.
@@ -287,14 +307,15 @@ inline std::chrono::milliseconds fault_persistence() {
 // How often progress checks that the own card still answers (mailbox heartbeat).
 constexpr auto kHeartbeatPeriod = std::chrono::seconds(1);
 
-// Ports of `dev` with a module whose link is not up: "port 3 (down, neighbour fabric id 4)".
+// Ports of `dev` whose link is not up: "port 3 down (neighbour fabric id 4)", "port 0 down (no
+// transceiver module)" (a removed module).
 inline std::string down_ports(Device& dev) {
   std::string out;
   for (unsigned p = 0; p < dev.port_count(); ++p) {
     auto st = read_port(dev, p);
-    if (!st || !st->module_present || st->link_up) continue;
+    if (!st || st->link_up) continue;
     if (!out.empty()) out += ", ";
-    out += "port " + std::to_string(p) + " down";
+    out += "port " + std::to_string(p) + (st->module_present ? " down" : " down (no transceiver module)");
     if (st->neighbor_fabric_id) out += " (neighbour fabric id " + std::to_string(*st->neighbor_fabric_id) + ")";
   }
   return out;
@@ -347,6 +368,11 @@ struct Domain {
   std::atomic<unsigned> refs{0};  // AVs, CQs, EPs, MRs open on it
 };
 
+// Who sent a ring message: its card's fabric ID and its ring window ID (SlotHeader).
+inline std::uint64_t src_key_of(std::uint32_t fabric_id, std::uint32_t window_id) {
+  return (std::uint64_t{fabric_id} << 16) | (window_id & 0xffffu);
+}
+
 // ---- AV -------------------------------------------------------------------------------------
 struct Av {
   fid_av av{};
@@ -358,6 +384,7 @@ struct Av {
     WindowHandle handle{};
   };
   std::vector<Entry> table;
+  std::unordered_map<std::uint64_t, fi_addr_t> by_src;  // (fabric ID << 16 | window ID) -> fi_addr
   std::atomic<unsigned> refs{0};
 };
 
@@ -375,6 +402,8 @@ struct Cq {
     std::size_t len;
     void* buf;
     std::uint64_t data;
+    std::uint64_t tag = 0;
+    fi_addr_t src = FI_ADDR_NOTAVAIL;
   };
   std::deque<Comp> comps;
   struct Err {
@@ -388,8 +417,11 @@ struct Cq {
   std::atomic<unsigned> refs{0};
 
   void push(const Comp& c) { comps.push_back(c); }
-  void push_error(void* ctx, std::uint64_t flags, std::size_t len, std::size_t olen, int err, std::string msg) {
+  void push_error(void* ctx, std::uint64_t flags, std::size_t len, std::size_t olen, int err, std::string msg,
+                  std::uint64_t tag = 0, std::uint64_t data = 0) {
     Err e{};
+    e.entry.tag = tag;
+    e.entry.data = data;
     e.entry.op_context = ctx;
     e.entry.flags = flags;
     e.entry.len = len;
@@ -411,6 +443,11 @@ struct Ep {
   Cq* rx_cq = nullptr;
   Eq* eq = nullptr;
   bool tx_selective = false, rx_selective = false;
+  std::uint64_t tx_op_flags = 0, rx_op_flags = 0;  // the info's default op flags (FI_COMPLETION)
+  // Whether a send call without flags (fi_send, fi_tsend, ...) generates a completion: always,
+  // unless the CQ was bound with FI_SELECTIVE_COMPLETION and the default op flags lack FI_COMPLETION.
+  bool tx_default_completion() const { return !tx_selective || (tx_op_flags & FI_COMPLETION); }
+  bool rx_default_completion() const { return !rx_selective || (rx_op_flags & FI_COMPLETION); }
   bool enabled = false;
   unsigned ep_no = 0;
   unsigned lanes = kDefaultLanes;
@@ -453,6 +490,15 @@ struct Ep {
     OpStatus worst = OpStatus::kOk;
     std::uint64_t info = 0;
     bool done = false;
+    // RDM: what a resend needs (the staging slot keeps header and payload until delivered)
+    std::uint8_t msg_kind = kEager;
+    std::uint64_t tag = 0, cq_data = 0;
+    std::uint64_t send_id = 0;  // the rendezvous send this FIN (or RTS) belongs to; 0: none
+    int rndv_chunk = -1;        // FIN: the sender staging chunk whose data goes first
+    std::uint64_t land_off = 0, data_len = 0;
+    unsigned lane = 0, slots = 0;
+    WindowHandle handle{};
+    std::chrono::steady_clock::time_point retry_at{};
   };
   std::deque<Tx> tx;
   std::vector<unsigned> free_slots;
@@ -464,6 +510,75 @@ struct Ep {
   };
   std::chrono::steady_clock::time_point next_heartbeat = std::chrono::steady_clock::now() + kHeartbeatPeriod;
   std::unordered_map<std::uint64_t, Dest> dests;
+
+  // ---- RDM state (rdm.cpp) ----
+  bool rdm = false;
+  bool directed_recv = false;  // FI_DIRECTED_RECV asked for: a receive's source address counts
+  bool progressing = false;    // progress() is not re-entered from inside itself
+  struct Posted {              // a posted receive
+    void* ctx = nullptr;
+    std::array<iovec, kIovLimit> iov{};
+    std::size_t count = 0;
+    std::uint64_t flags = 0;  // op flags (FI_COMPLETION, ...)
+    bool tagged = false;
+    std::uint64_t tag = 0, ignore = 0;
+    fi_addr_t src = FI_ADDR_UNSPEC;
+  };
+  std::deque<Posted> posted;
+  struct Unexp {  // a message that arrived before its receive (eager payload, or an RTS)
+    bool tagged = false;
+    MsgKind kind = kEager;
+    fi_addr_t src = FI_ADDR_NOTAVAIL;
+    std::uint64_t src_key = 0;
+    std::uint64_t tag = 0, data = 0;
+    bool has_data = false;
+    std::uint64_t total = 0;  // message bytes
+    std::vector<std::byte> payload;
+    std::uint64_t send_id = 0;   // RTS: the sender's id of the message
+    void* claimed_by = nullptr;  // FI_CLAIM: the context that claimed it
+  };
+  std::list<Unexp> unexp;
+  std::size_t unexp_bytes = 0;
+  struct SendReq {  // a rendezvous send
+    void* ctx = nullptr;
+    bool completion = true;
+    std::array<iovec, kIovLimit> iov{};
+    std::size_t count = 0;
+    std::uint64_t total = 0, done = 0;
+    std::uint64_t cq_flags = 0, tag = 0;
+    std::uint64_t dest_key = 0;
+    std::uint64_t recv_id = 0;  // the receiver's id of the message (from its first CTS)
+    Av::Entry peer{};
+    struct Grant {
+      std::uint64_t msg_off, land_off, len;
+    };
+    std::deque<Grant> grants;  // granted, not yet written
+  };
+  std::map<std::uint64_t, SendReq> sends;
+  std::uint64_t next_send_id = 1;
+  struct RecvReq {  // a rendezvous receive in progress
+    Posted r;
+    std::uint64_t total = 0, granted = 0, received = 0;
+    std::uint64_t send_id = 0;
+    std::uint64_t src_key = 0;
+    fi_addr_t src = FI_ADDR_NOTAVAIL;
+    std::uint64_t tag = 0, data = 0;
+    bool has_data = false, tagged = false;
+  };
+  std::map<std::uint64_t, RecvReq> recvs;
+  std::uint64_t next_recv_id = 1;
+  std::vector<unsigned> land_free;  // landing chunks free (receiver)
+  std::unique_ptr<MemoryRegion> rndv_staging;
+  std::vector<unsigned> rndv_free;  // sender staging chunks free
+  struct Ctrl {                     // a control message waiting for credits (CTS)
+    std::uint64_t dest_key;         // the peer, as src_key_of() (a key of `peers`)
+    MsgKind kind;
+    std::array<std::uint64_t, 5> body;
+  };
+  std::deque<Ctrl> ctrl_out;
+  std::deque<Tx> retry;                                // failed writes waiting to be resent
+  std::unordered_map<std::uint64_t, Av::Entry> peers;  // senders seen in RTS, by src key
+  std::uint64_t landing_off() const { return ring_bytes(lanes); }
 
   std::byte* staging_slot(unsigned s) { return staging->bytes().data() + std::size_t{s} * kSlot; }
   std::uint64_t staging_iova(unsigned s) const { return staging->iova() + std::uint64_t{s} * kSlot; }
@@ -487,11 +602,15 @@ struct Ep {
   }
   void check_stall();
   void progress() {
+    if (rdm) return rdm_progress();
     poll_dma();
     poll_rx();
     check_card();
     check_stall();
   }
+  void rdm_progress();     // rdm.cpp
+  void rdm_tx_done(Tx t);  // rdm.cpp: a finished ring write of an RDM endpoint
+  void rdm_poll_rx();      // rdm.cpp: consume the own ring (never sends)
   void report_fatal(const std::string& msg, int err) {
     if (fatal_reported) return;
     fatal_reported = true;
@@ -562,7 +681,35 @@ inline int no_ops_open(fid*, const char*, std::uint64_t, void**, void*) { return
 inline int no_tostr(const fid*, char*, std::size_t) { return -FI_ENOSYS; }
 inline int no_ops_set(fid*, const char*, std::uint64_t, void*, void*) { return -FI_ENOSYS; }
 
+// What a ring message carries besides its payload (RDM; the DGRAM core uses the defaults).
+struct SlotMeta {
+  MsgKind kind = kEager;
+  bool tagged = false;
+  std::uint64_t tag = 0;
+  std::uint64_t cq_flags = FI_SEND | FI_MSG;
+  std::uint64_t send_id = 0;
+  int rndv_chunk = -1;
+  std::uint64_t land_off = 0, data_len = 0;
+};
+
 // ---- Defined in the other sources of the module --------------------------------------------
+// endpoint.cpp: the ring transport shared by DGRAM and RDM endpoints
+ssize_t do_send(Ep& e, const iovec* iov, std::size_t count, fi_addr_t dest, void* ctx, std::uint64_t data,
+                bool has_data, bool inject, bool completion, const SlotMeta& meta = SlotMeta{});
+// Sends one ring message of at most kMaxMsg payload bytes to `peer`, waiting up to `wait` for
+// resources (0: answer -FI_EAGAIN at once). Returns 0 (posted, or failed and reported on the
+// CQ), -FI_EAGAIN, -FI_EMSGSIZE or -FI_EIO (a fault was reported).
+ssize_t send_to(Ep& e, const Av::Entry& peer, const iovec* iov, std::size_t count, void* ctx, std::uint64_t data,
+                bool has_data, bool inject, bool completion, const SlotMeta& meta, std::chrono::milliseconds wait);
+Result<void> enqueue_tx(Ep& e, Ep::Tx& t);
+std::uint64_t dest_key_of(const WindowHandle& h);
+// av_mr.cpp: an address from fi_getname of a peer, imported (its window checked)
+Result<Av::Entry> decode_addr(Domain& d, const void* addr);
+// rdm.cpp
+extern fi_ops_msg rdm_msg_ops;
+extern fi_ops_tagged rdm_tagged_ops;
+int rdm_setup(Ep& e);
+ssize_t rdm_cancel(Ep& e, void* ctx);
 // cq_eq.cpp
 ssize_t eq_write(fid_eq* f, std::uint32_t event, const void* buf, std::size_t len, std::uint64_t flags);
 int eq_open(fid_fabric* fabric, fi_eq_attr* attr, fid_eq** out, void* context);

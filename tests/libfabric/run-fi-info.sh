@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # fi_info (libfabric-bin, unmodified) with libnpo-fi.so: `fi_info -l` lists npo; on a running
-# npo-emud mesh8 `fi_info -p npo` shows npo0..npo7 and the ofi_rxd layered RDM/tagged entry;
+# npo-emud mesh8 `fi_info -p npo` shows npo0..npo7, the native RDM/tagged entry first and (with
+# NPO_FI_LAYERING=1) the ofi_rxd layered one;
 # with no supernode reachable it answers "no data" quickly and prints nothing of ours.
 # Usage: run-fi-info.sh NPO_EMUD PROVIDER_DIR
 set -euo pipefail
@@ -51,8 +52,16 @@ export NPO_FI_BACKEND="emu-remote:${dir}/sock"
 domains="$(fi_info -p npo -t FI_EP_DGRAM | awk '/domain:/ {print $2}' | tr '\n' ' ')"
 echo "core domains: ${domains}"
 [[ "${domains}" == "npo0 npo1 npo2 npo3 npo4 npo5 npo6 npo7 " ]] || { echo "FAIL: one entry per card"; exit 1; }
-rdm="$(fi_info -p 'npo;ofi_rxd' -t FI_EP_RDM -c FI_TAGGED)"
-echo "${rdm}" | grep -q 'provider: npo;ofi_rxd' || { echo "FAIL: no layered entry"; echo "${rdm}"; exit 1; }
-echo "${rdm}" | grep -q 'type: FI_EP_RDM' || { echo "FAIL: layered entry is not RDM"; exit 1; }
+# the native RDM endpoint: tagged with directed receive, the first (and, without
+# NPO_FI_LAYERING=1, the only) entry of `-p npo -t FI_EP_RDM`
+rdm="$(fi_info -p npo -t FI_EP_RDM -c 'FI_TAGGED|FI_DIRECTED_RECV' -v)"
+first="$(echo "${rdm}" | awk '/prov_name:/ {print $2; exit}')"
+[[ "${first}" == "npo" ]] || { echo "FAIL: first RDM entry is '${first}', not the native npo"; echo "${rdm}" | head -40; exit 1; }
+for want in 'type: FI_EP_RDM' 'FI_TAGGED' 'FI_DIRECTED_RECV' 'FI_ORDER_SAS' 'cq_data_size: 8'; do
+  echo "${rdm}" | grep -q "${want}" || { echo "FAIL: native entry lacks ${want}"; exit 1; }
+done
+echo "native RDM entries: $(echo "${rdm}" | grep -c 'prov_name: npo$')"
+layered="$(NPO_FI_LAYERING=1 fi_info -p 'npo;ofi_rxd' -t FI_EP_RDM -c FI_TAGGED)"
+echo "${layered}" | grep -q 'provider: npo;ofi_rxd' || { echo "FAIL: no layered entry with NPO_FI_LAYERING=1"; exit 1; }
 # enumerating takes no card: a client can still own card 0 while fi_info ran
 echo PASS

@@ -1,0 +1,693 @@
+// SPDX-License-Identifier: Apache-2.0
+// libnpo-fi.so: the native FI_EP_RDM endpoint (docs/libfabric.md "Native RDM").
+//
+// Reliable: a ring write the fabric did not deliver (peer unreachable while a link retrains,
+// its window busy, a queue timeout with the card alive) is resent from the staging slot that
+// still holds it, in sequence order, until NPO_FI_FAULT_MS says the peer is gone. Ordered:
+// every sender writes its own lane of the receiver's ring in sequence order (FI_ORDER_SAS).
+// Messages up to kEagerMax bytes go eager (one ring message); larger ones by rendezvous: an
+// RTS, then the receiver grants chunks of its landing zone (CTS, up to kGrantsPerRecv ahead),
+// the sender's card writes each chunk straight into it by remote DMA followed by a FIN, and
+// the receiver copies the chunk out and grants the next. No per-packet acknowledgements.
+// Tag matching (posted receives, then unexpected messages, in arrival order), FI_DIRECTED_RECV,
+// FI_PEEK / FI_CLAIM / FI_DISCARD and fi_cancel live here. Unexpected eager payloads are
+// buffered up to kUnexpMax bytes; beyond that the ring is left unconsumed, so the sender's
+// credits run out (flow control): nothing is dropped.
+#include "provider.hpp"
+
+namespace npo::fi {
+
+namespace {
+
+struct RtsBody {
+  std::uint64_t send_id;
+  std::uint64_t total;
+  WireAddr sender;  // where to send the CTS
+};
+struct CtsBody {
+  std::uint64_t send_id, recv_id, msg_off, land_off, len;
+};
+struct FinBody {
+  std::uint64_t recv_id, msg_off, land_off, len;
+};
+
+std::size_t iov_bytes(const iovec* iov, std::size_t count) {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < count; ++i) n += iov[i].iov_len;
+  return n;
+}
+
+// Copies `len` bytes of `src` into the iov list at message offset `off`; returns bytes copied
+// (less when the buffers end first).
+std::size_t copy_to_iov(const iovec* iov, std::size_t count, std::size_t off, const std::byte* src, std::size_t len,
+                        bool device_src) {
+  std::size_t done = 0;
+  for (std::size_t i = 0; i < count && done < len; ++i) {
+    if (off >= iov[i].iov_len) {
+      off -= iov[i].iov_len;
+      continue;
+    }
+    const std::size_t n = std::min(iov[i].iov_len - off, len - done);
+    auto* dst = static_cast<std::byte*>(iov[i].iov_base) + off;
+    if (device_src) {
+      hw_copy(dst, src + done, n);
+    } else {
+      std::memcpy(dst, src + done, n);
+    }
+    done += n;
+    off = 0;
+  }
+  return done;
+}
+// Gathers `len` bytes at message offset `off` of the iov list into `dst`.
+void copy_from_iov(const iovec* iov, std::size_t count, std::size_t off, std::byte* dst, std::size_t len) {
+  std::size_t done = 0;
+  for (std::size_t i = 0; i < count && done < len; ++i) {
+    if (off >= iov[i].iov_len) {
+      off -= iov[i].iov_len;
+      continue;
+    }
+    const std::size_t n = std::min(iov[i].iov_len - off, len - done);
+    std::memcpy(dst + done, static_cast<const std::byte*>(iov[i].iov_base) + off, n);
+    done += n;
+    off = 0;
+  }
+}
+
+bool matches(const Ep::Posted& p, bool tagged, std::uint64_t tag, fi_addr_t src) {
+  if (p.tagged != tagged) return false;
+  if (tagged && ((p.tag ^ tag) & ~p.ignore) != 0) return false;
+  return p.src == FI_ADDR_UNSPEC || p.src == src;
+}
+bool matches(const Ep::Unexp& u, const Ep::Posted& p) { return !u.claimed_by && matches(p, u.tagged, u.tag, u.src); }
+
+std::uint64_t recv_flags(bool tagged, bool has_data) {
+  return FI_RECV | (tagged ? FI_TAGGED : FI_MSG) | (has_data ? FI_REMOTE_CQ_DATA : 0);
+}
+
+// Writes the completion of a receive of `total` message bytes into `r` (FI_ETRUNC when the
+// buffers were shorter).
+void complete_recv(Ep& e, const Ep::Posted& r, std::uint64_t total, bool tagged, std::uint64_t tag, std::uint64_t data,
+                   bool has_data, fi_addr_t src) {
+  if (!e.rx_cq) return;
+  const std::size_t cap = iov_bytes(r.iov.data(), r.count);
+  const std::uint64_t flags = recv_flags(tagged, has_data);
+  if (total > cap) {
+    e.rx_cq->push_error(r.ctx, flags, cap, total - cap, FI_ETRUNC,
+                        "npo: receive on " + e.where() + " truncated: message of " + std::to_string(total) +
+                            " B, buffer of " + std::to_string(cap) + " B",
+                        tag, has_data ? data : 0);
+    return;
+  }
+  if (e.rx_selective && !(r.flags & FI_COMPLETION)) return;
+  Cq::Comp c{r.ctx, flags, static_cast<std::size_t>(total), r.count ? r.iov[0].iov_base : nullptr, has_data ? data : 0};
+  c.tag = tagged ? tag : 0;
+  c.src = src;
+  e.rx_cq->push(c);
+}
+
+// The sender of a ring message, to send it CTS: its AV entry, else the address its RTS carried.
+const Av::Entry* peer_of(Ep& e, std::uint64_t src_key) {
+  if (auto it = e.peers.find(src_key); it != e.peers.end()) return &it->second;
+  return nullptr;
+}
+
+void queue_grants(Ep& e, std::uint64_t recv_id, Ep::RecvReq& q) {
+  while (q.granted < q.total && q.granted - q.received < std::uint64_t{kGrantsPerRecv} * kRndvChunk &&
+         !e.land_free.empty()) {
+    const unsigned chunk = e.land_free.back();
+    e.land_free.pop_back();
+    const std::uint64_t len = std::min<std::uint64_t>(kRndvChunk, q.total - q.granted);
+    e.ctrl_out.push_back(Ep::Ctrl{
+        q.src_key, kCts, {q.send_id, recv_id, q.granted, e.landing_off() + std::uint64_t{chunk} * kRndvChunk, len}});
+    q.granted += len;
+  }
+}
+
+void start_rndv_recv(Ep& e, const Ep::Posted& r, std::uint64_t total, std::uint64_t send_id, std::uint64_t src_key,
+                     fi_addr_t src, bool tagged, std::uint64_t tag, std::uint64_t data, bool has_data) {
+  const std::uint64_t id = e.next_recv_id++;
+  Ep::RecvReq q;
+  q.r = r;
+  q.total = total;
+  q.send_id = send_id;
+  q.src_key = src_key;
+  q.src = src;
+  q.tag = tag;
+  q.data = data;
+  q.has_data = has_data;
+  q.tagged = tagged;
+  auto [it, ok] = e.recvs.emplace(id, q);
+  queue_grants(e, id, it->second);
+}
+
+// A posted receive meets an unexpected message: deliver it (eager) or start its rendezvous.
+void deliver_unexp(Ep& e, const Ep::Posted& r, std::list<Ep::Unexp>::iterator u) {
+  if (u->kind == kEager) {
+    copy_to_iov(r.iov.data(), r.count, 0, u->payload.data(), u->payload.size(), false);
+    complete_recv(e, r, u->total, u->tagged, u->tag, u->data, u->has_data, u->src);
+    e.unexp_bytes -= u->payload.size();
+  } else {
+    start_rndv_recv(e, r, u->total, u->send_id, u->src_key, u->src, u->tagged, u->tag, u->data, u->has_data);
+  }
+  e.unexp.erase(u);
+}
+
+// A discarded rendezvous message still has to be drained (the sender waits for grants): it is
+// received into no buffer, without a completion.
+void discard_unexp(Ep& e, std::list<Ep::Unexp>::iterator u) {
+  if (u->kind == kEager) {
+    e.unexp_bytes -= u->payload.size();
+  } else {
+    Ep::Posted sink;
+    sink.flags = 0;
+    sink.ctx = nullptr;
+    const std::uint64_t id = e.next_recv_id++;
+    Ep::RecvReq q;
+    q.r = sink;
+    q.total = u->total;
+    q.send_id = u->send_id;
+    q.src_key = u->src_key;
+    q.src = u->src;
+    q.tagged = u->tagged;
+    q.tag = u->tag;
+    q.r.ctx = reinterpret_cast<void*>(1);  // marks "no completion"
+    auto [it, ok] = e.recvs.emplace(id, q);
+    queue_grants(e, id, it->second);
+  }
+  e.unexp.erase(u);
+}
+
+void fail_send_req(Ep& e, std::map<std::uint64_t, Ep::SendReq>::iterator s, int err, const std::string& msg) {
+  if (e.tx_cq && s->second.completion)
+    e.tx_cq->push_error(s->second.ctx, s->second.cq_flags, 0, 0, err, msg, s->second.tag);
+  e.sends.erase(s);
+}
+
+}  // namespace
+
+int rdm_setup(Ep& e) {
+  auto st = allocate_host_memory(*e.domain->dev, std::size_t{kRndvStagingChunks} * kRndvChunk);
+  if (!st) return -fi_errno_of(st.error());
+  e.rndv_staging = std::move(*st);
+  for (unsigned c = kRndvStagingChunks; c > 0; --c) e.rndv_free.push_back(c - 1);
+  for (unsigned c = kLandingChunks; c > 0; --c) e.land_free.push_back(c - 1);
+  return 0;
+}
+
+// ---- Receive side: the own ring ----------------------------------------------------------
+void Ep::rdm_poll_rx() {
+  if (!map) return;
+  std::byte* base = map->bytes().data();
+  for (unsigned scanned = 0; scanned < lanes; ++scanned) {
+    const unsigned lane = (rx_lane_cursor + scanned) % lanes;
+    for (unsigned budget = 0; budget < kSlotsPerLane; ++budget) {
+      const std::uint64_t want = rx_consumed[lane] + 1;
+      const std::byte* slot = base + slot_offset(lane, kSlotsPerLane, want);
+      if (hw_load64(slot) != want) break;
+      SlotHeader h;
+      hw_copy(reinterpret_cast<std::byte*>(&h), slot, sizeof h);
+      const bool bad_header = h.magic != kHdrMagic || h.len > kMaxMsg || (h.flags & kFlagSkip);
+      if (!bad_header) hw_copy(rx_scratch.data(), slot + kHdr, h.len);
+      if (bad_header || payload_sum(rx_scratch.data(), h.len) != h.sum) {
+        // The fence before every header makes this impossible on a working card: data loss.
+        report_fatal("npo: " + where() + " received a corrupt message on ring lane " + std::to_string(lane) + " (seq " +
+                         std::to_string(want) + ", from fabric id " + std::to_string(h.src_fabric_id) + ")",
+                     FI_EIO);
+        rx_consumed[lane] = want;
+        hw_store64(base + std::size_t{lane} * 64, want);
+        continue;
+      }
+      const std::uint64_t src_key = src_key_of(h.src_fabric_id, h.src_window);
+      fi_addr_t src = FI_ADDR_NOTAVAIL;
+      if (av) {
+        if (auto it = av->by_src.find(src_key); it != av->by_src.end()) src = it->second;
+      }
+      const bool tagged = (h.flags & kFlagTagged) != 0;
+      const bool has_data = (h.flags & kFlagData) != 0;
+      bool consumed = true;
+      switch (h.kind) {
+        case kEager: {
+          auto p = std::find_if(posted.begin(), posted.end(),
+                                [&](const Posted& r) { return matches(r, tagged, h.tag, src); });
+          if (p != posted.end()) {
+            const Posted r = *p;
+            posted.erase(p);
+            copy_to_iov(r.iov.data(), r.count, 0, rx_scratch.data(), h.len, false);
+            complete_recv(*this, r, h.len, tagged, h.tag, h.data, has_data, src);
+          } else if (unexp_bytes + h.len > kUnexpMax) {
+            consumed = false;  // flow control: the sender's credits run out until receives come
+          } else {
+            Unexp u;
+            u.tagged = tagged;
+            u.kind = kEager;
+            u.src = src;
+            u.src_key = src_key;
+            u.tag = h.tag;
+            u.data = h.data;
+            u.has_data = has_data;
+            u.total = h.len;
+            u.payload.assign(rx_scratch.begin(), rx_scratch.begin() + h.len);
+            unexp_bytes += h.len;
+            unexp.push_back(std::move(u));
+          }
+          break;
+        }
+        case kRts: {
+          RtsBody b{};
+          std::memcpy(&b, rx_scratch.data(), std::min<std::size_t>(sizeof b, h.len));
+          if (!peers.count(src_key)) {
+            if (av && src != FI_ADDR_NOTAVAIL) {
+              peers[src_key] = av->table[src];
+            } else if (auto a = decode_addr(*domain, &b.sender)) {
+              peers[src_key] = *a;
+            } else {
+              report_fatal("npo: " + where() + " cannot answer a rendezvous from fabric id " +
+                               std::to_string(h.src_fabric_id) + ": " + a.error().to_string(),
+                           FI_EHOSTUNREACH);
+              break;
+            }
+          }
+          auto p = std::find_if(posted.begin(), posted.end(),
+                                [&](const Posted& r) { return matches(r, tagged, h.tag, src); });
+          if (p != posted.end()) {
+            const Posted r = *p;
+            posted.erase(p);
+            start_rndv_recv(*this, r, b.total, b.send_id, src_key, src, tagged, h.tag, h.data, has_data);
+          } else {
+            Unexp u;
+            u.tagged = tagged;
+            u.kind = kRts;
+            u.src = src;
+            u.src_key = src_key;
+            u.tag = h.tag;
+            u.data = h.data;
+            u.has_data = has_data;
+            u.total = b.total;
+            u.send_id = b.send_id;
+            unexp.push_back(std::move(u));
+          }
+          break;
+        }
+        case kCts: {
+          CtsBody b{};
+          std::memcpy(&b, rx_scratch.data(), std::min<std::size_t>(sizeof b, h.len));
+          if (auto s = sends.find(b.send_id); s != sends.end()) {
+            s->second.recv_id = b.recv_id;
+            s->second.grants.push_back({b.msg_off, b.land_off, b.len});
+          }
+          break;
+        }
+        case kFin: {
+          FinBody b{};
+          std::memcpy(&b, rx_scratch.data(), std::min<std::size_t>(sizeof b, h.len));
+          auto q = recvs.find(b.recv_id);
+          if (q == recvs.end()) break;
+          RecvReq& r = q->second;
+          if (b.land_off >= landing_off() && b.len <= kRndvChunk && b.land_off + b.len <= map->bytes().size()) {
+            copy_to_iov(r.r.iov.data(), r.r.count, b.msg_off, base + b.land_off, b.len, true);
+            land_free.push_back(static_cast<unsigned>((b.land_off - landing_off()) / kRndvChunk));
+          }
+          r.received += b.len;
+          if (r.received >= r.total) {
+            if (r.r.ctx != reinterpret_cast<void*>(1))
+              complete_recv(*this, r.r, r.total, r.tagged, r.tag, r.data, r.has_data, r.src);
+            recvs.erase(q);
+          } else {
+            queue_grants(*this, q->first, r);
+          }
+          break;
+        }
+        default:
+          report_fatal("npo: " + where() + " received a message of unknown kind " + std::to_string(h.kind), FI_EIO);
+          break;
+      }
+      if (!consumed) break;
+      note_activity();
+      rx_consumed[lane] = want;
+      hw_store64(base + std::size_t{lane} * 64, want);
+    }
+  }
+  rx_lane_cursor = (rx_lane_cursor + 1) % lanes;
+}
+
+// ---- Send side: finished ring writes --------------------------------------------------------
+void Ep::rdm_tx_done(Tx t) {
+  if (t.worst == OpStatus::kOk) {
+    send_ok(t.dest_key);
+    free_slots.push_back(t.slot);
+    if (t.rndv_chunk >= 0) rndv_free.push_back(static_cast<unsigned>(t.rndv_chunk));
+    if (t.msg_kind == kFin) {
+      if (auto s = sends.find(t.send_id); s != sends.end()) {
+        s->second.done += t.data_len;
+        if (s->second.done >= s->second.total) {
+          if (tx_cq && s->second.completion)
+            tx_cq->push({s->second.ctx, s->second.cq_flags, static_cast<std::size_t>(s->second.total), nullptr, 0,
+                         s->second.tag});
+          sends.erase(s);
+        }
+      }
+    } else if (t.msg_kind == kEager && t.completion && tx_cq) {
+      tx_cq->push({t.ctx, t.cq_flags, t.len, nullptr, 0, t.tag});
+    }
+    return;
+  }
+  const std::string msg = "npo: send of " + std::to_string(t.len + t.data_len) + " B from " + where() +
+                          " to the card with fabric id " + std::to_string(t.dest_fabric) +
+                          " failed: " + std::string(op_status_name(t.worst));
+  const bool transient = is_path_failure(t.worst) ||
+                         ((t.worst == OpStatus::kTimeout || t.worst == OpStatus::kAborted) && !own_card_gone());
+  if (transient) send_failed(t.dest_key, t.worst, msg);
+  if (transient && !fatal_reported) {
+    warn(FI_LOG_EP_DATA, msg + "; resending");
+    t.retry_at = std::chrono::steady_clock::now() + kRetryBackoff;
+    retry.push_back(std::move(t));
+    return;
+  }
+  // not deliverable: the operation fails (and the endpoint reports the fault)
+  free_slots.push_back(t.slot);
+  if (t.rndv_chunk >= 0) rndv_free.push_back(static_cast<unsigned>(t.rndv_chunk));
+  if (t.send_id) {
+    if (auto s = sends.find(t.send_id); s != sends.end()) fail_send_req(*this, s, fi_errno_of(t.worst), msg);
+  } else if (t.msg_kind == kEager && t.completion && tx_cq) {
+    tx_cq->push_error(t.ctx, t.cq_flags, 0, 0, fi_errno_of(t.worst), msg, t.tag);
+  }
+  report_fatal(msg, fi_errno_of(t.worst));
+}
+
+// ---- Progress -------------------------------------------------------------------------------
+void Ep::rdm_progress() {
+  if (progressing) return;
+  progressing = true;
+  poll_dma();
+  rdm_poll_rx();
+  const auto now = std::chrono::steady_clock::now();
+  // 1. resend failed writes, oldest first (sequence order per peer)
+  while (!retry.empty() && retry.front().retry_at <= now && queue->outstanding() + 6 <= queue->depth()) {
+    Tx t = std::move(retry.front());
+    retry.pop_front();
+    if (auto r = enqueue_tx(*this, t); !r) {
+      report_fatal("npo: resend from " + where() + " failed: " + r.error().to_string(), fi_errno_of(r.error()));
+      break;
+    }
+    tx.push_back(std::move(t));
+  }
+  // 2. control messages (grants)
+  while (!ctrl_out.empty()) {
+    const Ctrl& c = ctrl_out.front();
+    const Av::Entry* peer = peer_of(*this, c.dest_key);
+    if (!peer) {
+      ctrl_out.pop_front();
+      continue;
+    }
+    CtsBody b{c.body[0], c.body[1], c.body[2], c.body[3], c.body[4]};
+    iovec iov{&b, sizeof b};
+    SlotMeta m;
+    m.kind = c.kind;
+    if (send_to(*this, *peer, &iov, 1, nullptr, 0, false, true, false, m, std::chrono::milliseconds(0)) != 0) break;
+    ctrl_out.pop_front();
+  }
+  // 3. rendezvous data: one staging chunk per granted chunk, written with its FIN behind it
+  for (auto s = sends.begin(); s != sends.end() && !rndv_free.empty();) {
+    SendReq& q = s->second;
+    bool blocked = false;
+    while (!q.grants.empty() && !rndv_free.empty()) {
+      if (free_slots.empty() || queue->outstanding() + 6 > queue->depth()) {
+        blocked = true;
+        break;
+      }
+      const SendReq::Grant g = q.grants.front();
+      const unsigned chunk = rndv_free.back();
+      copy_from_iov(q.iov.data(), q.count, g.msg_off, rndv_staging->bytes().data() + std::size_t{chunk} * kRndvChunk,
+                    g.len);
+      FinBody b{q.recv_id, g.msg_off, g.land_off, g.len};
+      iovec iov{&b, sizeof b};
+      SlotMeta m;
+      m.kind = kFin;
+      m.send_id = s->first;
+      m.rndv_chunk = static_cast<int>(chunk);
+      m.land_off = g.land_off;
+      m.data_len = g.len;
+      m.cq_flags = q.cq_flags;
+      m.tag = q.tag;
+      if (send_to(*this, q.peer, &iov, 1, nullptr, 0, false, true, false, m, std::chrono::milliseconds(0)) != 0) {
+        blocked = true;
+        break;
+      }
+      // (send_to reaps completions, which may have pushed freed chunks meanwhile)
+      rndv_free.erase(std::find(rndv_free.begin(), rndv_free.end(), chunk));
+      q.grants.pop_front();
+    }
+    if (blocked) break;
+    ++s;
+  }
+  // 4. receives waiting for landing chunks
+  if (!land_free.empty())
+    for (auto& [id, q] : recvs)
+      if (q.granted < q.total) queue_grants(*this, id, q);
+  check_card();
+  check_stall();
+  progressing = false;
+}
+
+// ---- Operations -------------------------------------------------------------------------------
+namespace {
+
+ssize_t rdm_send(Ep& e, const iovec* iov, std::size_t count, fi_addr_t dest, void* ctx, std::uint64_t data,
+                 bool has_data, bool inject, bool completion, bool tagged, std::uint64_t tag) {
+  if (!e.enabled) return -FI_EOPBADSTATE;
+  if (!e.av) return -FI_EINVAL;
+  if (count > kIovLimit) return -FI_EINVAL;
+  if (dest >= e.av->table.size() || !e.av->table[dest].valid) return -FI_EINVAL;
+  const std::size_t len = iov_bytes(iov, count);
+  if (len > kRdmMaxMsg || (inject && len > kEagerMax)) return -FI_EMSGSIZE;
+  e.rdm_progress();
+  if (e.fatal_reported) return -FI_EIO;
+  SlotMeta m;
+  m.tagged = tagged;
+  m.tag = tag;
+  m.cq_flags = FI_SEND | (tagged ? FI_TAGGED : FI_MSG);
+  if (len <= kEagerMax) return do_send(e, iov, count, dest, ctx, data, has_data, inject, completion, m);
+  // rendezvous: announce; the data moves when the receiver grants landing space
+  const std::uint64_t id = e.next_send_id++;
+  RtsBody b{id, len, e.wire};
+  iovec biov{&b, sizeof b};
+  m.kind = kRts;
+  m.send_id = id;
+  const ssize_t r = do_send(e, &biov, 1, dest, nullptr, data, has_data, true, false, m);
+  if (r != 0) return r;
+  Ep::SendReq q;
+  q.ctx = ctx;
+  q.completion = completion;
+  q.count = count;
+  for (std::size_t i = 0; i < count; ++i) q.iov[i] = iov[i];
+  q.total = len;
+  q.cq_flags = m.cq_flags;
+  q.tag = tag;
+  q.peer = e.av->table[dest];
+  q.dest_key = dest_key_of(q.peer.handle);
+  e.sends.emplace(id, q);
+  return 0;
+}
+
+ssize_t rdm_recv(Ep& e, const iovec* iov, std::size_t count, fi_addr_t src, void* ctx, std::uint64_t flags, bool tagged,
+                 std::uint64_t tag, std::uint64_t ignore) {
+  if (!e.enabled) return -FI_EOPBADSTATE;
+  if (count > kIovLimit) return -FI_EINVAL;
+  Ep::Posted r;
+  r.ctx = ctx;
+  r.count = count;
+  r.flags = flags;
+  r.tagged = tagged;
+  r.tag = tag;
+  r.ignore = ignore;
+  r.src = e.directed_recv ? src : FI_ADDR_UNSPEC;  // ignored without FI_DIRECTED_RECV (fi_msg(3))
+  for (std::size_t i = 0; i < count; ++i) r.iov[i] = iov[i];
+  if (flags & (FI_PEEK | FI_CLAIM)) {
+    std::list<Ep::Unexp>::iterator u = e.unexp.end();
+    if (flags & FI_PEEK) {
+      e.rdm_progress();
+      u = std::find_if(e.unexp.begin(), e.unexp.end(), [&](const Ep::Unexp& x) { return matches(x, r); });
+      if (u == e.unexp.end()) {
+        if (e.rx_cq)
+          e.rx_cq->push_error(ctx, FI_RECV | (tagged ? FI_TAGGED : FI_MSG), 0, 0, FI_ENOMSG,
+                              "npo: no message matches the peek on " + e.where(), tag);
+        return 0;
+      }
+      if (!(flags & (FI_CLAIM | FI_DISCARD))) {  // a peek only reports the message
+        Cq::Comp c{ctx, recv_flags(u->tagged, u->has_data), static_cast<std::size_t>(u->total), nullptr,
+                   u->has_data ? u->data : 0};
+        c.tag = u->tag;
+        c.src = u->src;
+        if (e.rx_cq) e.rx_cq->push(c);
+        return 0;
+      }
+    } else {
+      // FI_CLAIM without FI_PEEK: the message an earlier FI_PEEK|FI_CLAIM with this context claimed
+      if (!ctx) return -FI_EINVAL;
+      u = std::find_if(e.unexp.begin(), e.unexp.end(), [&](const Ep::Unexp& x) { return x.claimed_by == ctx; });
+      if (u == e.unexp.end()) return -FI_EINVAL;
+    }
+    if ((flags & FI_PEEK) && (flags & FI_CLAIM) && !(flags & FI_DISCARD)) {
+      u->claimed_by = ctx;  // reported now; received later by FI_CLAIM with the same context
+      Cq::Comp c{ctx, recv_flags(u->tagged, u->has_data), static_cast<std::size_t>(u->total), nullptr,
+                 u->has_data ? u->data : 0};
+      c.tag = u->tag;
+      c.src = u->src;
+      if (e.rx_cq) e.rx_cq->push(c);
+      return 0;
+    }
+    if (flags & FI_DISCARD) {
+      Cq::Comp c{ctx, recv_flags(u->tagged, u->has_data), 0, nullptr, u->has_data ? u->data : 0};
+      c.tag = u->tag;
+      c.src = u->src;
+      discard_unexp(e, u);
+      if (e.rx_cq) e.rx_cq->push(c);
+      return 0;
+    }
+    deliver_unexp(e, r, u);
+    return 0;
+  }
+  auto u = std::find_if(e.unexp.begin(), e.unexp.end(), [&](const Ep::Unexp& x) { return matches(x, r); });
+  if (u != e.unexp.end()) {
+    deliver_unexp(e, r, u);
+    return 0;
+  }
+  if (e.posted.size() >= kRxSize) return -FI_EAGAIN;
+  e.posted.push_back(r);
+  return 0;
+}
+
+Ep* ep_of(fid_ep* f) { return reinterpret_cast<Ep*>(f); }
+
+// fi_ops_msg
+ssize_t m_recv(fid_ep* f, void* buf, std::size_t len, void*, fi_addr_t src, void* ctx) {
+  Ep* e = ep_of(f);
+  std::lock_guard lk(e->domain->mu);
+  iovec iov{buf, len};
+  return rdm_recv(*e, &iov, 1, src, ctx, e->rx_default_completion() ? FI_COMPLETION : 0, false, 0, 0);
+}
+ssize_t m_recvv(fid_ep* f, const iovec* iov, void**, std::size_t count, fi_addr_t src, void* ctx) {
+  Ep* e = ep_of(f);
+  std::lock_guard lk(e->domain->mu);
+  return rdm_recv(*e, iov, count, src, ctx, e->rx_default_completion() ? FI_COMPLETION : 0, false, 0, 0);
+}
+ssize_t m_recvmsg(fid_ep* f, const fi_msg* msg, std::uint64_t flags) {
+  Ep* e = ep_of(f);
+  std::lock_guard lk(e->domain->mu);
+  return rdm_recv(*e, msg->msg_iov, msg->iov_count, msg->addr, msg->context, flags, false, 0, 0);
+}
+ssize_t m_send(fid_ep* f, const void* buf, std::size_t len, void*, fi_addr_t dest, void* ctx) {
+  Ep* e = ep_of(f);
+  std::lock_guard lk(e->domain->mu);
+  iovec iov{const_cast<void*>(buf), len};
+  return rdm_send(*e, &iov, 1, dest, ctx, 0, false, false, e->tx_default_completion(), false, 0);
+}
+ssize_t m_sendv(fid_ep* f, const iovec* iov, void**, std::size_t count, fi_addr_t dest, void* ctx) {
+  Ep* e = ep_of(f);
+  std::lock_guard lk(e->domain->mu);
+  return rdm_send(*e, iov, count, dest, ctx, 0, false, false, e->tx_default_completion(), false, 0);
+}
+ssize_t m_sendmsg(fid_ep* f, const fi_msg* msg, std::uint64_t flags) {
+  Ep* e = ep_of(f);
+  std::lock_guard lk(e->domain->mu);
+  return rdm_send(*e, msg->msg_iov, msg->iov_count, msg->addr, msg->context, msg->data,
+                  (flags & FI_REMOTE_CQ_DATA) != 0, (flags & FI_INJECT) != 0,
+                  !e->tx_selective || (flags & FI_COMPLETION), false, 0);
+}
+ssize_t m_inject(fid_ep* f, const void* buf, std::size_t len, fi_addr_t dest) {
+  Ep* e = ep_of(f);
+  std::lock_guard lk(e->domain->mu);
+  iovec iov{const_cast<void*>(buf), len};
+  return rdm_send(*e, &iov, 1, dest, nullptr, 0, false, true, false, false, 0);
+}
+ssize_t m_senddata(fid_ep* f, const void* buf, std::size_t len, void*, std::uint64_t data, fi_addr_t dest, void* ctx) {
+  Ep* e = ep_of(f);
+  std::lock_guard lk(e->domain->mu);
+  iovec iov{const_cast<void*>(buf), len};
+  return rdm_send(*e, &iov, 1, dest, ctx, data, true, false, e->tx_default_completion(), false, 0);
+}
+ssize_t m_injectdata(fid_ep* f, const void* buf, std::size_t len, std::uint64_t data, fi_addr_t dest) {
+  Ep* e = ep_of(f);
+  std::lock_guard lk(e->domain->mu);
+  iovec iov{const_cast<void*>(buf), len};
+  return rdm_send(*e, &iov, 1, dest, nullptr, data, true, true, false, false, 0);
+}
+
+// fi_ops_tagged
+ssize_t t_recv(fid_ep* f, void* buf, std::size_t len, void*, fi_addr_t src, std::uint64_t tag, std::uint64_t ignore,
+               void* ctx) {
+  Ep* e = ep_of(f);
+  std::lock_guard lk(e->domain->mu);
+  iovec iov{buf, len};
+  return rdm_recv(*e, &iov, 1, src, ctx, e->rx_default_completion() ? FI_COMPLETION : 0, true, tag, ignore);
+}
+ssize_t t_recvv(fid_ep* f, const iovec* iov, void**, std::size_t count, fi_addr_t src, std::uint64_t tag,
+                std::uint64_t ignore, void* ctx) {
+  Ep* e = ep_of(f);
+  std::lock_guard lk(e->domain->mu);
+  return rdm_recv(*e, iov, count, src, ctx, e->rx_default_completion() ? FI_COMPLETION : 0, true, tag, ignore);
+}
+ssize_t t_recvmsg(fid_ep* f, const fi_msg_tagged* msg, std::uint64_t flags) {
+  Ep* e = ep_of(f);
+  std::lock_guard lk(e->domain->mu);
+  return rdm_recv(*e, msg->msg_iov, msg->iov_count, msg->addr, msg->context, flags, true, msg->tag, msg->ignore);
+}
+ssize_t t_send(fid_ep* f, const void* buf, std::size_t len, void*, fi_addr_t dest, std::uint64_t tag, void* ctx) {
+  Ep* e = ep_of(f);
+  std::lock_guard lk(e->domain->mu);
+  iovec iov{const_cast<void*>(buf), len};
+  return rdm_send(*e, &iov, 1, dest, ctx, 0, false, false, e->tx_default_completion(), true, tag);
+}
+ssize_t t_sendv(fid_ep* f, const iovec* iov, void**, std::size_t count, fi_addr_t dest, std::uint64_t tag, void* ctx) {
+  Ep* e = ep_of(f);
+  std::lock_guard lk(e->domain->mu);
+  return rdm_send(*e, iov, count, dest, ctx, 0, false, false, e->tx_default_completion(), true, tag);
+}
+ssize_t t_sendmsg(fid_ep* f, const fi_msg_tagged* msg, std::uint64_t flags) {
+  Ep* e = ep_of(f);
+  std::lock_guard lk(e->domain->mu);
+  return rdm_send(*e, msg->msg_iov, msg->iov_count, msg->addr, msg->context, msg->data,
+                  (flags & FI_REMOTE_CQ_DATA) != 0, (flags & FI_INJECT) != 0,
+                  !e->tx_selective || (flags & FI_COMPLETION), true, msg->tag);
+}
+ssize_t t_inject(fid_ep* f, const void* buf, std::size_t len, fi_addr_t dest, std::uint64_t tag) {
+  Ep* e = ep_of(f);
+  std::lock_guard lk(e->domain->mu);
+  iovec iov{const_cast<void*>(buf), len};
+  return rdm_send(*e, &iov, 1, dest, nullptr, 0, false, true, false, true, tag);
+}
+ssize_t t_senddata(fid_ep* f, const void* buf, std::size_t len, void*, std::uint64_t data, fi_addr_t dest,
+                   std::uint64_t tag, void* ctx) {
+  Ep* e = ep_of(f);
+  std::lock_guard lk(e->domain->mu);
+  iovec iov{const_cast<void*>(buf), len};
+  return rdm_send(*e, &iov, 1, dest, ctx, data, true, false, e->tx_default_completion(), true, tag);
+}
+ssize_t t_injectdata(fid_ep* f, const void* buf, std::size_t len, std::uint64_t data, fi_addr_t dest,
+                     std::uint64_t tag) {
+  Ep* e = ep_of(f);
+  std::lock_guard lk(e->domain->mu);
+  iovec iov{const_cast<void*>(buf), len};
+  return rdm_send(*e, &iov, 1, dest, nullptr, data, true, true, false, true, tag);
+}
+
+}  // namespace
+
+ssize_t rdm_cancel(Ep& e, void* ctx) {
+  auto it = std::find_if(e.posted.begin(), e.posted.end(), [&](const Ep::Posted& r) { return r.ctx == ctx; });
+  if (it == e.posted.end()) return -FI_ENOENT;
+  const Ep::Posted r = *it;
+  e.posted.erase(it);
+  if (e.rx_cq)
+    e.rx_cq->push_error(ctx, FI_RECV | (r.tagged ? FI_TAGGED : FI_MSG), 0, 0, FI_ECANCELED, "npo: receive canceled",
+                        r.tag);
+  return 0;
+}
+
+fi_ops_msg rdm_msg_ops{sizeof(fi_ops_msg), m_recv,   m_recvv,    m_recvmsg,   m_send, m_sendv,
+                       m_sendmsg,          m_inject, m_senddata, m_injectdata};
+fi_ops_tagged rdm_tagged_ops{
+    sizeof(fi_ops_tagged), t_recv, t_recvv, t_recvmsg, t_send, t_sendv, t_sendmsg, t_inject, t_senddata, t_injectdata};
+
+}  // namespace npo::fi

@@ -1,0 +1,409 @@
+// SPDX-License-Identifier: Apache-2.0
+// The native FI_EP_RDM endpoint of the `npo` provider, in-process on emu:mesh8 through the
+// libfabric API only, as Open MPI's mtl ofi drives it: the getinfo entry it selects, tagged
+// messages of every size class (eager, rendezvous, several chunks) with data checked and NULL
+// descriptors, unexpected messages and their order, tag masks, directed receives, remote CQ
+// data, FI_PEEK / FI_CLAIM / FI_DISCARD, fi_cancel and truncation.
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
+
+namespace {
+
+constexpr std::size_t kAddrLen = 48;
+constexpr std::size_t kEager = 4096;  // the provider's inject_size / eager limit
+
+void use_provider() {
+  static const bool once = [] {
+    ::setenv("FI_PROVIDER_PATH", NPO_FI_DIR, 1);
+    ::setenv("NPO_FI_BACKEND", "emu:mesh8", 1);
+    ::unsetenv("FI_NPO_CARD");
+    ::unsetenv("FI_PROVIDER");
+    return true;
+  }();
+  (void)once;
+}
+
+// The hints of Open MPI 4.1's mtl ofi (mtl_ofi_component.c), restricted to provider `npo`.
+fi_info* mtl_ofi_hints() {
+  fi_info* h = fi_allocinfo();
+  h->mode = FI_CONTEXT | FI_CONTEXT2;
+  h->ep_attr->type = FI_EP_RDM;
+  h->caps = FI_TAGGED | FI_LOCAL_COMM | FI_REMOTE_COMM | FI_DIRECTED_RECV;
+  h->tx_attr->msg_order = FI_ORDER_SAS;
+  h->rx_attr->msg_order = FI_ORDER_SAS;
+  h->rx_attr->op_flags = FI_COMPLETION;
+  h->tx_attr->op_flags = FI_COMPLETION;
+  h->domain_attr->threading = FI_THREAD_SAFE;
+  h->domain_attr->cq_data_size = sizeof(int);
+  h->domain_attr->av_type = FI_AV_TABLE;
+  h->domain_attr->resource_mgmt = FI_RM_ENABLED;
+  h->fabric_attr->prov_name = strdup("npo");
+  return h;
+}
+
+struct Side {
+  fi_info* info = nullptr;
+  fid_fabric* fabric = nullptr;
+  fid_domain* domain = nullptr;
+  fid_cq* cq = nullptr;
+  fid_av* av = nullptr;
+  fid_ep* ep = nullptr;
+  std::vector<std::uint8_t> addr = std::vector<std::uint8_t>(kAddrLen);
+
+  void open(unsigned card) {
+    fi_info* hints = mtl_ofi_hints();
+    const std::string name = "npo" + std::to_string(card);
+    hints->domain_attr->name = strdup(name.c_str());
+    ASSERT_EQ(fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &info), 0);
+    fi_freeinfo(hints);
+    ASSERT_STREQ(info->fabric_attr->prov_name, "npo") << "the first entry must be the native endpoint";
+    ASSERT_EQ(info->ep_attr->type, FI_EP_RDM);
+    ASSERT_EQ(fi_fabric(info->fabric_attr, &fabric, nullptr), 0);
+    ASSERT_EQ(fi_domain(fabric, info, &domain, nullptr), 0);
+    fi_cq_attr cq_attr{};
+    cq_attr.format = FI_CQ_FORMAT_TAGGED;
+    cq_attr.size = 1024;
+    ASSERT_EQ(fi_cq_open(domain, &cq_attr, &cq, nullptr), 0);
+    fi_av_attr av_attr{};
+    av_attr.type = FI_AV_TABLE;
+    ASSERT_EQ(fi_av_open(domain, &av_attr, &av, nullptr), 0);
+    ASSERT_EQ(fi_endpoint(domain, info, &ep, nullptr), 0);
+    ASSERT_EQ(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV), 0);
+    ASSERT_EQ(fi_ep_bind(ep, &av->fid, 0), 0);
+    ASSERT_EQ(fi_enable(ep), 0);
+    std::size_t len = addr.size();
+    ASSERT_EQ(fi_getname(&ep->fid, addr.data(), &len), 0);
+  }
+  fi_addr_t insert(const Side& peer) {
+    fi_addr_t a = FI_ADDR_NOTAVAIL;
+    EXPECT_EQ(fi_av_insert(av, peer.addr.data(), 1, &a, 0, nullptr), 1);
+    return a;
+  }
+  void close() {
+    if (ep) {
+      EXPECT_EQ(fi_close(&ep->fid), 0);
+    }
+    if (av) {
+      EXPECT_EQ(fi_close(&av->fid), 0);
+    }
+    if (cq) {
+      EXPECT_EQ(fi_close(&cq->fid), 0);
+    }
+    if (domain) {
+      EXPECT_EQ(fi_close(&domain->fid), 0);
+    }
+    if (fabric) {
+      EXPECT_EQ(fi_close(&fabric->fid), 0);
+    }
+    if (info) fi_freeinfo(info);
+    *this = Side{};
+  }
+};
+
+struct Entry {
+  bool error = false;
+  fi_cq_tagged_entry e{};
+  fi_cq_err_entry err{};
+  fi_addr_t src = FI_ADDR_NOTAVAIL;
+};
+
+// Progresses every side (the provider's progress is manual: each CQ read moves its endpoint)
+// until `want` has an entry; returns it. Fails the test after 20 s.
+Entry wait_entry(Side& want, std::initializer_list<Side*> others) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (;;) {
+    Entry out;
+    const ssize_t r = fi_cq_readfrom(want.cq, &out.e, 1, &out.src);
+    if (r == 1) return out;
+    if (r == -FI_EAVAIL) {
+      out.error = true;
+      EXPECT_EQ(fi_cq_readerr(want.cq, &out.err, 0), 1);
+      return out;
+    }
+    EXPECT_EQ(r, -FI_EAGAIN);
+    for (Side* s : others) {
+      fi_cq_tagged_entry none{};
+      const ssize_t o = fi_cq_read(s->cq, &none, 0);  // progress only (count 0 reads nothing)
+      (void)o;
+    }
+    if (std::chrono::steady_clock::now() > end) {
+      ADD_FAILURE() << "no completion within 20 s";
+      return out;
+    }
+  }
+}
+
+std::vector<std::uint8_t> pattern(std::size_t n, unsigned seed) {
+  std::vector<std::uint8_t> v(n);
+  std::mt19937 g(seed);
+  for (auto& b : v) b = static_cast<std::uint8_t>(g());
+  return v;
+}
+
+class Rdm : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    use_provider();
+    a_.open(0);
+    b_.open(1);
+    ASSERT_NE(a_.ep, nullptr);
+    ASSERT_NE(b_.ep, nullptr);
+    a_to_b_ = a_.insert(b_);
+    b_to_a_ = b_.insert(a_);
+  }
+  void TearDown() override {
+    a_.close();
+    b_.close();
+  }
+  // Sends `tx` tagged from a to b while b receives into `rx`; returns b's receive entry.
+  Entry transfer(const std::vector<std::uint8_t>& tx, std::vector<std::uint8_t>& rx, std::uint64_t tag) {
+    int sctx = 0, rctx = 0;
+    EXPECT_EQ(fi_trecv(b_.ep, rx.data(), rx.size(), nullptr, FI_ADDR_UNSPEC, tag, 0, &rctx), 0);
+    EXPECT_EQ(fi_tsend(a_.ep, tx.data(), tx.size(), nullptr, a_to_b_, tag, &sctx), 0);
+    Entry r = wait_entry(b_, {&a_});
+    Entry s = wait_entry(a_, {&b_});
+    EXPECT_FALSE(s.error);
+    EXPECT_EQ(s.e.op_context, &sctx);
+    EXPECT_EQ(s.e.flags, FI_SEND | FI_TAGGED);
+    EXPECT_EQ(r.error ? r.err.op_context : r.e.op_context, &rctx);
+    return r;
+  }
+  Side a_, b_;
+  fi_addr_t a_to_b_ = FI_ADDR_NOTAVAIL, b_to_a_ = FI_ADDR_NOTAVAIL;
+};
+
+TEST(RdmInfo, OpenMpiHintsSelectTheNativeEndpointFirst) {
+  use_provider();
+  fi_info* hints = mtl_ofi_hints();
+  free(hints->fabric_attr->prov_name);
+  hints->fabric_attr->prov_name = nullptr;  // every provider, as mpirun without an include list
+  fi_info* info = nullptr;
+  ASSERT_EQ(fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &info), 0);
+  fi_freeinfo(hints);
+  // Open MPI's include list matches by prefix ("npo" takes "npo;ofi_rxd" too) and takes the
+  // first entry: the first npo-named entry must be the native one.
+  const fi_info* native = nullptr;
+  for (const fi_info* i = info; i && !native; i = i->next)
+    if (std::string(i->fabric_attr->prov_name).starts_with("npo")) native = i;
+  ASSERT_NE(native, nullptr) << "no npo RDM entry";
+  ASSERT_STREQ(native->fabric_attr->prov_name, "npo") << "ofi_rxd layered over npo comes first";
+  EXPECT_EQ(native->ep_attr->type, FI_EP_RDM);
+  EXPECT_EQ(native->caps & (FI_TAGGED | FI_DIRECTED_RECV), FI_TAGGED | FI_DIRECTED_RECV);
+  EXPECT_GE(native->domain_attr->cq_data_size, 4u);
+  EXPECT_GE(native->ep_attr->max_msg_size, std::size_t{1} << 32);
+  EXPECT_EQ(native->tx_attr->msg_order & FI_ORDER_SAS, FI_ORDER_SAS);
+  EXPECT_EQ(native->rx_attr->msg_order & FI_ORDER_SAS, FI_ORDER_SAS);
+  EXPECT_EQ(native->domain_attr->mr_mode & FI_MR_LOCAL, 0) << "NULL descriptors (any buffer) must be accepted";
+  EXPECT_EQ(native->tx_attr->inject_size, kEager);
+  EXPECT_NE(native->ep_attr->mem_tag_format >> 63, 0u) << "mtl ofi counts tag bits from the top";
+  fi_freeinfo(info);
+}
+
+TEST_F(Rdm, TaggedEverySizeClassArrivesIntactWithNullDescriptors) {
+  // 0, eager, eager limit, first rendezvous size, one chunk, chunk+1, several chunks, more
+  // chunks than the landing zone holds at once (16 x 256 KiB).
+  for (std::size_t n :
+       {std::size_t{0}, std::size_t{1}, kEager - 1, kEager, kEager + 1, std::size_t{65536}, std::size_t{256 * 1024},
+        std::size_t{256 * 1024 + 1}, std::size_t{(1 << 20) + 13}, std::size_t{9 << 20}}) {
+    SCOPED_TRACE("size " + std::to_string(n));
+    const auto tx = pattern(n, static_cast<unsigned>(n));
+    std::vector<std::uint8_t> rx(n + 64, 0xee);
+    const Entry r = transfer(tx, rx, 0x1234000000000000ull + n);
+    ASSERT_FALSE(r.error) << r.err.err;
+    EXPECT_EQ(r.e.len, n);
+    EXPECT_EQ(r.e.tag, 0x1234000000000000ull + n);
+    EXPECT_EQ(r.e.flags & (FI_RECV | FI_TAGGED), FI_RECV | FI_TAGGED);
+    EXPECT_EQ(r.src, b_to_a_) << "fi_cq_readfrom names the sender";
+    EXPECT_TRUE(std::equal(tx.begin(), tx.end(), rx.begin())) << "payload differs";
+    EXPECT_EQ(rx[n], 0xee) << "wrote past the message";
+  }
+}
+
+TEST_F(Rdm, UnexpectedMessagesKeepTheirOrderAcrossEagerAndRendezvous) {
+  const auto m1 = pattern(100, 1), m2 = pattern(600 * 1024, 2), m3 = pattern(3000, 3);
+  int s1 = 0, s2 = 0, s3 = 0;
+  ASSERT_EQ(fi_tsend(a_.ep, m1.data(), m1.size(), nullptr, a_to_b_, 77, &s1), 0);
+  ASSERT_EQ(fi_tsend(a_.ep, m2.data(), m2.size(), nullptr, a_to_b_, 77, &s2), 0);
+  ASSERT_EQ(fi_tsend(a_.ep, m3.data(), m3.size(), nullptr, a_to_b_, 77, &s3), 0);
+  // let them arrive before any receive is posted (b buffers them as unexpected)
+  for (int i = 0; i < 200; ++i) {
+    fi_cq_tagged_entry none{};
+    (void)fi_cq_read(b_.cq, &none, 0);
+    (void)fi_cq_read(a_.cq, &none, 0);
+  }
+  std::vector<std::uint8_t> r1(700 * 1024), r2(700 * 1024), r3(700 * 1024);
+  int c1 = 0, c2 = 0, c3 = 0;
+  ASSERT_EQ(fi_trecv(b_.ep, r1.data(), r1.size(), nullptr, FI_ADDR_UNSPEC, 77, 0, &c1), 0);
+  ASSERT_EQ(fi_trecv(b_.ep, r2.data(), r2.size(), nullptr, FI_ADDR_UNSPEC, 77, 0, &c2), 0);
+  ASSERT_EQ(fi_trecv(b_.ep, r3.data(), r3.size(), nullptr, FI_ADDR_UNSPEC, 77, 0, &c3), 0);
+  std::vector<Entry> got;
+  while (got.size() < 3) {
+    got.push_back(wait_entry(b_, {&a_}));
+    ASSERT_FALSE(got.back().error);
+  }
+  // all three receives complete; the first posted got the first sent, and so on
+  auto find = [&](void* ctx) {
+    return *std::find_if(got.begin(), got.end(), [&](const Entry& e) { return e.e.op_context == ctx; });
+  };
+  EXPECT_EQ(find(&c1).e.len, m1.size());
+  EXPECT_EQ(find(&c2).e.len, m2.size());
+  EXPECT_EQ(find(&c3).e.len, m3.size());
+  EXPECT_TRUE(std::equal(m1.begin(), m1.end(), r1.begin()));
+  EXPECT_TRUE(std::equal(m2.begin(), m2.end(), r2.begin()));
+  EXPECT_TRUE(std::equal(m3.begin(), m3.end(), r3.begin()));
+  for (int i = 0; i < 3; ++i) EXPECT_FALSE(wait_entry(a_, {&b_}).error);
+}
+
+TEST_F(Rdm, TagMaskDirectedReceiveAndRemoteCqData) {
+  Side c;
+  c.open(2);
+  const fi_addr_t c_to_b = c.insert(b_);
+  const fi_addr_t b_to_c = b_.insert(c);
+  std::uint32_t from_a = 0xaaaa, from_c = 0xcccc, rx_c = 0, rx_any = 0;
+  int ctx_c = 0, ctx_any = 0;
+  // b wants c's message first (directed), with a tag mask ignoring the low byte
+  ASSERT_EQ(fi_trecv(b_.ep, &rx_c, sizeof rx_c, nullptr, b_to_c, 0x500, 0xff, &ctx_c), 0);
+  ASSERT_EQ(fi_tsenddata(a_.ep, &from_a, sizeof from_a, nullptr, 0xfeed, a_to_b_, 0x5a1, nullptr), 0);
+  ASSERT_EQ(fi_tsenddata(c.ep, &from_c, sizeof from_c, nullptr, 0xbeef, c_to_b, 0x5c2, nullptr), 0);
+  Entry r = wait_entry(b_, {&a_, &c});
+  ASSERT_FALSE(r.error);
+  EXPECT_EQ(r.e.op_context, &ctx_c);
+  EXPECT_EQ(rx_c, 0xccccu) << "the directed receive took a message of another sender";
+  EXPECT_EQ(r.e.tag, 0x5c2u);
+  EXPECT_EQ(r.e.data, 0xbeefu);
+  EXPECT_EQ(r.e.flags & FI_REMOTE_CQ_DATA, FI_REMOTE_CQ_DATA);
+  EXPECT_EQ(r.src, b_to_c);
+  // a's message waited as unexpected; any source, tag masked
+  ASSERT_EQ(fi_trecv(b_.ep, &rx_any, sizeof rx_any, nullptr, FI_ADDR_UNSPEC, 0x500, 0xff, &ctx_any), 0);
+  r = wait_entry(b_, {&a_, &c});
+  ASSERT_FALSE(r.error);
+  EXPECT_EQ(rx_any, 0xaaaau);
+  EXPECT_EQ(r.e.data, 0xfeedu);
+  EXPECT_EQ(r.src, b_to_a_);
+  // a tag that matches nothing stays posted: cancel it
+  std::uint32_t never = 0;
+  int ctx_never = 0;
+  ASSERT_EQ(fi_trecv(b_.ep, &never, sizeof never, nullptr, FI_ADDR_UNSPEC, 0x999, 0, &ctx_never), 0);
+  ASSERT_EQ(fi_cancel(&b_.ep->fid, &ctx_never), 0);
+  r = wait_entry(b_, {&a_, &c});
+  ASSERT_TRUE(r.error);
+  EXPECT_EQ(r.err.err, FI_ECANCELED);
+  EXPECT_EQ(r.err.op_context, &ctx_never);
+  EXPECT_EQ(fi_cancel(&b_.ep->fid, &ctx_never), -FI_ENOENT) << "canceled twice";
+  c.close();
+}
+
+TEST_F(Rdm, PeekClaimAndDiscard) {
+  const auto small = pattern(64, 5), large = pattern(700 * 1024, 6);
+  ASSERT_EQ(fi_tsend(a_.ep, small.data(), small.size(), nullptr, a_to_b_, 7, nullptr), 0);
+  ASSERT_EQ(fi_tsend(a_.ep, large.data(), large.size(), nullptr, a_to_b_, 8, nullptr), 0);
+  ASSERT_EQ(fi_tsend(a_.ep, small.data(), small.size(), nullptr, a_to_b_, 9, nullptr), 0);
+  fi_context2 ctx{};
+  auto peek = [&](std::uint64_t tag, std::uint64_t flags, void* buf = nullptr, std::size_t len = 0) {
+    iovec iov{buf, len};
+    fi_msg_tagged m{};
+    m.msg_iov = &iov;
+    m.iov_count = buf ? 1 : 0;
+    m.addr = FI_ADDR_UNSPEC;
+    m.tag = tag;
+    m.context = &ctx;
+    return fi_trecvmsg(b_.ep, &m, flags);
+  };
+  // the last one sent (tag 9) is seen by a peek once everything before it arrived
+  Entry r;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < until) {  // until the three arrived (a peek progresses b)
+    ASSERT_EQ(peek(9, FI_PEEK), 0);
+    r = wait_entry(b_, {&a_});
+    if (!r.error) break;
+    (void)fi_cq_read(a_.cq, nullptr, 0);
+  }
+  ASSERT_FALSE(r.error) << "tag 9 never arrived";
+  EXPECT_EQ(r.e.len, small.size());
+  // nothing with tag 10: FI_ENOMSG
+  ASSERT_EQ(peek(10, FI_PEEK), 0);
+  r = wait_entry(b_, {&a_});
+  ASSERT_TRUE(r.error);
+  EXPECT_EQ(r.err.err, FI_ENOMSG);
+  // peek + claim the rendezvous message, then receive the claimed one
+  ASSERT_EQ(peek(8, FI_PEEK | FI_CLAIM), 0);
+  r = wait_entry(b_, {&a_});
+  ASSERT_FALSE(r.error);
+  EXPECT_EQ(r.e.len, large.size());
+  EXPECT_EQ(r.e.tag, 8u);
+  ASSERT_EQ(peek(8, FI_PEEK), 0);  // claimed: a second peek does not see it
+  r = wait_entry(b_, {&a_});
+  ASSERT_TRUE(r.error);
+  EXPECT_EQ(r.err.err, FI_ENOMSG);
+  std::vector<std::uint8_t> rx(large.size());
+  ASSERT_EQ(peek(8, FI_CLAIM, rx.data(), rx.size()), 0);
+  r = wait_entry(b_, {&a_});
+  ASSERT_FALSE(r.error);
+  EXPECT_EQ(r.e.len, large.size());
+  EXPECT_TRUE(std::equal(large.begin(), large.end(), rx.begin()));
+  // peek + discard tag 7: reported, then gone
+  ASSERT_EQ(peek(7, FI_PEEK | FI_DISCARD), 0);
+  r = wait_entry(b_, {&a_});
+  ASSERT_FALSE(r.error);
+  EXPECT_EQ(r.e.tag, 7u);
+  ASSERT_EQ(peek(7, FI_PEEK), 0);
+  r = wait_entry(b_, {&a_});
+  ASSERT_TRUE(r.error);
+  EXPECT_EQ(r.err.err, FI_ENOMSG);
+  for (int i = 0; i < 3; ++i) EXPECT_FALSE(wait_entry(a_, {&b_}).error);
+}
+
+TEST_F(Rdm, RendezvousIntoAShortBufferIsTruncated) {
+  const auto tx = pattern(1 << 20, 9);
+  std::vector<std::uint8_t> rx(300 * 1024);
+  const Entry r = transfer(tx, rx, 3);
+  ASSERT_TRUE(r.error);
+  EXPECT_EQ(r.err.err, FI_ETRUNC);
+  EXPECT_EQ(r.err.len, rx.size());
+  EXPECT_EQ(r.err.olen, tx.size() - rx.size());
+  EXPECT_TRUE(std::equal(rx.begin(), rx.end(), tx.begin())) << "the part that fits is delivered";
+}
+
+TEST_F(Rdm, ThousandsOfUnexpectedEagerMessagesAreBufferedNotDropped) {
+  // 2000 sends before any receive: far more than the ring holds (16 slots per lane); the
+  // receiver buffers them (unexpected) as it progresses, the sender never loses one.
+  constexpr int kCount = 2000;
+  int sent = 0;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (sent < kCount && std::chrono::steady_clock::now() < end) {
+    std::uint32_t v = 0x51000000u + static_cast<std::uint32_t>(sent);
+    const ssize_t r = fi_tinject(a_.ep, &v, sizeof v, a_to_b_, 42);
+    if (r == 0) {
+      ++sent;
+    } else {
+      ASSERT_EQ(r, -FI_EAGAIN);
+    }
+    fi_cq_tagged_entry none{};
+    (void)fi_cq_read(b_.cq, &none, 0);
+  }
+  ASSERT_EQ(sent, kCount);
+  for (int i = 0; i < kCount; ++i) {
+    std::uint32_t v = 0;
+    ASSERT_EQ(fi_trecv(b_.ep, &v, sizeof v, nullptr, FI_ADDR_UNSPEC, 42, 0, nullptr), 0);
+    const Entry r = wait_entry(b_, {&a_});
+    ASSERT_FALSE(r.error);
+    ASSERT_EQ(v, 0x51000000u + static_cast<std::uint32_t>(i)) << "message " << i << " out of order or lost";
+  }
+}
+
+}  // namespace
