@@ -67,8 +67,8 @@ struct Ctx {
 
 /// The byte a rank `src` puts at index `i` of its message with tag `tag` (every rank computes it).
 std::uint8_t pattern(int src, int tag, std::size_t i) {
-  const std::uint64_t v = static_cast<std::uint64_t>(src) * 0x9e3779b1u + static_cast<std::uint64_t>(tag) * 131u +
-                          i * 7u + (i >> 10) * 13u;
+  const std::uint64_t v =
+      static_cast<std::uint64_t>(src) * 0x9e3779b1u + static_cast<std::uint64_t>(tag) * 131u + i * 7u + (i >> 10) * 13u;
   return static_cast<std::uint8_t>(v ^ (v >> 11));
 }
 
@@ -394,7 +394,8 @@ void check_any(Ctx& c) {
       }
       for (int s = 0; s < c.nprocs; ++s)
         if (s != root && next[static_cast<std::size_t>(s)] != kPerSource)
-          fail(c, k, "got " + std::to_string(next[static_cast<std::size_t>(s)]) + " messages from " + std::to_string(s));
+          fail(c, k,
+               "got " + std::to_string(next[static_cast<std::size_t>(s)]) + " messages from " + std::to_string(s));
     }
     MPI_Barrier(MPI_COMM_WORLD);
   }
@@ -446,20 +447,23 @@ void check_rma(Ctx& c) {
   for (int i = 0; i < kSlots; ++i) {
     const auto at = static_cast<std::size_t>(i);
     if (win_mem[at] != value(c.left, i, 0)) {
-      fail(c, k, "MPI_Put from rank " + std::to_string(c.left) + ": element " + std::to_string(i) + " is " +
-                     std::to_string(win_mem[at]));
+      fail(c, k,
+           "MPI_Put from rank " + std::to_string(c.left) + ": element " + std::to_string(i) + " is " +
+               std::to_string(win_mem[at]));
       break;
     }
     if (got[at] != value(c.left, i, 2)) {
-      fail(c, k, "MPI_Get from rank " + std::to_string(c.left) + ": element " + std::to_string(i) + " is " +
-                     std::to_string(got[at]));
+      fail(c, k,
+           "MPI_Get from rank " + std::to_string(c.left) + ": element " + std::to_string(i) + " is " +
+               std::to_string(got[at]));
       break;
     }
     std::int64_t sum = 0;
     for (int r = 0; r < c.nprocs; ++r) sum += value(r, i, 1);
     if (c.rank == 0 && win_mem[kSlots + at] != sum) {
-      fail(c, k, "MPI_Accumulate: element " + std::to_string(i) + " is " + std::to_string(win_mem[kSlots + at]) +
-                     ", want " + std::to_string(sum));
+      fail(c, k,
+           "MPI_Accumulate: element " + std::to_string(i) + " is " + std::to_string(win_mem[kSlots + at]) + ", want " +
+               std::to_string(sum));
       break;
     }
   }
