@@ -235,8 +235,9 @@ def main():
     ap.add_argument("--lane", type=int)
     ap.add_argument("--duration-ms", type=float, help="fault duration (npo-emu fault --duration-ms)")
     ap.add_argument("--npo-link", help="npo-link binary (for --check-port-up)")
-    ap.add_argument("--check-port-up", help="CARD:PORT whose link must still be up after the job")
-    ap.add_argument("--check-lanes", type=int, help="with --check-port-up: lanes the link must carry after the job")
+    ap.add_argument("--check-port-up", action="append", default=[], metavar="CARD:PORT[:LANES]",
+                    help="a link that must still be up after the job (carrying LANES lanes); repeatable")
+    ap.add_argument("--check-lanes", type=int, help="lanes the first --check-port-up link must carry after the job")
     ap.add_argument("--emud-arg", action="append", default=[], help="extra npo-emud argument (e.g. --manage-links)")
     ap.add_argument("--fault-after", type=float, default=1.0, help="s after all cards are owned")
     ap.add_argument("--expect", choices=["pass", "error"], default="pass")
@@ -401,8 +402,10 @@ def main():
         if bad:
             log("FAIL: " + bad[0])
             return 1
-        if args.check_port_up:
-            card, port = (int(x) for x in args.check_port_up.split(":"))
+        for n, spec in enumerate(args.check_port_up):
+            fields = [int(x) for x in spec.split(":")]
+            card, port = fields[0], fields[1]
+            lanes = fields[2] if len(fields) > 2 else (args.check_lanes if n == 0 else None)
             show = subprocess.run([args.npo_link, "show", "--backend", f"emu-remote:{daemon.dir}?card={card}", "--json"],
                                   capture_output=True, text=True, timeout=30)
             ports = [p for p in json.loads(show.stdout)["ports"] if p["port"] == port]
@@ -410,8 +413,8 @@ def main():
                 log(f"FAIL: card {card} port {port} is not up after the job: {ports[0]['reason'] if ports else show.stdout}")
                 return 1
             log(f"card {card} port {port} after the job: {ports[0]['state']}, {ports[0]['reason']}")
-            if args.check_lanes is not None and ports[0]["lane_count"] != args.check_lanes:
-                log(f"FAIL: card {card} port {port} carries {ports[0]['lane_count']} lanes, expected {args.check_lanes}")
+            if lanes is not None and ports[0]["lane_count"] != lanes:
+                log(f"FAIL: card {card} port {port} carries {ports[0]['lane_count']} lanes, expected {lanes}")
                 return 1
             retrained = daemon.find(rf"npo-emud: link card {card} port {port} retrained: .*")
             if retrained:
