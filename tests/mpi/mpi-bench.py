@@ -153,7 +153,7 @@ def stop_daemon(proc):
 
 
 def ratio(a, b):
-    return f"{a / b:.2f}" if a is not None and b else "-"
+    return f"{a / b:.3g}" if a is not None and b else "-"
 
 
 def main():

@@ -10,7 +10,8 @@
 //               probe does not consume), and the MPI_Recv sized from the status gets every byte.
 //   mprobe      MPI_Improbe (by source and tag) of the second of two messages, MPI_Mrecv of it
 //               at once, then the first by MPI_Recv with MPI_ANY_TAG; then a blocking
-//               MPI_Mprobe (MPI_ANY_SOURCE, MPI_ANY_TAG) + MPI_Mrecv of 1 MiB: status and data.
+//               MPI_Mprobe (MPI_ANY_SOURCE, MPI_ANY_TAG) + MPI_Mrecv of --mprobe-bytes (default
+//               1 MiB): status and data.
 //   mprobe-claim  MPI_Improbe claims the message of tag B that was sent before the message of
 //               tag A; an MPI_Recv with MPI_ANY_TAG then gets A (the claimed B is out of the
 //               matching), and only then MPI_Mrecv gets B with every byte (not lost).
@@ -38,8 +39,8 @@
 // fewer than 2 ranks. A probe or wait that is not satisfied within --wait-seconds (default
 // 120) fails the check instead of hanging.
 //
-// Usage: npo-mpi-semantics [--max-bytes N] [--poll N] [--wait-seconds S] [--only CHECK,...]
-//                          [--skip CHECK,...]
+// Usage: npo-mpi-semantics [--max-bytes N] [--mprobe-bytes N] [--poll N] [--wait-seconds S]
+//                          [--only CHECK,...] [--skip CHECK,...]
 //   --only runs the named checks alone, --skip all but them (each skipped one is printed as
 //   "CHECK SKIPPED"): iprobe, mprobe, mprobe-claim, ssend, cancel, any, large, rma.
 #define OMPI_SKIP_MPICXX 1
@@ -60,6 +61,7 @@ struct Ctx {
   int left = 0;
   int right = 0;
   std::size_t max_bytes = std::size_t{16} << 20;
+  std::size_t mprobe_bytes = std::size_t{1} << 20;  ///< the blocking MPI_Mprobe message
   int poll = 2000;
   double wait_seconds = 120;
   long long failures = 0;  ///< of the current check, this rank
@@ -246,10 +248,11 @@ void check_mprobe(Ctx& c) {
   }
   MPI_Waitall(2, reqs, MPI_STATUSES_IGNORE);
 
-  // Blocking MPI_Mprobe with MPI_ANY_SOURCE / MPI_ANY_TAG, 1 MiB: the status names the sender.
+  // Blocking MPI_Mprobe with MPI_ANY_SOURCE / MPI_ANY_TAG, --mprobe-bytes (1 MiB): the status
+  // names the sender.
   const int tag_c = 203;
-  const std::size_t nc = (std::size_t{1} << 20) + static_cast<std::size_t>(c.rank);
-  const std::size_t want_c = (std::size_t{1} << 20) + static_cast<std::size_t>(c.left);
+  const std::size_t nc = c.mprobe_bytes + static_cast<std::size_t>(c.rank);
+  const std::size_t want_c = c.mprobe_bytes + static_cast<std::size_t>(c.left);
   const std::vector<std::uint8_t> cm = payload(c.rank, tag_c, nc);
   MPI_Request rq;
   MPI_Isend(cm.data(), static_cast<int>(nc), MPI_BYTE, c.right, tag_c, MPI_COMM_WORLD, &rq);
@@ -498,6 +501,9 @@ int main(int argc, char** argv) {
     } else if (arg == "--max-bytes" && a + 1 < argc && parse_count(argv[a + 1], 1ull << 30, &v)) {
       c.max_bytes = static_cast<std::size_t>(v);
       ++a;
+    } else if (arg == "--mprobe-bytes" && a + 1 < argc && parse_count(argv[a + 1], 1ull << 30, &v)) {
+      c.mprobe_bytes = static_cast<std::size_t>(v);
+      ++a;
     } else if (arg == "--poll" && a + 1 < argc && parse_count(argv[a + 1], 100000000, &v)) {
       c.poll = static_cast<int>(v);
       ++a;
@@ -512,7 +518,8 @@ int main(int argc, char** argv) {
   if (!ok) {
     if (c.rank == 0)
       std::fprintf(stderr,
-                   "npo-mpi-semantics: needs >= 2 ranks; usage: [--max-bytes N] [--poll N] [--wait-seconds S] "
+                   "npo-mpi-semantics: needs >= 2 ranks; usage: [--max-bytes N] [--mprobe-bytes N] [--poll N] "
+                   "[--wait-seconds S] "
                    "[--only CHECK,...] [--skip CHECK,...]\n");
     MPI_Finalize();
     return 2;
