@@ -56,7 +56,8 @@ int allreduce_bench(int rank, int nprocs, std::size_t n, double seconds) {
   std::vector<float> buf(count);
   int failed = 0;
   auto fill = [&](int iter) {
-    for (std::size_t i = 0; i < count; ++i) buf[i] = static_cast<float>((rank + 1 + static_cast<int>(i % 7) + iter) % 16);
+    for (std::size_t i = 0; i < count; ++i)
+      buf[i] = static_cast<float>((rank + 1 + static_cast<int>(i % 7) + iter) % 16);
   };
   auto check = [&](int iter) {
     for (std::size_t i = 0; i < count; i += 1 + count / 64) {

@@ -201,8 +201,8 @@ int main(int argc, char** argv) {
         for (const Msg* m : due[static_cast<std::size_t>(directed_src[r])]) cap = m->size > cap ? m->size : cap;
       }
       rbuf[r].assign(cap + 1, 0);  // +1: a receive longer than planned is truncated, not hidden
-      MPI_Irecv(rbuf[r].data(), static_cast<int>(cap + 1), MPI_BYTE, directed_src[r] >= 0 ? directed_src[r] : MPI_ANY_SOURCE,
-                MPI_ANY_TAG, MPI_COMM_WORLD, &reqs[r]);
+      MPI_Irecv(rbuf[r].data(), static_cast<int>(cap + 1), MPI_BYTE,
+                directed_src[r] >= 0 ? directed_src[r] : MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &reqs[r]);
     }
 
     // Sends, in plan order (so per destination in sequence-number order).
@@ -272,8 +272,8 @@ int main(int argc, char** argv) {
     more = rank == 0 && elapsed < cfg.seconds ? 1 : 0;
     MPI_Allreduce(MPI_IN_PLACE, &more, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     if (rank == 0 && cfg.progress > 0 && elapsed >= next_progress) {
-      std::printf("npo-mpi-stress: %.0f s: %d rounds, rank 0 sent %lld messages (%lld bytes), %lld failures\n",
-                  elapsed, round + 1, msgs_sent, bytes_sent, failures);
+      std::printf("npo-mpi-stress: %.0f s: %d rounds, rank 0 sent %lld messages (%lld bytes), %lld failures\n", elapsed,
+                  round + 1, msgs_sent, bytes_sent, failures);
       std::fflush(stdout);
       next_progress += cfg.progress;
     }
@@ -297,9 +297,10 @@ int main(int argc, char** argv) {
     if (sum[0] != sum[1] || sum[2] != sum[3])
       std::fprintf(stderr, "npo-mpi-stress: MISMATCH totals: %lld messages / %lld bytes sent, %lld / %lld received\n",
                    sum[0], sum[2], sum[1], sum[3]);
-    std::printf("npo-mpi-stress: %d ranks, %d rounds in %.1f s, %lld messages, %lld bytes, %lld checks, %lld failures: "
-                "%s\n",
-                nprocs, round, MPI_Wtime() - t0, sum[0], sum[2], sum[4], sum[5], passed ? "PASSED" : "FAILED");
+    std::printf(
+        "npo-mpi-stress: %d ranks, %d rounds in %.1f s, %lld messages, %lld bytes, %lld checks, %lld failures: "
+        "%s\n",
+        nprocs, round, MPI_Wtime() - t0, sum[0], sum[2], sum[4], sum[5], passed ? "PASSED" : "FAILED");
     std::fflush(stdout);
   }
   MPI_Finalize();
