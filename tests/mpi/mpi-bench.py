@@ -1,21 +1,34 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""MPI ping-pong benchmark (issue 14 point 7; docs/mpi.md). Not a test: prints figures.
+"""MPI benchmark: npo against the peers a user would pick on the same machine (issue 14 point 7,
+issue 15 point 5; docs/mpi.md "Benchmark"). Not a test: prints figures.
 
-In one run, measures 2-rank ping-pong latency (8 B, half round trip) and bandwidth (64 KiB,
-1 MiB) with npo-mpi-pingpong over three transports and prints them as ratios to Open MPI's
-own shared-memory path:
+In one run, over each transport:
+  - 2-rank ping-pong (npo-mpi-pingpong): latency = half the mean round trip of 8 B; bandwidth
+    at 64 KiB and 1 MiB = size / half round trip (replies checked);
+  - an --allreduce-ranks (default 8) rank MPI_Allreduce of --allreduce-bytes (default 1 MiB,
+    floats, MPI_SUM, in place; `npo-mpi-pingpong --allreduce`): time per call, algorithm
+    bandwidth algbw = bytes / time and bus bandwidth busbw = algbw * 2 (n - 1) / n, as
+    nccl-tests report them (results checked).
 
-  shm          mpirun --mca pml ob1 --mca btl self,vader
-  tcp;ofi_rxm  mpirun --mca pml cm --mca mtl ofi --mca btl self --mca mtl_ofi_provider_include tcp;ofi_rxm
-  npo;ofi_rxd  the same with mtl_ofi_provider_include npo, ranks on cards 0 and 1 of a private
-               `npo-emud --topology emu:mesh8` (FI_PROVIDER_PATH, NPO_FI_BACKEND)
+Transports:
+  npo PROVIDER  mpirun --mca pml cm --mca mtl ofi --mca btl self --mca mtl_ofi_provider_include
+                PROVIDER, ranks on the cards of a private `npo-emud --topology emu:mesh8`
+                (FI_PROVIDER_PATH, NPO_FI_BACKEND); --provider (default "npo;ofi_rxd"; repeat it
+                to compare e.g. "npo" with "npo;ofi_rxd"). mtl ofi's verbose line must name
+                exactly PROVIDER on every rank, or the row is reported failed.
+  shm           mpirun --mca pml ob1 --mca btl self,vader (Open MPI's own shared memory)
+  tcp;ofi_rxm   mpirun --mca pml cm --mca mtl ofi --mca btl self --mca mtl_ofi_provider_include
+                "tcp;ofi_rxm" (FI_PROVIDER="tcp;ofi_rxm")
 
-Ratios: latency = transport / shm (x slower); bandwidth = transport / shm. The last lines are a
-Markdown table for README.md, with the CPU model and the date. A transport that fails is
-reported as such and the others still run; exit 1 if any failed.
+Output: the raw lines, then Markdown tables (for README.md, with the CPU model and the date):
+ping-pong per transport, allreduce per transport, and the ratios of the first npo provider to
+each peer (latency: npo/peer, lower is better; bandwidths: npo/peer, higher is better). A
+transport that fails is reported as such and the others still run; exit 1 if any failed.
 
-Usage: mpi-bench.py --emud NPO-EMUD --provider-dir DIR --pingpong NPO-MPI-PINGPONG [--seconds S]
+Usage: mpi-bench.py --emud NPO-EMUD --provider-dir DIR --pingpong NPO-MPI-PINGPONG
+                    [--provider P]... [--seconds S] [--allreduce-bytes N] [--allreduce-ranks N]
+                    [--skip-peers]
 """
 import argparse
 import datetime
@@ -30,7 +43,12 @@ import tempfile
 import time
 
 SIZES = [8, 65536, 1 << 20]
-BASE = ["--allow-run-as-root", "--oversubscribe", "--mca", "plm", "isolated", "-np", "2"]
+BASE = ["--allow-run-as-root", "--oversubscribe", "--mca", "plm", "isolated"]
+PINGPONG_RX = re.compile(r"pingpong size=(\d+) iters=\d+ half_rtt_us=([\d.]+) mbytes_per_s=([\d.]+)")
+ALLREDUCE_RX = re.compile(r"allreduce bytes=(\d+) ranks=(\d+) iters=(\d+) time_us=([\d.]+) algbw_gbs=([\d.]+) "
+                          r"busbw_gbs=([\d.]+)")
+SELECTED_RX = re.compile(r"mtl:ofi:prov: (\S+)")
+SKIPPED_RX = re.compile(r"mtl:ofi: \".*\" (not )?in (include|exclude) list|mtl_ofi_component\.c:\d+: (mtl:ofi:provider_|fi_getinfo)")
 
 
 def cpu_name():
@@ -44,11 +62,11 @@ def cpu_name():
     return platform.processor() or "unknown CPU"
 
 
-def run_pingpong(mpirun, mca, env, pingpong, seconds, timeout, pin=False):
-    prog = [pingpong, "--seconds", str(seconds)] + [str(s) for s in SIZES]
+def run_job(mpirun, np, mca, env, prog, timeout, pin=False):
+    """Runs one mpirun; (output, None) or (output, error text)."""
     if pin:  # each rank names its card (FI_NPO_CARD = local rank), see run-mpi.py --pin-card
         prog = ["sh", "-c", 'FI_NPO_CARD=$OMPI_COMM_WORLD_LOCAL_RANK exec "$@"', "sh"] + prog
-    cmd = [mpirun] + BASE + mca + prog
+    cmd = [mpirun] + BASE + ["-np", str(np)] + mca + prog
     print("mpi-bench: " + " ".join(cmd), flush=True)
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          start_new_session=True)
@@ -57,103 +75,173 @@ def run_pingpong(mpirun, mca, env, pingpong, seconds, timeout, pin=False):
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
         out, _ = p.communicate()
-        print(out, end="")
-        return None, f"timed out after {timeout} s"
-    got = {int(m.group(1)): (float(m.group(2)), float(m.group(3)))
-           for m in re.finditer(r"pingpong size=(\d+) iters=\d+ half_rtt_us=([\d.]+) mbytes_per_s=([\d.]+)", out)}
-    if p.returncode != 0 or any(s not in got for s in SIZES):
-        print(out, end="")
-        return None, f"exit {p.returncode}"
-    for line in out.splitlines():
-        if line.startswith("pingpong "):
-            print("  " + line)
-    return got, None
+        return out, f"timed out after {timeout:.0f} s"
+    if p.returncode != 0:
+        return out, f"exit {p.returncode}"
+    return out, None
+
+
+class Transport:
+    def __init__(self, key, label, mca, env, expect_provider=None, pin=False):
+        self.key, self.label, self.mca, self.env = key, label, mca, env
+        self.expect_provider = expect_provider
+        self.pin = pin
+        self.pingpong = None  # {size: (half_rtt_us, MB/s)}
+        self.allreduce = None  # (bytes, ranks, time_us, algbw GB/s, busbw GB/s)
+        self.errors = []
+
+    def run(self, args, prog, np, timeout):
+        mca = list(self.mca)
+        if self.expect_provider:
+            mca += ["--mca", "mtl_ofi_verbose", "1"]
+        out, err = run_job(args.mpirun, np, mca, self.env, prog, timeout, self.pin)
+        for line in out.splitlines():
+            if not SKIPPED_RX.search(line) and not SELECTED_RX.search(line):
+                print("  " + line)
+        if err is None and self.expect_provider:
+            chosen = [m.group(1) for m in SELECTED_RX.finditer(out)]
+            if len(chosen) != np or any(c != self.expect_provider for c in chosen):
+                err = f"mtl ofi selected {sorted(set(chosen))} on {len(chosen)} of {np} ranks, not {self.expect_provider}"
+        if err:
+            self.errors.append(err)
+            print(f"mpi-bench: {self.key}: {err}", flush=True)
+        return out if err is None else None
+
+    def measure(self, args):
+        timeout = 120 + 10 * args.seconds * len(SIZES)
+        out = self.run(args, [args.pingpong, "--seconds", str(args.seconds)] + [str(s) for s in SIZES], 2, timeout)
+        if out is not None:
+            got = {int(m.group(1)): (float(m.group(2)), float(m.group(3))) for m in PINGPONG_RX.finditer(out)}
+            if all(s in got for s in SIZES):
+                self.pingpong = got
+            else:
+                self.errors.append("ping-pong printed no figures")
+        out = self.run(args, [args.pingpong, "--allreduce", str(args.allreduce_bytes), "--seconds", str(args.seconds)],
+                       args.allreduce_ranks, 120 + 20 * args.seconds)
+        if out is not None:
+            m = ALLREDUCE_RX.search(out)
+            if m:
+                self.allreduce = (int(m.group(1)), int(m.group(2)), float(m.group(4)), float(m.group(5)),
+                                  float(m.group(6)))
+            else:
+                self.errors.append("allreduce printed no figures")
+
+    def failed(self):
+        return self.pingpong is None or self.allreduce is None
+
+
+def start_daemon(emud, sockdir):
+    log = open(os.path.join(sockdir, "npo-emud.log"), "w+")  # a file: the daemon never blocks on a pipe
+    proc = subprocess.Popen([emud, "--topology", "emu:mesh8", "--socket-dir", os.path.join(sockdir, "s")],
+                            stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        with open(log.name) as f:
+            if "npo-emud: ready " in f.read():
+                return proc, log
+        time.sleep(0.05)
+    return proc, None
+
+
+def stop_daemon(proc):
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def ratio(a, b):
+    return f"{a / b:.3g}" if a is not None and b else "-"
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--emud", required=True)
     ap.add_argument("--provider-dir", required=True)
-    ap.add_argument("--pingpong", required=True)
-    ap.add_argument("--seconds", type=float, default=1.0, help="timed round trips per size, s")
+    ap.add_argument("--pingpong", required=True, help="npo-mpi-pingpong binary")
+    ap.add_argument("--provider", action="append", default=[],
+                    help="npo provider for mtl_ofi_provider_include (default 'npo;ofi_rxd'); repeatable, the first "
+                    "one is compared with the peers")
+    ap.add_argument("--seconds", type=float, default=1.0, help="timed round trips per size / allreduce calls, s")
+    ap.add_argument("--allreduce-bytes", type=int, default=1 << 20)
+    ap.add_argument("--allreduce-ranks", type=int, default=8)
+    ap.add_argument("--skip-peers", action="store_true", help="measure only the npo provider(s)")
     ap.add_argument("--mpirun", default="mpirun")
     ap.add_argument("--pin-card", action="store_true", help="npo: each rank sets FI_NPO_CARD to its local rank")
     args = ap.parse_args()
+    providers = args.provider or ["npo;ofi_rxd"]
     if shutil.which(args.mpirun) is None:
         print("mpi-bench: mpirun not found (apt-get install openmpi-bin libopenmpi-dev)")
         return 1
-    timeout = 120 + 10 * args.seconds * len(SIZES)
     env = dict(os.environ)
     env["OMPI_MCA_mpi_yield_when_idle"] = "1"
-    results = {}
-    errors = {}
-
-    results["shm"], errors["shm"] = run_pingpong(args.mpirun, ["--mca", "pml", "ob1", "--mca", "btl", "self,vader"],
-                                                 env, args.pingpong, args.seconds, timeout)
-    tcp_env = dict(env, FI_PROVIDER="tcp;ofi_rxm")
-    results["tcp;ofi_rxm"], errors["tcp;ofi_rxm"] = run_pingpong(
-        args.mpirun, ["--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "btl", "self",
-                      "--mca", "mtl_ofi_provider_include", "tcp;ofi_rxm"], tcp_env, args.pingpong, args.seconds,
-        timeout)
+    ofi = ["--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "btl", "self"]
 
     sockdir = tempfile.mkdtemp(prefix="npo-mpi-bench-")
-    daemon_log = open(os.path.join(sockdir, "npo-emud.log"), "w+")  # a file: the daemon never blocks on a pipe
-    daemon = subprocess.Popen([args.emud, "--topology", "emu:mesh8", "--socket-dir", os.path.join(sockdir, "s")],
-                              stdout=daemon_log, stderr=subprocess.STDOUT)
+    npo_env = dict(env, FI_PROVIDER_PATH=args.provider_dir, NPO_FI_BACKEND=f"emu-remote:{sockdir}/s")
+    transports = [Transport(p, f"`{p}` on npo-emud (mtl ofi)", ofi + ["--mca", "mtl_ofi_provider_include", p], npo_env,
+                            expect_provider=p, pin=args.pin_card) for p in providers]
+    peers = []
+    if not args.skip_peers:
+        peers = [Transport("shm", "Open MPI shared memory (ob1, vader)", ["--mca", "pml", "ob1", "--mca", "btl",
+                                                                          "self,vader"], env),
+                 Transport("tcp;ofi_rxm", "libfabric `tcp;ofi_rxm` (mtl ofi)",
+                           ofi + ["--mca", "mtl_ofi_provider_include", "tcp;ofi_rxm"],
+                           dict(env, FI_PROVIDER="tcp;ofi_rxm"))]
+    for t in peers:
+        t.measure(args)
+    daemon, log = start_daemon(args.emud, sockdir)
     try:
-        ready = False
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and daemon.poll() is None:
-            with open(daemon_log.name) as f:
-                if "npo-emud: ready " in f.read():
-                    ready = True
-                    break
-            time.sleep(0.05)
-        if not ready:
-            results["npo;ofi_rxd"], errors["npo;ofi_rxd"] = None, "npo-emud did not get ready"
-        else:
-            npo_env = dict(env, FI_PROVIDER_PATH=args.provider_dir, NPO_FI_BACKEND=f"emu-remote:{sockdir}/s")
-            results["npo;ofi_rxd"], errors["npo;ofi_rxd"] = run_pingpong(
-                args.mpirun, ["--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "btl", "self",
-                              "--mca", "mtl_ofi_provider_include", "npo"], npo_env, args.pingpong, args.seconds,
-                timeout, args.pin_card)
+        for t in transports:
+            if log is None:
+                t.errors.append("npo-emud did not get ready")
+            else:
+                t.measure(args)
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        try:
-            daemon.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait()
-        daemon_log.close()
+        stop_daemon(daemon)
+        if log is not None:
+            log.close()
         shutil.rmtree(sockdir, ignore_errors=True)
 
-    shm = results["shm"]
+    everything = transports + peers
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
-    print()
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"CPU: {cpu_name()} ({os.cpu_count()} cores), {date}, 2 ranks, {args.seconds} s per size, "
+    print()
+    print(f"CPU: {cpu_name()} ({os.cpu_count()} cores), {date}, {args.seconds} s per figure, "
           f"load average {load}")
     print()
-    print("| transport | latency 8 B (us) | vs shm | bandwidth 64 KiB (MB/s) | vs shm | bandwidth 1 MiB (MB/s) | vs shm |")
-    print("|---|---|---|---|---|---|---|")
-    for name in ["shm", "tcp;ofi_rxm", "npo;ofi_rxd"]:
-        r = results[name]
-        label = {"shm": "Open MPI shared memory (ob1, vader)", "tcp;ofi_rxm": "libfabric `tcp;ofi_rxm` (mtl ofi)",
-                 "npo;ofi_rxd": "libfabric `npo;ofi_rxd` on npo-emud (mtl ofi)"}[name]
-        if r is None:
-            print(f"| {label} | failed: {errors[name]} | | | | | |")
+    print("| transport (2 ranks) | latency 8 B (us) | bandwidth 64 KiB (MB/s) | bandwidth 1 MiB (MB/s) |")
+    print("|---|---|---|---|")
+    for t in everything:
+        if t.pingpong is None:
+            print(f"| {t.label} | failed: {'; '.join(t.errors) or 'no figures'} | | |")
             continue
-        cells = []
-        for i, s in enumerate(SIZES):
-            lat, bw = r[s]
-            if i == 0:
-                cells.append(f"{lat:.1f}")
-                cells.append(f"{lat / shm[s][0]:.2f}x" if shm else "-")
-            else:
-                cells.append(f"{bw:.0f}")
-                cells.append(f"{bw / shm[s][1]:.2g}" if shm else "-")
-        print(f"| {label} | " + " | ".join(cells) + " |")
-    return 0 if all(r is not None for r in results.values()) else 1
+        print(f"| {t.label} | {t.pingpong[8][0]:.2f} | {t.pingpong[65536][1]:.0f} | {t.pingpong[1 << 20][1]:.0f} |")
+    print()
+    nranks = args.allreduce_ranks
+    print(f"| transport ({nranks} ranks) | MPI_Allreduce {args.allreduce_bytes} B: time (us) | algbw (GB/s) | "
+          "busbw (GB/s) |")
+    print("|---|---|---|---|")
+    for t in everything:
+        if t.allreduce is None:
+            print(f"| {t.label} | failed: {'; '.join(t.errors) or 'no figures'} | | |")
+            continue
+        print(f"| {t.label} | {t.allreduce[2]:.0f} | {t.allreduce[3]:.3f} | {t.allreduce[4]:.3f} |")
+    print()
+    main_t = transports[0]
+    others = transports[1:] + peers
+    if others:
+        print(f"| {main_t.key} / peer | latency 8 B (lower is better) | bandwidth 1 MiB | allreduce busbw |")
+        print("|---|---|---|---|")
+        for t in others:
+            lat = ratio(main_t.pingpong[8][0] if main_t.pingpong else None, t.pingpong[8][0] if t.pingpong else None)
+            bw = ratio(main_t.pingpong[1 << 20][1] if main_t.pingpong else None,
+                       t.pingpong[1 << 20][1] if t.pingpong else None)
+            bus = ratio(main_t.allreduce[4] if main_t.allreduce else None, t.allreduce[4] if t.allreduce else None)
+            print(f"| vs {t.label} | {lat} | {bw} | {bus} |")
+    return 1 if any(t.failed() for t in everything) else 0
 
 
 if __name__ == "__main__":
