@@ -171,7 +171,7 @@ def main():
     ap.add_argument("--mpirun", default="mpirun")
     ap.add_argument("--pin-card", action="store_true", help="npo: each rank sets FI_NPO_CARD to its local rank")
     args = ap.parse_args()
-    providers = args.provider or ["npo;ofi_rxd"]
+    providers = args.provider or ["npo"]
     if shutil.which(args.mpirun) is None:
         print("mpi-bench: mpirun not found (apt-get install openmpi-bin libopenmpi-dev)")
         return 1
@@ -181,7 +181,8 @@ def main():
 
     sockdir = tempfile.mkdtemp(prefix="npo-mpi-bench-")
     npo_env = dict(env, FI_PROVIDER_PATH=args.provider_dir, NPO_FI_BACKEND=f"emu-remote:{sockdir}/s")
-    transports = [Transport(p, f"`{p}` on npo-emud (mtl ofi)", ofi + ["--mca", "mtl_ofi_provider_include", p], npo_env,
+    transports = [Transport(p, f"`{p}` on npo-emud (mtl ofi)", ofi + ["--mca", "mtl_ofi_provider_include", p],
+                            dict(npo_env, NPO_FI_LAYERING="1") if "ofi_rxd" in p else npo_env,
                             expect_provider=p, pin=args.pin_card) for p in providers]
     peers = []
     if not args.skip_peers:
