@@ -4,7 +4,8 @@
 // 1024 cards) on the emulator's virtual clock with every link trained first. Target: one
 // scrape of 1024 cards <= 100 ms. Counters: cards, bytes and lines of one exposition. The
 // fabric is built once per process (a 1024-card bring-up takes seconds), outside the loops; the
-// LinkMonitor snapshot alone is the baseline in the same run.
+// LinkMonitor snapshot alone is the baseline in the same run, and so are the cards' activity
+// counters (registers.md §9) alone.
 #include <unistd.h>
 
 #include <filesystem>
@@ -70,6 +71,31 @@ void Snapshot(benchmark::State& state, npo::FabricKind kind, unsigned cards) {
   state.counters["cards"] = cards;
 }
 
+/// The activity counters alone (registers.md §9): Device::queue_counters() and card_counters()
+/// of every card, what a scrape reads besides the snapshot.
+void Counters(benchmark::State& state, npo::FabricKind kind, unsigned cards) {
+  auto f = fabric(kind, cards);
+  if (!f) {
+    state.SkipWithError(f.error().to_string().c_str());
+    return;
+  }
+  npo::System& sys = *(*f)->sys;
+  std::uint64_t sum = 0;
+  for (auto _ : state) {
+    for (std::size_t c = 0; c < sys.device_count(); ++c) {
+      auto q = sys.device(c).queue_counters();
+      auto k = sys.device(c).card_counters();
+      if (!q || !k) {
+        state.SkipWithError("counters unreadable");
+        return;
+      }
+      sum += q->size() + k->windows_valid;
+    }
+  }
+  benchmark::DoNotOptimize(sum);
+  state.counters["cards"] = cards;
+}
+
 /// One scrape: snapshot + Prometheus text.
 void Scrape(benchmark::State& state, npo::FabricKind kind, unsigned cards) {
   auto f = fabric(kind, cards);
@@ -105,6 +131,10 @@ void Scrape(benchmark::State& state, npo::FabricKind kind, unsigned cards) {
 }
 
 BENCHMARK_CAPTURE(Snapshot, torus3d_1024, npo::FabricKind::kTorus3d, 1024)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(1.0);
+BENCHMARK_CAPTURE(Counters, torus3d_1024, npo::FabricKind::kTorus3d, 1024)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MinTime(1.0);
