@@ -298,10 +298,14 @@ Result<std::vector<QueueCounters>> Device::queue_counters() const {
   backend::Mmio& m = *impl_->bar0;
   const unsigned per_engine = impl_->info.queues_per_engine;
   std::vector<QueueCounters> out(std::size_t{impl_->info.num_engines} * per_engine);
+  // Only the queues that wrote a completion since reset can have nonzero counters
+  // (registers.md §9): an idle card costs one read here, not three per queue.
+  const std::uint32_t active = m.read32(regs::global::kQueuesActive);
   for (unsigned q = 0; q < out.size(); ++q) {
     QueueCounters& c = out[q];
     c.engine = q / per_engine;
     c.queue = q % per_engine;
+    if (q >= 32 || ((active >> q) & 1u) == 0) continue;
     c.ops_ok = m.read64(regs::queue_reg(q, qr::kOpsOk));
     c.ops_error = m.read64(regs::queue_reg(q, qr::kOpsError));
     c.bytes = m.read64(regs::queue_reg(q, qr::kBytes));

@@ -255,6 +255,7 @@ std::uint64_t Card::global_read(std::uint32_t off) {
     case g::kStatsSeq: return stats_.seq();
     case g::kWindowsValid: return windows_.valid_count();
     case g::kMboxErrors: return mbox_errors_.load(std::memory_order_relaxed);
+    case g::kQueuesActive: return queues_active_.load(std::memory_order_acquire);
     default: return 0;
   }
 }
@@ -405,6 +406,7 @@ void Card::reset(const char* why, bool rebuild_config) {
   fault_count_.store(0);
   mbox_errors_.store(0);
   for (auto& q : queues_) q->reset_counters();  // the activity counters (registers.md §9)
+  queues_active_.store(0);
   inject_iommu_.store(0);
   {
     // The MSI-X table returns to its power-on state; eventfd routing is platform state (the

@@ -191,6 +191,7 @@ void QueueModel::reset_counters() noexcept {
   ops_ok_.store(0, std::memory_order_relaxed);
   ops_error_.store(0, std::memory_order_relaxed);
   bytes_.store(0, std::memory_order_relaxed);
+  active_.store(false, std::memory_order_relaxed);
 }
 
 void QueueModel::inject_hang(std::uint64_t now) {
@@ -555,6 +556,11 @@ bool QueueModel::run_once() {
     if (data_op) n_bytes += d.length();
   }
   completed_.fetch_add(done, std::memory_order_relaxed);
+  // GLOBAL.QUEUES_ACTIVE before the counters (registers.md §9): one relaxed load per batch.
+  if (done > 0 && !active_.load(std::memory_order_relaxed)) {
+    active_.store(true, std::memory_order_relaxed);
+    card_.mark_queue_active(index_);
+  }
   saturating_add(ops_ok_, n_ok);
   saturating_add(ops_error_, done - n_ok);
   saturating_add(bytes_, n_bytes);

@@ -72,6 +72,7 @@ class QueueModel final : public Runnable {
   std::atomic<std::uint64_t> ops_ok_{0};
   std::atomic<std::uint64_t> ops_error_{0};
   std::atomic<std::uint64_t> bytes_{0};
+  std::atomic<bool> active_{false};  ///< this queue's GLOBAL.QUEUES_ACTIVE bit is set
   std::atomic<bool> enabled_{false};
   std::atomic<bool> hung_{false};
   std::atomic<std::uint64_t> hung_since_{0};

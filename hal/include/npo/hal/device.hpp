@@ -154,8 +154,9 @@ class Device {
   [[nodiscard]] unsigned port_count() const noexcept;
 
   /// The activity counters of every DMA queue of the card (registers.md §9), engine-major
-  /// (index engine * queues_per_engine + queue): three 64-bit register reads per queue, then
-  /// GLOBAL.MAGIC to tell a removed card from saturated counters. Works on a read-only attach
+  /// (index engine * queues_per_engine + queue): GLOBAL.QUEUES_ACTIVE, three 64-bit register
+  /// reads per queue that has completed an op since reset (the others are 0 without a read),
+  /// then GLOBAL.MAGIC to tell a removed card from saturated counters. Works on a read-only attach
   /// (an observer reads the owner's traffic). Errors: kUnavailable (card removed, or its
   /// backend gone). Thread-safety: safe from any thread; the values of one queue are read one
   /// after the other while the engine may complete ops (registers.md §9).
