@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // The card's activity counters (docs/spec/registers.md §9) through Device::queue_counters()
-// and Device::card_counters(): DMA with a known op count and byte count, one op that fails,
-// windows exported and revoked, a mailbox request that errors; what a queue reset, re-open and
-// card reset do to them; a removed card.
+// and Device::card_counters(): DMA with a known op count and byte count, one op that fails, a
+// reader racing the engine, windows exported and revoked, a mailbox request that errors; what a
+// queue reset, re-open and card reset do to them; a removed card.
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -122,6 +124,40 @@ TEST(ActivityCounters, QueueCountsOpsBytesAndErrorsAndSurvivesQueueResetUntilCar
   ASSERT_TRUE(r.dev().reset());
   after = r.dev().queue_counters().value();
   expect_others_zero(after, 99);
+}
+
+TEST(ActivityCounters, AReaderRacingTheEngineSeesMonotonicCountsAndTheExactTotal) {
+  Rig r;
+  auto q = r.dev().open_queue({.engine = 3, .depth = 64}).value();
+  auto host = npo::allocate_host_memory(r.dev(), 1u << 16).value();
+  constexpr unsigned kBatches = 40, kPerBatch = 64, kLen = 256;
+  std::atomic<bool> stop{false};
+  unsigned reads = 0, backwards = 0;
+  std::thread reader([&] {
+    npo::QueueCounters last{};
+    while (!stop.load()) {
+      auto c = r.dev().queue_counters();
+      if (!c) continue;
+      const auto& now = (*c)[24];  // engine 3, queue 0
+      if (now.ops_ok < last.ops_ok || now.bytes < last.bytes) ++backwards;
+      last = now;
+      ++reads;
+    }
+  });
+  for (unsigned b = 0; b < kBatches; ++b) {
+    for (unsigned i = 0; i < kPerBatch; ++i)
+      ASSERT_TRUE(q->enqueue_fill(DmaAddress::host(host->iova() + i * kLen), i, kLen));
+    ASSERT_TRUE(q->submit());
+    ASSERT_EQ(reap(*q, kPerBatch).size(), kPerBatch);
+  }
+  stop.store(true);
+  reader.join();
+  EXPECT_GT(reads, 0u);
+  EXPECT_EQ(backwards, 0u);
+  const auto c = r.dev().queue_counters().value();
+  EXPECT_EQ(c[24].ops_ok, kBatches * kPerBatch);
+  EXPECT_EQ(c[24].ops_error, 0u);
+  EXPECT_EQ(c[24].bytes, std::uint64_t{kBatches} * kPerBatch * kLen);
 }
 
 TEST(ActivityCounters, WindowsValidFollowsExportAndRevoke) {
