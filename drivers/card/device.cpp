@@ -309,6 +309,46 @@ Result<void> Device::reset() {
   }
 }
 
+namespace {
+/// kUnavailable unless BAR0 still reads MAGIC (registers.md §3.5): a removed card reads all
+/// ones, which saturated counters can too.
+Result<void> check_present(backend::Mmio& m, std::uint32_t card) {
+  if (m.read32(regs::global::kMagic) != regs::kMagic)
+    return fail(Code::kUnavailable, "card removed: MAGIC does not read 'NPO1'", {.card = card});
+  return {};
+}
+}  // namespace
+
+Result<std::vector<QueueCounters>> Device::queue_counters() const {
+  namespace qr = regs::queue;
+  backend::Mmio& m = *impl_->bar0;
+  const unsigned per_engine = impl_->info.queues_per_engine;
+  std::vector<QueueCounters> out(std::size_t{impl_->info.num_engines} * per_engine);
+  // Only the queues that wrote a completion since reset can have nonzero counters
+  // (registers.md §9): an idle card costs one read here, not three per queue.
+  const std::uint32_t active = m.read32(regs::global::kQueuesActive);
+  for (unsigned q = 0; q < out.size(); ++q) {
+    QueueCounters& c = out[q];
+    c.engine = q / per_engine;
+    c.queue = q % per_engine;
+    if (q >= 32 || ((active >> q) & 1u) == 0) continue;
+    c.ops_ok = m.read64(regs::queue_reg(q, qr::kOpsOk));
+    c.ops_error = m.read64(regs::queue_reg(q, qr::kOpsError));
+    c.bytes = m.read64(regs::queue_reg(q, qr::kBytes));
+  }
+  if (auto p = check_present(m, impl_->info.index); !p) return std::unexpected(p.error());
+  return out;
+}
+
+Result<CardCounters> Device::card_counters() const {
+  backend::Mmio& m = *impl_->bar0;
+  CardCounters c;
+  c.windows_valid = m.read32(regs::global::kWindowsValid);
+  c.mailbox_errors = m.read32(regs::global::kMboxErrors);
+  if (auto p = check_present(m, impl_->info.index); !p) return std::unexpected(p.error());
+  return c;
+}
+
 DmaCapabilities Device::dma_capabilities() const noexcept {
   const std::uint32_t cap1 = impl_->bar0->read32(regs::global::kCap1);
   const std::uint32_t ops = regs::global::kCap1OpMask.get(cap1);

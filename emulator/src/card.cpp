@@ -253,6 +253,9 @@ std::uint64_t Card::global_read(std::uint32_t off) {
     case g::kStatsAddr: return stats_.addr();
     case g::kStatsCtrl: return stats_.ctrl();
     case g::kStatsSeq: return stats_.seq();
+    case g::kWindowsValid: return windows_.valid_count();
+    case g::kMboxErrors: return mbox_errors_.load(std::memory_order_relaxed);
+    case g::kQueuesActive: return queues_active_.load(std::memory_order_acquire);
     default: return 0;
   }
 }
@@ -273,6 +276,12 @@ void Card::global_write(std::uint32_t off, std::uint64_t value) {
     case g::kStatsAddr: stats_.set_addr(value); break;  // 64 B aligned
     case g::kStatsCtrl: stats_.write_ctrl(v32); break;  // synchronous DMA (StatsEngine)
     default: break;                                     // RO registers ignore writes
+  }
+}
+
+void Card::count_mailbox_error() noexcept {
+  std::uint32_t c = mbox_errors_.load(std::memory_order_relaxed);
+  while (c != 0xffffffffu && !mbox_errors_.compare_exchange_weak(c, c + 1, std::memory_order_relaxed)) {
   }
 }
 
@@ -395,6 +404,9 @@ void Card::reset(const char* why, bool rebuild_config) {
   scratch_.store(0);
   scratch64_.store(0);
   fault_count_.store(0);
+  mbox_errors_.store(0);
+  for (auto& q : queues_) q->reset_counters();  // the activity counters (registers.md §9)
+  queues_active_.store(0);
   inject_iommu_.store(0);
   {
     // The MSI-X table returns to its power-on state; eventfd routing is platform state (the

@@ -130,6 +130,11 @@ class Card {
     dma_ops_total_.fetch_add(1, std::memory_order_relaxed);
     dma_bytes_total_.fetch_add(bytes, std::memory_order_relaxed);
   }
+  /// Counts one BAR0 mailbox request that ended in an error (GLOBAL.MBOX_ERRORS, registers.md
+  /// §9), saturating. Thread-safe.
+  void count_mailbox_error() noexcept;
+  /// Sets queue `q`'s bit of GLOBAL.QUEUES_ACTIVE (registers.md §9). Thread-safe.
+  void mark_queue_active(unsigned q) noexcept { queues_active_.fetch_or(1u << q, std::memory_order_release); }
   /// The totals now. Thread-safe; the two values are read one after the other.
   [[nodiscard]] DmaTotals dma_totals() const noexcept {
     return {dma_ops_total_.load(std::memory_order_relaxed), dma_bytes_total_.load(std::memory_order_relaxed)};
@@ -157,6 +162,8 @@ class Card {
   std::atomic<std::uint64_t> scratch64_{0};
   std::atomic<std::uint32_t> fault_count_{0};
   std::atomic<std::uint32_t> inject_iommu_{0};
+  std::atomic<std::uint32_t> mbox_errors_{0};      ///< GLOBAL.MBOX_ERRORS (registers.md §9)
+  std::atomic<std::uint32_t> queues_active_{0};    ///< GLOBAL.QUEUES_ACTIVE (registers.md §9)
   std::atomic<std::uint64_t> dma_ops_total_{0};    ///< see dma_totals()
   std::atomic<std::uint64_t> dma_bytes_total_{0};  ///< see dma_totals()
   std::mutex fault_mu_;

@@ -20,6 +20,14 @@ using dma::Status;
 namespace {
 constexpr unsigned kBatch = 64;               // descriptors per run_once
 constexpr std::uint64_t kChunk = 256u << 10;  // bytes per remote-window revocation check
+
+/// Adds `n` to a 64-bit activity counter that saturates (registers.md §1, §9): one relaxed
+/// add; the rare wrap is pinned at the maximum.
+void saturating_add(std::atomic<std::uint64_t>& c, std::uint64_t n) noexcept {
+  if (n == 0) return;
+  const std::uint64_t old = c.fetch_add(n, std::memory_order_relaxed);
+  if (old + n < old) c.store(~std::uint64_t{0}, std::memory_order_relaxed);
+}
 }  // namespace
 
 bool QueueModel::pending() const noexcept {
@@ -59,6 +67,9 @@ std::uint64_t QueueModel::read(std::uint32_t reg, unsigned /*width*/) {
     case qr::kCqTail: return cq_tail_.load();
     case qr::kErr: return err_.load();
     case qr::kCompleted: return completed_.load();
+    case qr::kOpsOk: return ops_ok_.load(std::memory_order_relaxed);
+    case qr::kOpsError: return ops_error_.load(std::memory_order_relaxed);
+    case qr::kBytes: return bytes_.load(std::memory_order_relaxed);
     default: return 0;
   }
 }
@@ -174,6 +185,13 @@ void QueueModel::reset_state() {
   sq_base_ = 0;
   cq_base_ = 0;
   config_snapshot_.store(0);
+}
+
+void QueueModel::reset_counters() noexcept {
+  ops_ok_.store(0, std::memory_order_relaxed);
+  ops_error_.store(0, std::memory_order_relaxed);
+  bytes_.store(0, std::memory_order_relaxed);
+  active_.store(false, std::memory_order_relaxed);
 }
 
 void QueueModel::inject_hang(std::uint64_t now) {
@@ -462,6 +480,9 @@ bool QueueModel::run_once() {
   std::uint32_t ctail = cq_tail_.load();
   unsigned done = 0;
   bool irq = false;
+  // Activity counters of this batch (registers.md §9), added once after it.
+  std::uint64_t n_ok = 0;
+  std::uint64_t n_bytes = 0;
   auto mmu_guard = card_.iommu().guard();  // unmap waits for this batch
   while (head != tail && done < kBatch) {
     if (hung_.load() || card_.dma_stopped()) break;
@@ -481,6 +502,7 @@ bool QueueModel::run_once() {
     }
     std::uint64_t info = 0;
     Status st;
+    bool data_op = false;
     // Fenced op (FENCE flag, or the FENCE opcode): skipped if the queue's failure latch is set;
     // either way the latch clears. FENCE_SKIPPED does not set it (registers.md §5.7).
     const bool fenced = (d.op_flags() & dma::flags::kFence) != 0 || d.opcode() == dma::Opcode::kFence;
@@ -488,8 +510,8 @@ bool QueueModel::run_once() {
       st = Status::kFenceSkipped;
     } else {
       st = execute(d, &info);
-      if (st == Status::kOk && d.opcode() != dma::Opcode::kNop && d.opcode() != dma::Opcode::kFence)
-        card_.count_dma_op(d.length());
+      data_op = st == Status::kOk && d.opcode() != dma::Opcode::kNop && d.opcode() != dma::Opcode::kFence;
+      if (data_op) card_.count_dma_op(d.length());
     }
     if (fenced) failed_since_fence_ = false;
     if (st != Status::kOk && st != Status::kFenceSkipped) failed_since_fence_ = true;
@@ -530,8 +552,18 @@ bool QueueModel::run_once() {
     __atomic_store_n(reinterpret_cast<std::uint16_t*>(host + dma::cpl::kFlags),
                      phase ? dma::cpl::kPhase : std::uint16_t{0}, __ATOMIC_RELEASE);
     irq = irq || (d.op_flags() & dma::flags::kInterrupt) != 0;
+    if (st == Status::kOk) ++n_ok;
+    if (data_op) n_bytes += d.length();
   }
   completed_.fetch_add(done, std::memory_order_relaxed);
+  // GLOBAL.QUEUES_ACTIVE before the counters (registers.md §9): one relaxed load per batch.
+  if (done > 0 && !active_.load(std::memory_order_relaxed)) {
+    active_.store(true, std::memory_order_relaxed);
+    card_.mark_queue_active(index_);
+  }
+  saturating_add(ops_ok_, n_ok);
+  saturating_add(ops_error_, done - n_ok);
+  saturating_add(bytes_, n_bytes);
   if (done > 0 && (irq || qr::kConfigIrqEnable.get(cfg))) card_.raise_msix(fw::pci::kMsixVectorQueueBase + index_);
   return head != sq_tail_.load(std::memory_order_acquire) && !hung_.load() &&
          !(status_.load() & qr::kStatusHalted.mask()) && ctail - cq_head_.load() < depth;

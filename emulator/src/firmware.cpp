@@ -78,6 +78,7 @@ bool Firmware::process() {
   if (req_len < mb::hdr::kSize || req_len > m::kBufSize) {
     card_.log_event(fmt::format("mailbox transport error req_len={}", req_len));
     card_.set_error(regs::global::kErrMailbox.mask());  // registers.md §4 step 4
+    card_.count_mailbox_error();                        // registers.md §9
     mailbox_.fail_transport();
     card_.raise_msix(fw::pci::kMsixVectorGlobal);
     return false;
@@ -108,6 +109,7 @@ bool Firmware::process() {
   }
   if (st != mb::Status::kOk) {
     log_error({card_.system().sched.now_ns(), 0x0400, 1, 4, opcode, seq, static_cast<std::uint64_t>(st)});
+    card_.count_mailbox_error();  // GLOBAL.MBOX_ERRORS (registers.md §9)
   }
   // Build the response.
   std::array<std::byte, m::kBufSize> rsp{};

@@ -39,6 +39,9 @@ class QueueModel final : public Runnable {
   [[nodiscard]] bool pending() const noexcept;
   [[nodiscard]] std::uint64_t hung_since() const noexcept { return hung_since_.load(); }
   [[nodiscard]] std::uint32_t sq_head() const noexcept { return sq_head_.load(); }
+  /// Card reset: OPS_OK, OPS_ERROR and BYTES (registers.md §9) back to 0. Neither a queue
+  /// reset nor reset_state() clears them.
+  void reset_counters() noexcept;
 
  private:
   void queue_reset_locked();
@@ -64,6 +67,12 @@ class QueueModel final : public Runnable {
   std::atomic<std::uint32_t> cq_tail_{0};
   std::atomic<std::uint32_t> err_{0};
   std::atomic<std::uint64_t> completed_{0};
+  // Activity counters (registers.md §9): monotonic from card reset, saturating, updated once
+  // per batch with relaxed adds (run_once).
+  std::atomic<std::uint64_t> ops_ok_{0};
+  std::atomic<std::uint64_t> ops_error_{0};
+  std::atomic<std::uint64_t> bytes_{0};
+  std::atomic<bool> active_{false};  ///< this queue's GLOBAL.QUEUES_ACTIVE bit is set
   std::atomic<bool> enabled_{false};
   std::atomic<bool> hung_{false};
   std::atomic<std::uint64_t> hung_since_{0};

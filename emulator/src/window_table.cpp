@@ -43,13 +43,15 @@ void WindowTable::write(unsigned w, std::uint32_t reg, std::uint64_t value) {
       const bool valid = wr::kCtrlValid.get(ctrl) != 0;
       const bool ok = !valid || (size > 0 && off % wr::kAlign == 0 && size % wr::kAlign == 0 && off <= hbm_bytes_ &&
                                  size <= hbm_bytes_ - off);
-      if (!ok) {
-        e.ctrl.store(ctrl & ~wr::kCtrlValid.mask());
-        e.status.store(wr::kStatusBadEntry.mask());
-      } else {
-        e.ctrl.store(ctrl);
-        e.status.store(valid ? wr::kStatusActive.mask() : 0);
-      }
+      const std::uint32_t stored = ok ? ctrl : ctrl & ~wr::kCtrlValid.mask();
+      // The exchange pairs each entry's VALID transitions with the count (GLOBAL.WINDOWS_VALID):
+      // exact even when two writers race on one entry.
+      const std::uint32_t before = e.ctrl.exchange(stored);
+      e.status.store(!ok ? wr::kStatusBadEntry.mask() : valid ? wr::kStatusActive.mask() : 0);
+      const bool was = wr::kCtrlValid.get(before) != 0;
+      const bool is = wr::kCtrlValid.get(stored) != 0;
+      if (is && !was) valid_.fetch_add(1, std::memory_order_relaxed);
+      if (was && !is) valid_.fetch_sub(1, std::memory_order_relaxed);
       break;
     }
     default: break;
@@ -65,6 +67,7 @@ void WindowTable::reset() {
     e.ctrl.store(0);
     e.status.store(0);
   }
+  valid_.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace npo::emu

@@ -35,10 +35,14 @@ class WindowTable {
   [[nodiscard]] WindowEntry& entry(unsigned w) noexcept { return entries_[w]; }
   /// Card reset: every entry cleared (in-flight counts are left to their ops).
   void reset();
+  /// GLOBAL.WINDOWS_VALID (registers.md §9): entries whose CTRL.VALID is 1 now, kept up to
+  /// date by every CTRL write. Thread-safe.
+  [[nodiscard]] std::uint32_t valid_count() const noexcept { return valid_.load(std::memory_order_relaxed); }
 
  private:
   std::uint64_t hbm_bytes_;
   std::unique_ptr<WindowEntry[]> entries_;
+  std::atomic<std::uint32_t> valid_{0};
 };
 
 }  // namespace npo::emu

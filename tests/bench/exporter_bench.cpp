@@ -4,9 +4,12 @@
 // 1024 cards) on the emulator's virtual clock with every link trained first. Target: one
 // scrape of 1024 cards <= 100 ms. Counters: cards, bytes and lines of one exposition. The
 // fabric is built once per process (a 1024-card bring-up takes seconds), outside the loops; the
-// LinkMonitor snapshot alone is the baseline in the same run.
+// LinkMonitor snapshot alone is the baseline in the same run, and so are the cards' activity
+// counters (registers.md §9) alone; the *AllQueuesActive rows repeat the counters and the scrape
+// after one op on every queue of every card (each card then reads 96 queue registers).
 #include <unistd.h>
 
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -70,6 +73,74 @@ void Snapshot(benchmark::State& state, npo::FabricKind kind, unsigned cards) {
   state.counters["cards"] = cards;
 }
 
+/// The activity counters alone (registers.md §9): Device::queue_counters() and card_counters()
+/// of every card, what a scrape reads besides the snapshot.
+void Counters(benchmark::State& state, npo::FabricKind kind, unsigned cards) {
+  auto f = fabric(kind, cards);
+  if (!f) {
+    state.SkipWithError(f.error().to_string().c_str());
+    return;
+  }
+  npo::System& sys = *(*f)->sys;
+  std::uint64_t sum = 0;
+  for (auto _ : state) {
+    for (std::size_t c = 0; c < sys.device_count(); ++c) {
+      auto q = sys.device(c).queue_counters();
+      auto k = sys.device(c).card_counters();
+      if (!q || !k) {
+        state.SkipWithError("counters unreadable");
+        return;
+      }
+      sum += q->size() + k->windows_valid;
+    }
+  }
+  benchmark::DoNotOptimize(sum);
+  state.counters["cards"] = cards;
+}
+
+/// Makes every queue of every card of `f` active (registers.md §9, GLOBAL.QUEUES_ACTIVE): one
+/// 64-byte HBM fill on each, so a later read of the counters reads all 96 queue registers of a
+/// card -- the worst case of a scrape. Done once per process.
+npo::Result<void> make_all_queues_active(npo::System& sys) {
+  static bool done = false;
+  if (done) return {};
+  for (std::size_t c = 0; c < sys.device_count(); ++c) {
+    npo::Device& dev = sys.device(c);
+    const auto caps = dev.dma_capabilities();
+    std::vector<std::unique_ptr<npo::DmaQueue>> qs;
+    for (unsigned i = 0; i < caps.engines * caps.queues_per_engine; ++i) {
+      auto q = dev.open_queue({.engine = i / caps.queues_per_engine, .depth = 4});
+      if (!q) return std::unexpected(q.error());
+      if (auto e = (*q)->enqueue_fill(npo::DmaAddress::hbm(0), 0, 64); !e) return std::unexpected(e.error());
+      if (auto r = (*q)->submit(); !r) return r;
+      qs.push_back(std::move(*q));
+    }
+    for (auto& q : qs) {
+      std::array<npo::OpCompletion, 1> comp;
+      while (q->poll(comp) == 0) {
+      }
+      if (comp[0].status != npo::OpStatus::kOk) return npo::fail(npo::Code::kInternal, "fill failed");
+    }
+  }
+  done = true;
+  return {};
+}
+
+/// Counters and Scrape with every queue of every card active (the worst case).
+void CountersAllQueuesActive(benchmark::State& state, npo::FabricKind kind, unsigned cards) {
+  auto f = fabric(kind, cards);
+  if (!f) {
+    state.SkipWithError(f.error().to_string().c_str());
+    return;
+  }
+  if (auto a = make_all_queues_active(*(*f)->sys); !a) {
+    state.SkipWithError(a.error().to_string().c_str());
+    return;
+  }
+  Counters(state, kind, cards);
+}
+void ScrapeAllQueuesActive(benchmark::State& state, npo::FabricKind kind, unsigned cards);
+
 /// One scrape: snapshot + Prometheus text.
 void Scrape(benchmark::State& state, npo::FabricKind kind, unsigned cards) {
   auto f = fabric(kind, cards);
@@ -104,11 +175,37 @@ void Scrape(benchmark::State& state, npo::FabricKind kind, unsigned cards) {
   state.counters["lines"] = static_cast<double>(lines);
 }
 
+void ScrapeAllQueuesActive(benchmark::State& state, npo::FabricKind kind, unsigned cards) {
+  auto f = fabric(kind, cards);
+  if (!f) {
+    state.SkipWithError(f.error().to_string().c_str());
+    return;
+  }
+  if (auto a = make_all_queues_active(*(*f)->sys); !a) {
+    state.SkipWithError(a.error().to_string().c_str());
+    return;
+  }
+  Scrape(state, kind, cards);
+}
+
 BENCHMARK_CAPTURE(Snapshot, torus3d_1024, npo::FabricKind::kTorus3d, 1024)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MinTime(1.0);
+BENCHMARK_CAPTURE(Counters, torus3d_1024, npo::FabricKind::kTorus3d, 1024)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(1.0);
 BENCHMARK_CAPTURE(Scrape, torus3d_1024, npo::FabricKind::kTorus3d, 1024)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(2.0);
+// Last for 1024 cards: they leave every queue active (the fabric is shared by the benchmarks).
+BENCHMARK_CAPTURE(CountersAllQueuesActive, torus3d_1024, npo::FabricKind::kTorus3d, 1024)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(1.0);
+BENCHMARK_CAPTURE(ScrapeAllQueuesActive, torus3d_1024, npo::FabricKind::kTorus3d, 1024)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MinTime(2.0);

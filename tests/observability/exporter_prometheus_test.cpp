@@ -5,6 +5,8 @@
 // PromQL query through /api/v1/query returns the expected series; then a card is removed and
 // the daemon is killed and restarted: the exporter reports npo_card_up / npo_up at 0 and
 // recovers, every scrape answering within a bound. Both programs log JSON lines that parse.
+// In between, a job in another process does DMA on one card and the exporter shows the card's
+// activity counters (registers.md §9) with the exact op and byte counts.
 #include <httplib.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -195,6 +197,47 @@ TEST_F(ExporterPrometheusTest, PrometheusScrapesAndTheExporterSurvivesFaults) {
   const auto lint = npo_test::run_command("promtool check metrics < " + metrics_file.string() + " 2>&1");
   EXPECT_EQ(lint.status, 0) << lint.out;
   EXPECT_EQ(lint.out, "") << "promtool check metrics findings:\n" << lint.out;
+  // The activity counters of every card (registers.md §9): 32 queues x ok/error, nothing moved
+  // yet on a fresh daemon.
+  EXPECT_EQ(count_value(m, "npo_dma_queue_ops_total", 0), 8 * 32 * 2);
+  EXPECT_EQ(count_value(m, "npo_dma_queue_bytes_total", 0), 8 * 32);
+  EXPECT_EQ(count_value(m, "npo_card_windows", 0), 8);
+  EXPECT_EQ(m.count(R"(npo_mailbox_errors_total{card="5"})"), 1u);
+  const double mbox_errors_before = m[R"(npo_mailbox_errors_total{card="5"})"];
+
+  // 1b. Another process owns card 5 and does DMA on engine 2 (its queue 0): 10 copies of 64 KiB
+  // and one failing op, 3 windows exported, one mailbox request answered with an error. The
+  // exporter (read-only, another process again) shows exactly that, read from the card.
+  {
+    ChildProcess job;
+    ASSERT_TRUE(job.start({NPO_DMA_CLIENT, emud.uri() + "?card=5", "2", "10", "65536", "3", "1"}));
+    ASSERT_TRUE(job.wait_for("ready", 30000)) << job.output();
+    EXPECT_NE(job.output().find("ready ok=10 error=1 bytes=655360"), std::string::npos) << job.output();
+    const Scrape during = get(port, "/metrics");
+    ASSERT_EQ(during.status, 200);
+    const auto d = parse_samples(during.body);
+    EXPECT_EQ(d.at(R"(npo_dma_queue_ops_total{card="5",engine="2",queue="0",status="ok"})"), 10);
+    EXPECT_EQ(d.at(R"(npo_dma_queue_ops_total{card="5",engine="2",queue="0",status="error"})"), 1);
+    EXPECT_EQ(d.at(R"(npo_dma_queue_bytes_total{card="5",engine="2",queue="0"})"), 655360);
+    EXPECT_EQ(count_value(d, "npo_dma_queue_ops_total", 0), 8 * 32 * 2 - 2);  // nothing else moved
+    EXPECT_EQ(count_value(d, "npo_dma_queue_bytes_total", 0), 8 * 32 - 1);
+    EXPECT_EQ(d.at(R"(npo_card_windows{card="5"})"), 3);
+    EXPECT_EQ(count_value(d, "npo_card_windows", 0), 7);
+    EXPECT_EQ(d.at(R"(npo_mailbox_errors_total{card="5"})"), mbox_errors_before + 1);
+    const fs::path during_file = tmp_ / "metrics-dma.txt";
+    { std::ofstream(during_file) << during.body; }
+    const auto lint2 = npo_test::run_command("promtool check metrics < " + during_file.string() + " 2>&1");
+    EXPECT_EQ(lint2.status, 0) << lint2.out;
+    EXPECT_EQ(lint2.out, "") << lint2.out;
+    // The job ends: its windows go with it (the daemon releases the card), the counters stay
+    // (only a card reset clears them).
+    EXPECT_EQ(job.stop(10000), 0) << job.output();
+    const auto after = scrape_until(
+        exporter, port, [](auto& s) { return s[R"(npo_card_windows{card="5"})"] == 0; }, 10);
+    EXPECT_EQ(after.at(R"(npo_card_windows{card="5"})"), 0);
+    EXPECT_EQ(after.at(R"(npo_dma_queue_ops_total{card="5",engine="2",queue="0",status="ok"})"), 10);
+    EXPECT_EQ(after.at(R"(npo_dma_queue_bytes_total{card="5",engine="2",queue="0"})"), 655360);
+  }
 
   // 2. A real Prometheus scrapes it; PromQL through the HTTP API.
   const int prom_port = free_port();

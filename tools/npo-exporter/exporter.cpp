@@ -234,6 +234,59 @@ Result<bool> Collector::collect(std::string& out) {
   for (const auto& cp : snap->cards)
     w.sample("npo_card_stats_dma", card_labels_[cp.card], std::uint64_t{cp.via_stats_dma ? 1u : 0u});
 
+  // ---- DMA queues, windows, mailbox: the card's activity counters (registers.md §9) ----
+  // Read from the card's registers (not counted here): they show the DMA of whichever process
+  // owns the card, also on a read-only attach. Removed cards are skipped.
+  queue_counters_.resize(system_->device_count());
+  card_counters_.resize(system_->device_count());
+  queue_labels_.resize(system_->device_count());
+  for (std::size_t c = 0; c < system_->device_count(); ++c) {
+    queue_counters_[c].clear();
+    card_counters_[c].reset();
+  }
+  for (const auto& cp : snap->cards) {
+    if (cp.removed || cp.card >= system_->device_count()) continue;
+    const Device& dev = system_->device(cp.card);
+    if (auto q = dev.queue_counters()) queue_counters_[cp.card] = std::move(*q);
+    if (auto k = dev.card_counters()) card_counters_[cp.card] = *k;
+    auto& ql = queue_labels_[cp.card];
+    if (ql.size() != queue_counters_[cp.card].size()) {
+      ql.clear();
+      for (const auto& qc : queue_counters_[cp.card])
+        ql.push_back(fmt::format("{},engine=\"{}\",queue=\"{}\"", card_labels_[cp.card], qc.engine, qc.queue));
+    }
+  }
+  w.family("npo_dma_queue_ops_total", "counter",
+           "DMA ops the queue completed, by completion status, counted by the card since its last reset "
+           "(QUEUE.OPS_OK and OPS_ERROR, registers.md 9).");
+  for (std::size_t c = 0; c < queue_counters_.size(); ++c) {
+    const auto& qs = queue_counters_[c];
+    for (std::size_t q = 0; q < qs.size(); ++q) {
+      w.sample2("npo_dma_queue_ops_total", queue_labels_[c][q], "status=\"ok\"", qs[q].ops_ok);
+      w.sample2("npo_dma_queue_ops_total", queue_labels_[c][q], "status=\"error\"", qs[q].ops_error);
+    }
+  }
+  w.family("npo_dma_queue_bytes_total", "counter",
+           "Bytes moved by the queue's data ops that completed OK, counted by the card since its last reset "
+           "(QUEUE.BYTES).");
+  for (std::size_t c = 0; c < queue_counters_.size(); ++c) {
+    const auto& qs = queue_counters_[c];
+    for (std::size_t q = 0; q < qs.size(); ++q) w.sample("npo_dma_queue_bytes_total", queue_labels_[c][q], qs[q].bytes);
+  }
+  w.family("npo_card_windows", "gauge",
+           "Window table entries valid now: windows the card exports to remote ops (GLOBAL.WINDOWS_VALID).");
+  for (std::size_t c = 0; c < card_counters_.size(); ++c) {
+    if (card_counters_[c])
+      w.sample("npo_card_windows", card_labels_[c], std::uint64_t{card_counters_[c]->windows_valid});
+  }
+  w.family("npo_mailbox_errors_total", "counter",
+           "Requests of the card's mailbox that ended in an error status or a transport error, since the card's "
+           "last reset (GLOBAL.MBOX_ERRORS).");
+  for (std::size_t c = 0; c < card_counters_.size(); ++c) {
+    if (card_counters_[c])
+      w.sample("npo_mailbox_errors_total", card_labels_[c], std::uint64_t{card_counters_[c]->mailbox_errors});
+  }
+
   // ---- ports ----
   w.family("npo_port_link_up", "gauge",
            "Whether the link carries traffic: both ends Up with FEC lock and every lane in use locked.");

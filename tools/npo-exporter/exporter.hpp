@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -62,6 +63,12 @@ class Collector {
   std::vector<Labels> labels_;            ///< [card * kPortSlots + port]
   std::vector<PortRow> port_rows_;        ///< reused across scrapes
   std::vector<LaneRow> lane_rows_;
+  /// Per card: `card="C",engine="E",queue="Q"` of every queue (built on first use).
+  std::vector<std::vector<std::string>> queue_labels_;
+  /// Per card, this scrape: the activity counters (registers.md §9); empty/absent when the card
+  /// is removed or the read failed.
+  std::vector<std::vector<QueueCounters>> queue_counters_;
+  std::vector<std::optional<CardCounters>> card_counters_;
 };
 
 /// Options of an Exporter.

@@ -78,6 +78,9 @@ inline constexpr std::uint32_t kScratch64 = 0x070;   // RW64 free for software
 inline constexpr std::uint32_t kStatsAddr = 0x078;   // RW64 IOVA of the port statistics block (stats.hpp), 64 B aligned
 inline constexpr std::uint32_t kStatsCtrl = 0x080;   // DB32 write a nonzero sequence: card DMAs the stats block
 inline constexpr std::uint32_t kStatsSeq = 0x084;    // RO32 sequence of the last stats block written
+inline constexpr std::uint32_t kWindowsValid = 0x090;  // RO32 window entries with CTRL.VALID = 1 (§9)
+inline constexpr std::uint32_t kMboxErrors = 0x094;    // RO32 mailbox requests ended in an error since reset (§9)
+inline constexpr std::uint32_t kQueuesActive = 0x098;  // RO32 bit q: queue q wrote a completion since reset (§9)
 
 inline constexpr Field32 kCap0NumEngines{0, 8};
 inline constexpr Field32 kCap0QueuesPerEngine{8, 8};
@@ -138,6 +141,9 @@ inline constexpr std::uint32_t kCqTail = 0x28;     // RO32 completions written (
 inline constexpr std::uint32_t kErr = 0x2c;        // RW1C32 sticky per-queue error summary
 inline constexpr std::uint32_t kReset = 0x30;      // DB32 bit0: abort and reset this queue
 inline constexpr std::uint32_t kCompleted = 0x38;  // RO64 ops completed since enable
+inline constexpr std::uint32_t kOpsOk = 0x40;      // RO64 ops completed OK since card reset (§9)
+inline constexpr std::uint32_t kOpsError = 0x48;   // RO64 ops completed with an error since card reset (§9)
+inline constexpr std::uint32_t kBytes = 0x50;      // RO64 bytes of data ops completed OK since card reset (§9)
 
 inline constexpr Field32 kConfigDepthLog2{0, 5};   ///< ring entries = 2^n, kMin..kMaxQueueDepthLog2
 inline constexpr Field32 kConfigPriority{8, 3};    ///< 0 lowest .. 7 highest (traffic class)
@@ -353,6 +359,9 @@ inline constexpr RegisterDesc kRegisters[] = {
     {"GLOBAL", "STATS_ADDR", global::kStatsAddr, 64, Access::kRW},
     {"GLOBAL", "STATS_CTRL", global::kStatsCtrl, 32, Access::kDB},
     {"GLOBAL", "STATS_SEQ", global::kStatsSeq, 32, Access::kRO},
+    {"GLOBAL", "WINDOWS_VALID", global::kWindowsValid, 32, Access::kRO},
+    {"GLOBAL", "MBOX_ERRORS", global::kMboxErrors, 32, Access::kRO},
+    {"GLOBAL", "QUEUES_ACTIVE", global::kQueuesActive, 32, Access::kRO},
     {"MBOX", "CTRL", mbox::kCtrl, 32, Access::kDB},
     {"MBOX", "STATUS", mbox::kStatus, 32, Access::kRW1C},
     {"MBOX", "REQ_LEN", mbox::kReqLen, 32, Access::kRW},
@@ -369,6 +378,9 @@ inline constexpr RegisterDesc kRegisters[] = {
     {"QUEUE", "ERR", queue::kErr, 32, Access::kRW1C},
     {"QUEUE", "RESET", queue::kReset, 32, Access::kDB},
     {"QUEUE", "COMPLETED", queue::kCompleted, 64, Access::kRO},
+    {"QUEUE", "OPS_OK", queue::kOpsOk, 64, Access::kRO},
+    {"QUEUE", "OPS_ERROR", queue::kOpsError, 64, Access::kRO},
+    {"QUEUE", "BYTES", queue::kBytes, 64, Access::kRO},
     {"WINDOW", "HBM_OFFSET", window::kHbmOffset, 64, Access::kRW},
     {"WINDOW", "SIZE", window::kSize, 64, Access::kRW},
     {"WINDOW", "KEY", window::kKey, 64, Access::kRW},

@@ -97,6 +97,27 @@ struct FirmwareLogEntry {
   std::uint64_t arg2 = 0;
 };
 
+/// Activity counters of one DMA queue, kept by the card's engine (docs/spec/registers.md §9,
+/// QUEUE.OPS_OK / OPS_ERROR / BYTES). Monotonic from the card's last reset (Device::reset, an
+/// FLR, a mailbox RESET): closing, re-opening or resetting the queue, or its owner's exit, does
+/// not clear them. They count completions the card wrote, whichever process drove the queue.
+struct QueueCounters {
+  unsigned engine = 0;          ///< DMA engine, 0 .. DeviceInfo::num_engines - 1
+  unsigned queue = 0;           ///< queue within the engine, 0 .. queues_per_engine - 1
+  std::uint64_t ops_ok = 0;     ///< ops completed with status OK (NOP and FENCE included)
+  std::uint64_t ops_error = 0;  ///< ops completed with any other status (FENCE_SKIPPED included)
+  std::uint64_t bytes = 0;      ///< bytes: the lengths of the data ops completed OK
+};
+
+/// Card-wide activity counters (docs/spec/registers.md §9).
+struct CardCounters {
+  /// Window table entries valid now (GLOBAL.WINDOWS_VALID): exported windows, a gauge.
+  std::uint32_t windows_valid = 0;
+  /// Requests of the card's mailbox since reset that ended in an error (GLOBAL.MBOX_ERRORS):
+  /// replies with a status other than OK, and transport errors. Saturates at 2^32 - 1.
+  std::uint32_t mailbox_errors = 0;
+};
+
 /// One card. Owned by its System.
 /// Thread-safety: info() is immutable after open. Mailbox calls (firmware_versions,
 /// heartbeat, error_log, reset) are serialised internally and may be called from any thread.
@@ -137,6 +158,18 @@ class Device {
 
   /// Number of optical ports (0 .. info().num_ports - 1).
   [[nodiscard]] unsigned port_count() const noexcept;
+
+  /// The activity counters of every DMA queue of the card (registers.md §9), engine-major
+  /// (index engine * queues_per_engine + queue): GLOBAL.QUEUES_ACTIVE, three 64-bit register
+  /// reads per queue that has completed an op since reset (the others are 0 without a read),
+  /// then GLOBAL.MAGIC to tell a removed card from saturated counters. Works on a read-only attach
+  /// (an observer reads the owner's traffic). Errors: kUnavailable (card removed, or its
+  /// backend gone). Thread-safety: safe from any thread; the values of one queue are read one
+  /// after the other while the engine may complete ops (registers.md §9).
+  Result<std::vector<QueueCounters>> queue_counters() const;
+  /// The card-wide counters (registers.md §9): two register reads and GLOBAL.MAGIC. Works on a
+  /// read-only attach. Errors: kUnavailable (card removed). Thread-safety: safe from any thread.
+  Result<CardCounters> card_counters() const;
 
  private:
   // Devices are created by System::open only; their state is the drivers' business.
