@@ -182,7 +182,12 @@ void Ep::check_stall() {
 // Reads the peer's consumer counter of our lane (a remote read of 8 bytes), waiting for it.
 // `lane`: our lane in that peer's ring (my_lane mod the peer's lane count).
 Result<std::uint64_t> refresh_consumed(Ep& e, const WindowHandle& h, unsigned lane) {
-  auto op = e.queue->enqueue_remote_read(h, std::uint64_t{lane} * 64, DmaAddress::host(e.readback_iova()), 8);
+  return read_peer_u64(e, h, std::uint64_t{lane} * 64);
+}
+
+// Reads 8 bytes at `offset` of the peer's ring window by remote DMA, waiting for them.
+Result<std::uint64_t> read_peer_u64(Ep& e, const WindowHandle& h, std::uint64_t offset) {
+  auto op = e.queue->enqueue_remote_read(h, offset, DmaAddress::host(e.readback_iova()), 8);
   if (!op) return std::unexpected(op.error());
   Ep::Tx t;
   t.kind = Ep::Tx::kRead;
@@ -199,14 +204,14 @@ Result<std::uint64_t> refresh_consumed(Ep& e, const WindowHandle& h, unsigned la
       const OpStatus st = it->worst;
       e.tx.erase(it);
       if (st != OpStatus::kOk)
-        return fail(Code::kUnavailable, "remote read of the peer's ring counter: " + std::string(op_status_name(st)));
+        return fail(Code::kUnavailable, "remote read of the peer's ring: " + std::string(op_status_name(st)));
       std::uint64_t v;
       std::memcpy(&v, e.readback(), 8);
       return v;
     }
     if (std::chrono::steady_clock::now() >= end) {
       if (it != e.tx.end()) it->ctx = nullptr;  // abandoned: dropped when it completes
-      return fail(Code::kDeadlineExceeded, "remote read of the peer's ring counter timed out");
+      return fail(Code::kDeadlineExceeded, "remote read of the peer's ring timed out");
     }
     std::this_thread::yield();
   }

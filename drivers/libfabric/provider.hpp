@@ -499,6 +499,7 @@ struct Ep {
     unsigned lane = 0, slots = 0;
     WindowHandle handle{};
     std::chrono::steady_clock::time_point retry_at{};
+    bool verify = false;  // the queue timed out under it: check delivery before resending
   };
   std::deque<Tx> tx;
   std::vector<unsigned> free_slots;
@@ -608,9 +609,11 @@ struct Ep {
     check_card();
     check_stall();
   }
-  void rdm_progress();     // rdm.cpp
-  void rdm_tx_done(Tx t);  // rdm.cpp: a finished ring write of an RDM endpoint
-  void rdm_poll_rx();      // rdm.cpp: consume the own ring (never sends)
+  void rdm_progress();                 // rdm.cpp
+  void rdm_tx_done(Tx t);              // rdm.cpp: a finished ring write of an RDM endpoint
+  void rdm_poll_rx();                  // rdm.cpp: consume the own ring (never sends)
+  void rdm_tx_delivered(const Tx& t);  // rdm.cpp: it landed: free what it held, complete
+  void rdm_tx_failed(Tx t);            // rdm.cpp: resend later, or fail the operation
   void report_fatal(const std::string& msg, int err) {
     if (fatal_reported) return;
     fatal_reported = true;
@@ -702,6 +705,11 @@ ssize_t do_send(Ep& e, const iovec* iov, std::size_t count, fi_addr_t dest, void
 ssize_t send_to(Ep& e, const Av::Entry& peer, const iovec* iov, std::size_t count, void* ctx, std::uint64_t data,
                 bool has_data, bool inject, bool completion, const SlotMeta& meta, std::chrono::milliseconds wait);
 Result<void> enqueue_tx(Ep& e, Ep::Tx& t);
+// Remote reads of the peer's ring (8 bytes, waited for up to kRefreshTimeout): our lane's
+// consumer counter, or any 8 bytes (a slot's seq). Errors: kUnavailable (the read failed),
+// kDeadlineExceeded.
+Result<std::uint64_t> refresh_consumed(Ep& e, const WindowHandle& h, unsigned lane);
+Result<std::uint64_t> read_peer_u64(Ep& e, const WindowHandle& h, std::uint64_t offset);
 std::uint64_t dest_key_of(const WindowHandle& h);
 // av_mr.cpp: an address from fi_getname of a peer, imported (its window checked)
 Result<Av::Entry> decode_addr(Domain& d, const void* addr);

@@ -334,6 +334,14 @@ void Ep::rdm_poll_rx() {
 // ---- Send side: finished ring writes --------------------------------------------------------
 void Ep::rdm_tx_done(Tx t) {
   if (t.worst == OpStatus::kOk) {
+    rdm_tx_delivered(t);
+    return;
+  }
+  rdm_tx_failed(std::move(t));
+}
+
+void Ep::rdm_tx_delivered(const Tx& t) {
+  {
     send_ok(t.dest_key);
     free_slots.push_back(t.slot);
     if (t.rndv_chunk >= 0) rndv_free.push_back(static_cast<unsigned>(t.rndv_chunk));
@@ -350,8 +358,10 @@ void Ep::rdm_tx_done(Tx t) {
     } else if (t.msg_kind == kEager && t.completion && tx_cq) {
       tx_cq->push({t.ctx, t.cq_flags, t.len, nullptr, 0, t.tag});
     }
-    return;
   }
+}
+
+void Ep::rdm_tx_failed(Tx t) {
   const std::string msg = "npo: send of " + std::to_string(t.len + t.data_len) + " B from " + where() +
                           " to the card with fabric id " + std::to_string(t.dest_fabric) +
                           " failed: " + std::string(op_status_name(t.worst));
@@ -360,6 +370,11 @@ void Ep::rdm_tx_done(Tx t) {
   if (transient) send_failed(t.dest_key, t.worst, msg);
   if (transient && !fatal_reported) {
     warn(FI_LOG_EP_DATA, msg + "; resending");
+    // A queue reset (timeout) leaves unknown whether the writes landed: a resend of a message
+    // that did land could overwrite a landing chunk or ring slot already reused, so its
+    // delivery is checked first (rdm_progress). A path failure (unreachable, window refused,
+    // fence skipped) is known not to have written anything.
+    t.verify = t.verify || t.worst == OpStatus::kTimeout || t.worst == OpStatus::kAborted;
     t.retry_at = std::chrono::steady_clock::now() + kRetryBackoff;
     retry.push_back(std::move(t));
     return;
@@ -386,6 +401,34 @@ void Ep::rdm_progress() {
   while (!retry.empty() && retry.front().retry_at <= now && queue->outstanding() + 6 <= queue->depth()) {
     Tx t = std::move(retry.front());
     retry.pop_front();
+    if (t.verify) {
+      // delivered if the peer consumed our seq, or its slot already holds it
+      bool delivered = false, known = false;
+      if (auto c = refresh_consumed(*this, t.handle, t.lane)) {
+        known = true;
+        delivered = *c >= t.seq;
+        if (!delivered) {
+          if (auto v = read_peer_u64(*this, t.handle, slot_offset(t.lane, t.slots, t.seq))) {
+            delivered = *v == t.seq;
+          } else {
+            known = false;
+          }
+        }
+      }
+      if (!known) {  // the peer cannot be read now: check again later (a fault after NPO_FI_FAULT_MS)
+        send_failed(t.dest_key, OpStatus::kRemoteUnreachable,
+                    "npo: delivery check from " + where() + " to the card with fabric id " +
+                        std::to_string(t.dest_fabric) + " failed");
+        t.retry_at = now + kRetryBackoff;
+        retry.push_front(std::move(t));
+        break;
+      }
+      if (delivered) {
+        rdm_tx_delivered(t);
+        continue;
+      }
+      t.verify = false;
+    }
     if (auto r = enqueue_tx(*this, t); !r) {
       report_fatal("npo: resend from " + where() + " failed: " + r.error().to_string(), fi_errno_of(r.error()));
       break;
