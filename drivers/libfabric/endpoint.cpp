@@ -89,10 +89,11 @@ void Ep::poll_rx() {
     for (;;) {
       if (rx.empty()) break;
       const std::uint64_t want = rx_consumed[lane] + 1;
-      const std::byte* slot = base + slot_offset(lane, kSlotsPerLane, want);
+      const std::byte* slot = base + slot_offset(lanes, lane, slots, want);
       if (hw_load64(slot) != want) break;
       SlotHeader h;
       hw_copy(reinterpret_cast<std::byte*>(&h), slot, sizeof h);
+      if (h.magic == kHdrMagic && lane_shared(lane, h.src_fabric_id, h.src_window)) return;
       const bool bad_header = (h.flags & kFlagSkip) || h.magic != kHdrMagic || h.len > kMaxMsg;
       if (!bad_header) hw_copy(rx_scratch.data(), slot + kHdr, h.len);
       if (bad_header || payload_sum(rx_scratch.data(), h.len) != h.sum) {
@@ -156,16 +157,15 @@ void Ep::check_stall() {
                   " tx " + std::to_string(dropped_tx) + "; lanes:";
   const std::byte* base = map->bytes().data();
   for (unsigned lane = 0; lane < lanes; ++lane) {
-    std::string slots;
+    std::string seqs;
     bool any = rx_consumed[lane] != 0;
-    for (unsigned k = 0; k < kSlotsPerLane; ++k) {
-      const std::uint64_t seq = hw_load64(base + kCtrl + (std::uint64_t{lane} * kSlotsPerLane + k) * kSlot);
+    for (unsigned k = 0; k < slots; ++k) {
+      const std::uint64_t seq = hw_load64(base + ctrl_bytes(lanes) + (std::uint64_t{lane} * slots + k) * kSlot);
       if (seq) any = true;
-      slots += (k ? "," : "") + std::to_string(seq);
+      seqs += (k ? "," : "") + std::to_string(seq);
     }
     if (any)
-      m +=
-          " [lane " + std::to_string(lane) + " consumed " + std::to_string(rx_consumed[lane]) + " slots " + slots + "]";
+      m += " [lane " + std::to_string(lane) + " consumed " + std::to_string(rx_consumed[lane]) + " slots " + seqs + "]";
   }
   m += "; dests:";
   for (const auto& [key, d] : dests) {
@@ -221,7 +221,7 @@ Result<std::uint64_t> read_peer_u64(Ep& e, const WindowHandle& h, std::uint64_t 
 // first) and submits them: [chunk data, fence,] [payload, fence,] header. The slot header
 // lands last, so the receiver never sees a header whose payload (or chunk) did not land.
 Result<void> enqueue_tx(Ep& e, Ep::Tx& t) {
-  const std::uint64_t dst = slot_offset(t.lane, t.slots, t.seq);
+  const std::uint64_t dst = slot_offset(t.lanes, t.lane, t.slots, t.seq);
   bool first_set = false;
   auto mark = [&](OpHandle op) {
     if (!first_set) t.first = op;
@@ -299,6 +299,7 @@ ssize_t post_slot(Ep& e, const Av::Entry& peer, Ep::Dest& d, std::uint64_t key, 
   t.data_len = meta.data_len;
   t.lane = lane;
   t.slots = slots;
+  t.lanes = lanes;
   t.handle = h;
   if (auto r = enqueue_tx(e, t); !r) {
     const Error& err = r.error();
@@ -670,7 +671,10 @@ fi_ops ep_fi_ops{sizeof(fi_ops), ep_close, ep_bind, ep_control, no_ops_open, no_
 int ep_setup(Ep& e) {
   Domain& d = *e.domain;
   // RDM: the landing zone of rendezvous chunks follows the ring, in the same window
-  const std::uint64_t bytes = ring_bytes(e.lanes) + (e.rdm ? std::uint64_t{kLandingChunks} * kRndvChunk : 0);
+  // Slots per lane shrink (to 2) when the lanes of a large supernode would make the ring
+  // larger than kRingBudget.
+  while (e.slots > 2 && ring_bytes(e.lanes, e.slots) > kRingBudget) e.slots /= 2;
+  const std::uint64_t bytes = ring_bytes(e.lanes, e.slots) + (e.rdm ? std::uint64_t{kLandingChunks} * kRndvChunk : 0);
   auto hbm = allocate_hbm(*d.dev, bytes, 4096);
   if (!hbm) return -FI_ENOMEM;
   e.hbm = *hbm;
@@ -691,9 +695,10 @@ int ep_setup(Ep& e) {
   e.queue = std::move(*q);
   e.wire.handle = e.window->handle().serialize();
   e.wire.lanes = static_cast<std::uint16_t>(e.lanes);
-  e.wire.slots = kSlotsPerLane;
+  e.wire.slots = static_cast<std::uint16_t>(e.slots);
   e.wire.magic = kAddrMagic;
   e.rx_consumed.assign(e.lanes, 0);
+  e.lane_owner.assign(e.lanes, 0);
   for (unsigned s = kTxSize; s > 0; --s) e.free_slots.push_back(s - 1);
   return e.rdm ? rdm_setup(e) : 0;
 }
@@ -723,6 +728,9 @@ int ep_open(fid_domain* f, fi_info* info, fid_ep** out, void* context) {
     e->ep.msg = &rdm_msg_ops;
     e->ep.tagged = &rdm_tagged_ops;
   }
+  // One lane per possible sender (fabric IDs 1..N, kEpsPerCard endpoints each), at least 64.
+  e->lanes =
+      std::clamp(kEpsPerCard * (static_cast<unsigned>(count_cards(d->fabric->backend)) + 1), kDefaultLanes, 4096u);
   if (const char* l = env("NPO_FI_RING_LANES")) e->lanes = std::clamp(static_cast<unsigned>(std::atoi(l)), 1u, 4096u);
   {
     auto& s = shared();

@@ -57,15 +57,15 @@
 namespace npo::fi {
 
 // ---- Constants (docs/libfabric.md "Ring format") ------------------------------------------
-constexpr std::size_t kMaxMsg = 4096;          // payload bytes per datagram
-constexpr std::size_t kHdr = 64;               // slot header bytes
-constexpr std::size_t kSlot = kHdr + kMaxMsg;  // one ring slot
-constexpr std::size_t kCtrl = 4096;            // per-lane consumer counters (64 B each)
-constexpr unsigned kDefaultLanes = 64;         // sender lanes per ring
-constexpr unsigned kSlotsPerLane = 16;         // slots per lane
-constexpr unsigned kEpsPerCard = 4;            // endpoints per card per process
-constexpr unsigned kTxSize = 64;               // tx context depth (staging slots)
-constexpr unsigned kRxSize = 256;              // posted receives
+constexpr std::size_t kMaxMsg = 4096;               // payload bytes per datagram
+constexpr std::size_t kHdr = 64;                    // slot header bytes
+constexpr std::size_t kSlot = kHdr + kMaxMsg;       // one ring slot
+constexpr unsigned kDefaultLanes = 64;              // sender lanes per ring, at least
+constexpr std::uint64_t kRingBudget = 16ull << 20;  // ring bytes above which slots per lane shrink
+constexpr unsigned kSlotsPerLane = 16;              // slots per lane
+constexpr unsigned kEpsPerCard = 4;                 // endpoints per card per process
+constexpr unsigned kTxSize = 64;                    // tx context depth (staging slots)
+constexpr unsigned kRxSize = 256;                   // posted receives
 constexpr unsigned kIovLimit = 4;
 constexpr std::uint32_t kHdrMagic = 0x46504f4e;   // "NOPF"
 constexpr std::uint32_t kAddrMagic = 0x31414e50;  // "PNA1"
@@ -167,12 +167,15 @@ struct WireAddr {
 };
 static_assert(sizeof(WireAddr) == kAddrLen);
 
-inline std::uint64_t ring_bytes(unsigned lanes) {
-  const std::uint64_t b = kCtrl + std::uint64_t{lanes} * kSlotsPerLane * kSlot;
+// Ring layout (docs/libfabric.md "Ring format"): one 64-byte consumer counter per lane (the
+// block rounded up to 4 KiB), then lanes x slots slots.
+inline std::uint64_t ctrl_bytes(unsigned lanes) { return (std::uint64_t{lanes} * 64 + 4095) & ~std::uint64_t{4095}; }
+inline std::uint64_t ring_bytes(unsigned lanes, unsigned slots) {
+  const std::uint64_t b = ctrl_bytes(lanes) + std::uint64_t{lanes} * slots * kSlot;
   return (b + 4095) & ~std::uint64_t{4095};
 }
-inline std::uint64_t slot_offset(unsigned lane, unsigned slots, std::uint64_t seq) {
-  return kCtrl + (std::uint64_t{lane} * slots + (seq - 1) % slots) * kSlot;
+inline std::uint64_t slot_offset(unsigned lanes, unsigned lane, unsigned slots, std::uint64_t seq) {
+  return ctrl_bytes(lanes) + (std::uint64_t{lane} * slots + (seq - 1) % slots) * kSlot;
 }
 
 inline char* dup(std::string_view s) {
@@ -451,7 +454,9 @@ struct Ep {
   bool enabled = false;
   unsigned ep_no = 0;
   unsigned lanes = kDefaultLanes;
-  unsigned my_lane = 0;  // lane this endpoint writes in every peer's ring
+  unsigned slots = kSlotsPerLane;         // slots per lane of the own ring
+  std::vector<std::uint64_t> lane_owner;  // per lane: src_key_of() of the one sender seen on it
+  unsigned my_lane = 0;                   // lane this endpoint writes in every peer's ring
 
   // resources on the card
   HbmRange hbm{};
@@ -496,7 +501,7 @@ struct Ep {
     std::uint64_t send_id = 0;  // the rendezvous send this FIN (or RTS) belongs to; 0: none
     int rndv_chunk = -1;        // FIN: the sender staging chunk whose data goes first
     std::uint64_t land_off = 0, data_len = 0;
-    unsigned lane = 0, slots = 0;
+    unsigned lane = 0, slots = 0, lanes = 0;  // the peer ring's geometry
     WindowHandle handle{};
     std::chrono::steady_clock::time_point retry_at{};
     bool verify = false;  // the queue timed out under it: check delivery before resending
@@ -579,7 +584,20 @@ struct Ep {
   std::deque<Ctrl> ctrl_out;
   std::deque<Tx> retry;                                // failed writes waiting to be resent
   std::unordered_map<std::uint64_t, Av::Entry> peers;  // senders seen in RTS, by src key
-  std::uint64_t landing_off() const { return ring_bytes(lanes); }
+  std::uint64_t landing_off() const { return ring_bytes(lanes, slots); }
+  // Every sender owns one lane of a ring (its fabric ID x 4 + endpoint number, mod lanes): a
+  // second sender on a lane would overwrite the first one's slots. Fatal when seen.
+  bool lane_shared(unsigned lane, std::uint32_t src_fabric_id, std::uint16_t src_window) {
+    const std::uint64_t k = src_key_of(src_fabric_id, src_window) + 1;
+    if (lane_owner[lane] == 0) lane_owner[lane] = k;
+    if (lane_owner[lane] == k) return false;
+    report_fatal("npo: two senders write lane " + std::to_string(lane) + " of the ring of " + where() +
+                     " (fabric ids " + std::to_string((lane_owner[lane] - 1) >> 16) + " and " +
+                     std::to_string(src_fabric_id) + "): open the endpoints with more NPO_FI_RING_LANES (" +
+                     std::to_string(lanes) + " now)",
+                 FI_EIO);
+    return true;
+  }
 
   std::byte* staging_slot(unsigned s) { return staging->bytes().data() + std::size_t{s} * kSlot; }
   std::uint64_t staging_iova(unsigned s) const { return staging->iova() + std::uint64_t{s} * kSlot; }

@@ -201,12 +201,13 @@ void Ep::rdm_poll_rx() {
   std::byte* base = map->bytes().data();
   for (unsigned scanned = 0; scanned < lanes; ++scanned) {
     const unsigned lane = (rx_lane_cursor + scanned) % lanes;
-    for (unsigned budget = 0; budget < kSlotsPerLane; ++budget) {
+    for (unsigned budget = 0; budget < slots; ++budget) {
       const std::uint64_t want = rx_consumed[lane] + 1;
-      const std::byte* slot = base + slot_offset(lane, kSlotsPerLane, want);
+      const std::byte* slot = base + slot_offset(lanes, lane, slots, want);
       if (hw_load64(slot) != want) break;
       SlotHeader h;
       hw_copy(reinterpret_cast<std::byte*>(&h), slot, sizeof h);
+      if (h.magic == kHdrMagic && lane_shared(lane, h.src_fabric_id, h.src_window)) return;
       const bool bad_header = h.magic != kHdrMagic || h.len > kMaxMsg || (h.flags & kFlagSkip);
       if (!bad_header) hw_copy(rx_scratch.data(), slot + kHdr, h.len);
       if (bad_header || payload_sum(rx_scratch.data(), h.len) != h.sum) {
@@ -408,7 +409,7 @@ void Ep::rdm_progress() {
         known = true;
         delivered = *c >= t.seq;
         if (!delivered) {
-          if (auto v = read_peer_u64(*this, t.handle, slot_offset(t.lane, t.slots, t.seq))) {
+          if (auto v = read_peer_u64(*this, t.handle, slot_offset(t.lanes, t.lane, t.slots, t.seq))) {
             delivered = *v == t.seq;
           } else {
             known = false;
