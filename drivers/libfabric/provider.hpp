@@ -102,14 +102,15 @@ constexpr std::uint32_t kFlagTagged = 4;  // RDM: a tagged message (FI_TAGGED), 
 // its landing zone for part of that message (CtsBody). FIN: the sender wrote a granted chunk
 // (the data write, a fence, then this message, so FIN is seen only after the data landed).
 enum MsgKind : std::uint8_t { kEager = 0, kRts = 1, kCts = 2, kFin = 3 };
-constexpr std::size_t kEagerMax = kMaxMsg;                    // RDM payloads up to this go eager
-constexpr std::uint64_t kRdmMaxMsg = 1ull << 40;              // max_msg_size of the RDM endpoint
-constexpr std::size_t kRndvChunk = 256 * 1024;                // rendezvous chunk (one grant, one FIN)
-constexpr unsigned kLandingChunks = 16;                       // landing zone: 16 chunks = 4 MiB of HBM
-constexpr unsigned kRndvStagingChunks = 4;                    // sender: chunks in flight per endpoint
-constexpr unsigned kGrantsPerRecv = 8;                        // chunks granted ahead per message
-constexpr std::size_t kUnexpMax = 64ull << 20;                // buffered unexpected eager bytes
-constexpr auto kRetryBackoff = std::chrono::milliseconds(1);  // RDM: resend a write the fabric failed
+constexpr std::size_t kEagerMax = kMaxMsg;                        // RDM payloads up to this go eager
+constexpr std::uint64_t kRdmMaxMsg = 1ull << 40;                  // max_msg_size of the RDM endpoint
+constexpr std::size_t kRndvChunk = 256 * 1024;                    // rendezvous chunk (one grant, one FIN)
+constexpr unsigned kLandingChunks = 16;                           // landing zone: 16 chunks = 4 MiB of HBM
+constexpr unsigned kRndvStagingChunks = 4;                        // sender: chunks in flight per endpoint
+constexpr unsigned kGrantsPerRecv = 8;                            // chunks granted ahead per message
+constexpr std::size_t kUnexpMax = 64ull << 20;                    // buffered unexpected eager bytes
+constexpr auto kRetryBackoff = std::chrono::milliseconds(1);      // RDM: first resend of a write the fabric failed
+constexpr auto kRetryBackoffMax = std::chrono::milliseconds(64);  // doubling up to this (a retrain takes seconds)
 
 // Checksum of a payload (64-bit multiply-xorshift over 8-byte words, length folded in). Not
 // cryptographic: it tells a slot whose payload write failed (stale bytes) from a good one.
@@ -317,8 +318,10 @@ inline std::string down_ports(Device& dev) {
   for (unsigned p = 0; p < dev.port_count(); ++p) {
     auto st = read_port(dev, p);
     if (!st || st->link_up) continue;
+    // a port without a module that never had one (an unpopulated cage) is not news
+    if (!st->module_present && st->up_count == 0 && !st->events.module_change) continue;
     if (!out.empty()) out += ", ";
-    out += "port " + std::to_string(p) + (st->module_present ? " down" : " down (no transceiver module)");
+    out += "port " + std::to_string(p) + (st->module_present ? " down" : " down (transceiver module removed)");
     if (st->neighbor_fabric_id) out += " (neighbour fabric id " + std::to_string(*st->neighbor_fabric_id) + ")";
   }
   return out;
@@ -504,7 +507,8 @@ struct Ep {
     unsigned lane = 0, slots = 0, lanes = 0;  // the peer ring's geometry
     WindowHandle handle{};
     std::chrono::steady_clock::time_point retry_at{};
-    bool verify = false;  // the queue timed out under it: check delivery before resending
+    bool verify = false;    // the queue timed out under it: check delivery before resending
+    unsigned attempts = 0;  // resends so far (the backoff doubles with each)
   };
   std::deque<Tx> tx;
   std::vector<unsigned> free_slots;

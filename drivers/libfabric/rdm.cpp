@@ -376,7 +376,12 @@ void Ep::rdm_tx_failed(Tx t) {
     // delivery is checked first (rdm_progress). A path failure (unreachable, window refused,
     // fence skipped) is known not to have written anything.
     t.verify = t.verify || t.worst == OpStatus::kTimeout || t.worst == OpStatus::kAborted;
-    t.retry_at = std::chrono::steady_clock::now() + kRetryBackoff;
+    // exponential backoff: resending every millisecond from every rank would keep the card
+    // (and, emulated, the daemon that retrains the link) busy with doomed writes
+    const auto backoff =
+        std::min<std::chrono::milliseconds>(kRetryBackoff * (1u << std::min(t.attempts, 6u)), kRetryBackoffMax);
+    ++t.attempts;
+    t.retry_at = std::chrono::steady_clock::now() + backoff;
     retry.push_back(std::move(t));
     return;
   }
