@@ -104,8 +104,8 @@ constexpr std::uint32_t kFlagTagged = 4;  // RDM: a tagged message (FI_TAGGED), 
 enum MsgKind : std::uint8_t { kEager = 0, kRts = 1, kCts = 2, kFin = 3 };
 constexpr std::size_t kEagerMax = kMaxMsg;                        // RDM payloads up to this go eager
 constexpr std::uint64_t kRdmMaxMsg = 1ull << 40;                  // max_msg_size of the RDM endpoint
-constexpr std::size_t kRndvChunk = 256 * 1024;                    // rendezvous chunk (one grant, one FIN)
-constexpr unsigned kLandingChunks = 16;                           // landing zone: 16 chunks = 4 MiB of HBM
+constexpr std::size_t kRndvChunk = 512 * 1024;                    // rendezvous chunk (one grant, one FIN)
+constexpr unsigned kLandingChunks = 8;                            // landing zone: 8 chunks = 4 MiB of HBM
 constexpr unsigned kRndvStagingChunks = 4;                        // sender: chunks in flight per endpoint
 constexpr unsigned kGrantsPerRecv = 8;                            // chunks granted ahead per message
 constexpr std::size_t kUnexpMax = 64ull << 20;                    // buffered unexpected eager bytes
@@ -583,7 +583,7 @@ struct Ep {
   struct Ctrl {                     // a control message waiting for credits (CTS)
     std::uint64_t dest_key;         // the peer, as src_key_of() (a key of `peers`)
     MsgKind kind;
-    std::array<std::uint64_t, 5> body;
+    std::vector<std::uint64_t> body;  // CTS: send_id, recv_id, then (msg_off, land_off, len) per grant
   };
   std::deque<Ctrl> ctrl_out;
   std::deque<Tx> retry;                                // failed writes waiting to be resent

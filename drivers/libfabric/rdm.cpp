@@ -24,9 +24,9 @@ struct RtsBody {
   std::uint64_t total;
   WireAddr sender;  // where to send the CTS
 };
-struct CtsBody {
-  std::uint64_t send_id, recv_id, msg_off, land_off, len;
-};
+// CTS: grants of one message, up to kGrantsPerRecv in one message (after send_id and recv_id,
+// triples of msg_off, land_off, len).
+constexpr std::size_t kCtsMaxWords = 2 + 3 * kGrantsPerRecv;
 struct FinBody {
   std::uint64_t recv_id, msg_off, land_off, len;
 };
@@ -112,16 +112,18 @@ const Av::Entry* peer_of(Ep& e, std::uint64_t src_key) {
   return nullptr;
 }
 
+// Grants landing chunks to the message of `q` (up to kGrantsPerRecv ahead), all in one CTS.
 void queue_grants(Ep& e, std::uint64_t recv_id, Ep::RecvReq& q) {
+  Ep::Ctrl c{q.src_key, kCts, {q.send_id, recv_id}};
   while (q.granted < q.total && q.granted - q.received < std::uint64_t{kGrantsPerRecv} * kRndvChunk &&
          !e.land_free.empty()) {
     const unsigned chunk = e.land_free.back();
     e.land_free.pop_back();
     const std::uint64_t len = std::min<std::uint64_t>(kRndvChunk, q.total - q.granted);
-    e.ctrl_out.push_back(Ep::Ctrl{
-        q.src_key, kCts, {q.send_id, recv_id, q.granted, e.landing_off() + std::uint64_t{chunk} * kRndvChunk, len}});
+    c.body.insert(c.body.end(), {q.granted, e.landing_off() + std::uint64_t{chunk} * kRndvChunk, len});
     q.granted += len;
   }
+  if (c.body.size() > 2) e.ctrl_out.push_back(std::move(c));
 }
 
 void start_rndv_recv(Ep& e, const Ep::Posted& r, std::uint64_t total, std::uint64_t send_id, std::uint64_t src_key,
@@ -291,11 +293,13 @@ void Ep::rdm_poll_rx() {
           break;
         }
         case kCts: {
-          CtsBody b{};
-          std::memcpy(&b, rx_scratch.data(), std::min<std::size_t>(sizeof b, h.len));
-          if (auto s = sends.find(b.send_id); s != sends.end()) {
-            s->second.recv_id = b.recv_id;
-            s->second.grants.push_back({b.msg_off, b.land_off, b.len});
+          std::array<std::uint64_t, kCtsMaxWords> w{};
+          const std::size_t words = std::min<std::size_t>(h.len / 8, kCtsMaxWords);
+          std::memcpy(w.data(), rx_scratch.data(), words * 8);
+          if (words < 5) break;
+          if (auto s = sends.find(w[0]); s != sends.end()) {
+            s->second.recv_id = w[1];
+            for (std::size_t i = 2; i + 3 <= words; i += 3) s->second.grants.push_back({w[i], w[i + 1], w[i + 2]});
           }
           break;
         }
@@ -449,8 +453,7 @@ void Ep::rdm_progress() {
       ctrl_out.pop_front();
       continue;
     }
-    CtsBody b{c.body[0], c.body[1], c.body[2], c.body[3], c.body[4]};
-    iovec iov{&b, sizeof b};
+    iovec iov{const_cast<std::uint64_t*>(c.body.data()), c.body.size() * sizeof(std::uint64_t)};
     SlotMeta m;
     m.kind = c.kind;
     if (send_to(*this, *peer, &iov, 1, nullptr, 0, false, true, false, m, std::chrono::milliseconds(0)) != 0) break;

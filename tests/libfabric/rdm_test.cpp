@@ -216,10 +216,10 @@ TEST(RdmInfo, OpenMpiHintsSelectTheNativeEndpointFirst) {
 
 TEST_F(Rdm, TaggedEverySizeClassArrivesIntactWithNullDescriptors) {
   // 0, eager, eager limit, first rendezvous size, one chunk, chunk+1, several chunks, more
-  // chunks than the landing zone holds at once (16 x 256 KiB).
+  // chunks than the landing zone holds at once (8 x 512 KiB).
   for (std::size_t n :
-       {std::size_t{0}, std::size_t{1}, kEager - 1, kEager, kEager + 1, std::size_t{65536}, std::size_t{256 * 1024},
-        std::size_t{256 * 1024 + 1}, std::size_t{(1 << 20) + 13}, std::size_t{9 << 20}}) {
+       {std::size_t{0}, std::size_t{1}, kEager - 1, kEager, kEager + 1, std::size_t{65536}, std::size_t{512 * 1024},
+        std::size_t{512 * 1024 + 1}, std::size_t{(1 << 20) + 13}, std::size_t{9 << 20}}) {
     SCOPED_TRACE("size " + std::to_string(n));
     const auto tx = pattern(n, static_cast<unsigned>(n));
     std::vector<std::uint8_t> rx(n + 64, 0xee);
