@@ -409,9 +409,15 @@ def main():
             fields = [int(x) for x in spec.split(":")]
             card, port = fields[0], fields[1]
             lanes = fields[2] if len(fields) > 2 else (args.check_lanes if n == 0 else None)
-            show = subprocess.run([args.npo_link, "show", "--backend", f"emu-remote:{daemon.dir}?card={card}", "--json"],
-                                  capture_output=True, text=True, timeout=30)
-            ports = [p for p in json.loads(show.stdout)["ports"] if p["port"] == port]
+            # the link manager may still be retraining when a short job ends: wait for it, bounded
+            until = time.monotonic() + 30
+            while True:
+                show = subprocess.run([args.npo_link, "show", "--backend", f"emu-remote:{daemon.dir}?card={card}",
+                                       "--json"], capture_output=True, text=True, timeout=30)
+                ports = [p for p in json.loads(show.stdout)["ports"] if p["port"] == port]
+                if (ports and ports[0]["link_up"]) or time.monotonic() > until:
+                    break
+                time.sleep(0.5)
             if not ports or not ports[0]["link_up"]:
                 log(f"FAIL: card {card} port {port} is not up after the job: {ports[0]['reason'] if ports else show.stdout}")
                 return 1
