@@ -229,30 +229,37 @@ void Ep::rdm_poll_rx() {
       const bool tagged = (h.flags & kFlagTagged) != 0;
       const bool has_data = (h.flags & kFlagData) != 0;
       bool consumed = true;
+      // the first posted receive this message matches, taken off the list
+      auto take_posted = [&]() -> std::optional<Posted> {
+        auto p =
+            std::find_if(posted.begin(), posted.end(), [&](const Posted& r) { return matches(r, tagged, h.tag, src); });
+        if (p == posted.end()) return std::nullopt;
+        const Posted r = *p;
+        posted.erase(p);
+        return r;
+      };
+      auto unexpected = [&](MsgKind kind, std::uint64_t total) -> Unexp& {
+        Unexp& u = unexp.emplace_back();
+        u.tagged = tagged;
+        u.kind = kind;
+        u.src = src;
+        u.src_key = src_key;
+        u.tag = h.tag;
+        u.data = h.data;
+        u.has_data = has_data;
+        u.total = total;
+        return u;
+      };
       switch (h.kind) {
         case kEager: {
-          auto p = std::find_if(posted.begin(), posted.end(),
-                                [&](const Posted& r) { return matches(r, tagged, h.tag, src); });
-          if (p != posted.end()) {
-            const Posted r = *p;
-            posted.erase(p);
-            copy_to_iov(r.iov.data(), r.count, 0, rx_scratch.data(), h.len, false);
-            complete_recv(*this, r, h.len, tagged, h.tag, h.data, has_data, src);
+          if (auto r = take_posted()) {
+            copy_to_iov(r->iov.data(), r->count, 0, rx_scratch.data(), h.len, false);
+            complete_recv(*this, *r, h.len, tagged, h.tag, h.data, has_data, src);
           } else if (unexp_bytes + h.len > kUnexpMax) {
             consumed = false;  // flow control: the sender's credits run out until receives come
           } else {
-            Unexp u;
-            u.tagged = tagged;
-            u.kind = kEager;
-            u.src = src;
-            u.src_key = src_key;
-            u.tag = h.tag;
-            u.data = h.data;
-            u.has_data = has_data;
-            u.total = h.len;
-            u.payload.assign(rx_scratch.begin(), rx_scratch.begin() + h.len);
+            unexpected(kEager, h.len).payload.assign(rx_scratch.begin(), rx_scratch.begin() + h.len);
             unexp_bytes += h.len;
-            unexp.push_back(std::move(u));
           }
           break;
         }
@@ -271,24 +278,10 @@ void Ep::rdm_poll_rx() {
               break;
             }
           }
-          auto p = std::find_if(posted.begin(), posted.end(),
-                                [&](const Posted& r) { return matches(r, tagged, h.tag, src); });
-          if (p != posted.end()) {
-            const Posted r = *p;
-            posted.erase(p);
-            start_rndv_recv(*this, r, b.total, b.send_id, src_key, src, tagged, h.tag, h.data, has_data);
+          if (auto r = take_posted()) {
+            start_rndv_recv(*this, *r, b.total, b.send_id, src_key, src, tagged, h.tag, h.data, has_data);
           } else {
-            Unexp u;
-            u.tagged = tagged;
-            u.kind = kRts;
-            u.src = src;
-            u.src_key = src_key;
-            u.tag = h.tag;
-            u.data = h.data;
-            u.has_data = has_data;
-            u.total = b.total;
-            u.send_id = b.send_id;
-            unexp.push_back(std::move(u));
+            unexpected(kRts, b.total).send_id = b.send_id;
           }
           break;
         }
