@@ -649,11 +649,15 @@ struct Ep {
       std::_Exit(1);
     }
   }
-  // True when the own card no longer answers its mailbox (removed, or its BAR gone).
-  bool own_card_gone() {
-    auto hb = domain->dev->heartbeat();
-    return !hb && hb.error().code() == Code::kUnavailable;
+  // Why the own card is gone (removed: its registers read all-ones; or its backend gone), or
+  // empty while it still answers. Register reads, not the mailbox: a firmware slowed down by a
+  // loaded host leaves the mailbox busy for a second (kUnavailable too) on a card that works.
+  std::optional<std::string> card_gone_reason() {
+    auto c = domain->dev->card_counters();
+    if (!c && c.error().code() == Code::kUnavailable) return c.error().to_string();
+    return std::nullopt;
   }
+  bool own_card_gone() { return card_gone_reason().has_value(); }
   // A failed send to `dest_key`: fatal at once when the own card is gone; otherwise once that
   // peer kept failing for fault_persistence(). A queue timeout (no progress for the queue's
   // hang_timeout, the queue reset and re-enabled) with the card still answering is a transient:
@@ -661,9 +665,8 @@ struct Ep {
   // out and becomes fatal after the persistence time.
   void send_failed(std::uint64_t dest_key, OpStatus st, const std::string& msg) {
     if (st == OpStatus::kTimeout || st == OpStatus::kAborted) {
-      auto hb = domain->dev->heartbeat();
-      if (!hb && hb.error().code() == Code::kUnavailable) {
-        report_fatal(where() + " is gone: " + hb.error().to_string(), FI_ENODEV);
+      if (auto gone = card_gone_reason()) {
+        report_fatal(where() + " is gone: " + *gone, FI_ENODEV);
         return;
       }
     }
@@ -688,14 +691,12 @@ struct Ep {
     auto it = dests.find(dest_key);
     if (it != dests.end()) it->second.failing_since.reset();
   }
-  // Once per kHeartbeatPeriod: the own card still answers its mailbox, else fatal.
+  // Once per kHeartbeatPeriod: the own card still answers (card_gone_reason), else fatal.
   void check_card() {
     const auto now = std::chrono::steady_clock::now();
     if (now < next_heartbeat) return;
     next_heartbeat = now + kHeartbeatPeriod;
-    auto hb = domain->dev->heartbeat();
-    if (!hb && hb.error().code() == Code::kUnavailable)
-      report_fatal(where() + " is gone: " + hb.error().to_string(), FI_ENODEV);
+    if (auto gone = card_gone_reason()) report_fatal(where() + " is gone: " + *gone, FI_ENODEV);
   }
 };
 
