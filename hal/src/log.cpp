@@ -91,6 +91,7 @@ struct State {
   Format format = Format::kText;
   std::array<std::shared_ptr<spdlog::logger>, kNumSubsystems> loggers;
   bool env_read = false;
+  std::string env_error;  // NPO_LOG_LEVEL held no level: said once, by the first apply
 };
 
 State& state() {
@@ -126,8 +127,20 @@ void read_env_locked(State& s) {
   if (s.env_read) return;
   s.env_read = true;
   if (const char* env = std::getenv("NPO_LOG_LEVEL"); env != nullptr && *env != '\0') {
-    if (auto lvl = parse_level(env)) s.level = *lvl;
+    if (auto lvl = parse_level(env)) {
+      s.level = *lvl;
+    } else {
+      s.env_error = "NPO_LOG_LEVEL: " + lvl.error().message() + "; logging at 'warn'";
+    }
   }
+}
+
+// After an apply: a bad NPO_LOG_LEVEL is reported once, on the core logger (a typo must not
+// silently leave the level at its default).
+void report_env_error_locked(State& s) {
+  if (s.env_error.empty()) return;
+  s.loggers[0]->warn("{}", s.env_error);
+  s.env_error.clear();
 }
 
 }  // namespace
@@ -234,6 +247,7 @@ Result<void> configure(const Options& options) {
     out = std::make_shared<spdlog::sinks::stderr_sink_mt>();
   }
   apply_locked(s, std::move(out));
+  report_env_error_locked(s);
   return {};
 }
 
@@ -246,6 +260,7 @@ spdlog::logger& get(Subsystem sub) {
   if (!s.loggers[i]) {
     read_env_locked(s);
     apply_locked(s, nullptr);
+    report_env_error_locked(s);
   }
   return *s.loggers[i];
 }

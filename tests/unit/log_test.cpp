@@ -145,3 +145,22 @@ TEST_F(LogTest, UnwritableFileIsUnavailable) {
 }
 
 }  // namespace
+
+namespace {
+// NPO_LOG_LEVEL is read once per process, so this runs in a re-executed child (threadsafe
+// death-test style): a typo in the variable is said on stderr, not silently ignored.
+TEST(LogEnvironment, UnknownLevelInNpoLogLevelIsReportedAndWarnKept) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        ::setenv("NPO_LOG_LEVEL", "verbose", 1);
+        auto& dma = npo::log::get(npo::log::Subsystem::kDma);
+        const bool warn_level = dma.level() == spdlog::level::warn;
+        dma.info("an info line that must not appear");
+        std::exit(warn_level ? 0 : 3);
+      },
+      ::testing::ExitedWithCode(0),
+      "NPO_LOG_LEVEL: unknown log level 'verbose' \\(accepted: trace, debug, info, warn, error, critical, off\\); "
+      "logging at 'warn'");
+}
+}  // namespace
