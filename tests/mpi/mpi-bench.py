@@ -42,8 +42,6 @@ Usage: mpi-bench.py --emud NPO-EMUD --provider-dir DIR --pingpong NPO-MPI-PINGPO
 """
 import argparse
 import datetime
-import glob
-import json
 import os
 import platform
 import re
@@ -53,6 +51,9 @@ import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from trace_merge import daemon_traffic, merge_traces  # noqa: E402
 
 SIZES = [8, 65536, 1 << 20]
 BASE = ["--allow-run-as-root", "--oversubscribe", "--mca", "plm", "isolated"]
@@ -169,80 +170,6 @@ def stop_daemon(proc):
         proc.wait()
 
 
-def daemon_traffic(log_path):
-    """Per card: DMA ops and bytes of the owner sessions npo-emud logged at each disconnect
-    (docs/spec/emud-protocol.md section 6), as run-mpi.py reads them."""
-    per = {}
-    rx = re.compile(r"disconnect card=(\d+) pid=\d+ mode=owner .*dma_ops=(\d+) dma_bytes=(\d+)")
-    with open(log_path) as f:
-        for m in rx.finditer(f.read()):
-            t = per.setdefault(m.group(1), {"sessions": 0, "dma_ops": 0, "dma_bytes": 0})
-            t["sessions"] += 1
-            t["dma_ops"] += int(m.group(2))
-            t["dma_bytes"] += int(m.group(3))
-    return per
-
-
-DAEMON_PID = 1000
-
-
-def merge_traces(trace_dir, transports, daemon_trace, traffic, out_path):
-    """Merges the ranks' NPO_FI_TRACE files (named INDEX-JOB.PID.json) and the daemon's --trace
-    file into one trace-event JSON file; returns a one-line summary."""
-    events, files = [], []
-    order = {}  # (transport index, job) -> job number (pid = 100 x job number + rank)
-    for t in transports:
-        for job in ("pingpong", "allreduce"):
-            order[(t.index, job)] = len(order)
-    fname = re.compile(r"(\d+)-(\w+)\.(\d+)\.json$")
-    for path in sorted(glob.glob(os.path.join(trace_dir, "*.json"))):
-        m = fname.search(os.path.basename(path))
-        if not m:
-            continue
-        with open(path) as f:
-            t = json.load(f)
-        other = t.get("otherData", {})
-        key = (int(m.group(1)), m.group(2))
-        rank = other.get("rank")
-        rank = int(rank) if rank is not None else len([x for x in files if x["job"] == key[1]])
-        cards = sorted({e["card"] for e in other.get("endpoints", [])})
-        pid = 100 * order.get(key, 9) + rank
-        provider = next((x.key for x in transports if x.index == key[0]), "?")
-        name = f"rank {rank} (card {','.join(map(str, cards)) or '-'}) {key[1]} over {provider}"
-        files.append({"pid": pid, "rank": rank, "cards": cards, "job": key[1], "provider": provider,
-                      "os_pid": int(m.group(3)), "events": other.get("events"),
-                      "dropped_events": other.get("dropped_events"), "unfinished_ops": other.get("unfinished_ops"),
-                      "unfinished_messages": other.get("unfinished_messages")})
-        events.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": name}})
-        events.append({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0, "args": {"sort_index": pid}})
-        for e in t["traceEvents"]:
-            if e.get("ph") == "M" and e.get("name") == "process_name":
-                continue
-            e["pid"] = pid
-            events.append(e)
-    daemon = False
-    if daemon_trace and os.path.exists(daemon_trace):
-        with open(daemon_trace) as f:
-            t = json.load(f)
-        origin_us = t.get("otherData", {}).get("steady_origin_ns", 0) / 1000.0
-        for e in t["traceEvents"]:
-            e["pid"] = DAEMON_PID
-            if e.get("ph") == "M" and e.get("name") == "process_name":
-                e["args"] = {"name": "npo-emud"}
-            if "ts" in e:
-                e["ts"] = round(e["ts"] + origin_us, 3)  # onto the ranks' CLOCK_MONOTONIC time line
-            events.append(e)
-        daemon = True
-    merged = {"displayTimeUnit": "ns",
-              "otherData": {"tool": "mpi-bench", "clock": "CLOCK_MONOTONIC", "ranks": files,
-                            "daemon_pid": DAEMON_PID if daemon else None, "daemon_traffic": traffic},
-              "traceEvents": events}
-    with open(out_path, "w") as f:
-        json.dump(merged, f, separators=(",", ":"))
-    return (f"{len(files)} rank trace(s) and {'the' if daemon else 'no'} daemon trace, {len(events)} events, "
-            f"written to {out_path}")
-
-
 def ratio(a, b):
     return f"{a / b:.3g}" if a is not None and b else "-"
 
@@ -309,8 +236,12 @@ def main():
             log.close()
             if trace_dir:
                 try:
-                    print("mpi-bench: trace: " + merge_traces(trace_dir, transports, daemon_trace,
-                                                              daemon_traffic(log.name), args.trace), flush=True)
+                    with open(log.name) as f:
+                        traffic = daemon_traffic(f.read())
+                    jobs = [(f"{t.index}-{job}", f"{job} over {t.key}") for t in transports
+                            for job in ("pingpong", "allreduce")]
+                    print("mpi-bench: trace: " + merge_traces(trace_dir, jobs, daemon_trace, traffic, args.trace,
+                                                              "mpi-bench"), flush=True)
                 except (OSError, ValueError, KeyError) as e:
                     trace_failed = f"trace not written: {e}"
                     print(f"mpi-bench: failed: {trace_failed}", flush=True)
