@@ -187,9 +187,8 @@ class Tracer {
 
   std::uint64_t next_msg() { return ++msg_counter_; }
 
+  // Streams the events to PATH.tmp, then renames it over PATH (a reader never sees half a file).
   void write() {
-    std::string text;
-    text.reserve(events_.size() * 200 + meta_.size() * 100 + 512);
     const char* rank = rank_env();
     Obj other;
     other.str("tool", "libnpo-fi")
@@ -203,24 +202,17 @@ class Tracer {
     std::string cards = "[";
     for (std::size_t i = 0; i < cards_.size(); ++i) cards += (i ? "," : "") + cards_[i];
     other.raw("endpoints", cards + "]");
-    text += "{\"displayTimeUnit\":\"ns\",\"otherData\":" + other.done() + ",\"traceEvents\":[\n";
+    const std::string tmp = path_ + ".tmp";
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     const std::string pid = std::to_string(::getpid());
-    bool first = true;
-    auto sep = [&] {
-      if (!first) text += ",\n";
-      first = false;
-    };
-    sep();
+    std::string text = "{\"displayTimeUnit\":\"ns\",\"otherData\":" + other.done() + ",\"traceEvents\":[\n";
     text += "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + pid + ",\"tid\":0,\"args\":{\"name\":";
     escape_into(text, "libnpo-fi pid " + pid + (rank ? std::string(" rank ") + rank : std::string()));
     text += "}}";
-    for (const auto& m : meta_) {
-      sep();
-      text += m;
-    }
+    out << text;
+    for (const auto& m : meta_) out << ",\n" << m;
     for (const Event& ev : events_) {
-      sep();
-      text += "{\"name\":";
+      text = ",\n{\"name\":";
       escape_into(text, ev.name);
       text += ",\"cat\":\"";
       text += ev.cat;
@@ -230,18 +222,15 @@ class Tracer {
       if (ev.ph == 'X') text += ",\"dur\":" + us(ev.dur_ns);
       if (ev.ph == 'i') text += ",\"s\":\"t\"";
       text += ",\"args\":" + ev.args + "}";
-    }
-    text += "\n]}\n";
-    const std::string tmp = path_ + ".tmp";
-    {
-      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
       out << text;
-      out.flush();
-      if (!out) {
-        warn(FI_LOG_CORE, "npo: cannot write the trace file " + tmp + ": " + std::strerror(errno));
-        return;
-      }
     }
+    out << "\n]}\n";
+    out.flush();
+    if (!out) {
+      warn(FI_LOG_CORE, "npo: cannot write the trace file " + tmp + ": " + std::strerror(errno));
+      return;
+    }
+    out.close();
     if (std::rename(tmp.c_str(), path_.c_str()) != 0)
       warn(FI_LOG_CORE, "npo: cannot write the trace file " + path_ + ": " + std::strerror(errno));
   }
