@@ -210,15 +210,22 @@ class Tracer {
     escape_into(text, "libnpo-fi pid " + pid + (rank ? std::string(" rank ") + rank : std::string()));
     text += "}}";
     out << text;
-    for (const auto& m : meta_) out << ",\n" << m;
-    for (const Event& ev : events_) {
+    std::map<std::uint32_t, unsigned> layers;
+    const std::vector<std::uint32_t> tids = layer_tids(layers);
+    for (const auto& [tid, name] : tracks_) {
+      out << ",\n" << track_meta(pid, tid, name);
+      for (unsigned k = 1; k <= layers[tid]; ++k)
+        out << ",\n" << track_meta(pid, tid + k * kLayerTid, name + " (overlap " + std::to_string(k) + ")");
+    }
+    for (std::size_t i = 0; i < events_.size(); ++i) {
+      const Event& ev = events_[i];
       text = ",\n{\"name\":";
       escape_into(text, ev.name);
       text += ",\"cat\":\"";
       text += ev.cat;
       text += "\",\"ph\":\"";
       text += ev.ph;
-      text += "\",\"pid\":" + pid + ",\"tid\":" + std::to_string(ev.tid) + ",\"ts\":" + us(ev.ts_ns);
+      text += "\",\"pid\":" + pid + ",\"tid\":" + std::to_string(tids[i]) + ",\"ts\":" + us(ev.ts_ns);
       if (ev.ph == 'X') text += ",\"dur\":" + us(ev.dur_ns);
       if (ev.ph == 'i') text += ",\"s\":\"t\"";
       text += ",\"args\":" + ev.args + "}";
@@ -242,21 +249,59 @@ class Tracer {
   }
 
  private:
-  void name_track(std::uint32_t tid, const std::string& name) {
-    const std::string pid = std::to_string(::getpid());
+  void name_track(std::uint32_t tid, const std::string& name) { tracks_[tid] = name; }
+
+  // Track metadata (name, sort order) of `tid` for the file.
+  static std::string track_meta(const std::string& pid, std::uint32_t tid, const std::string& name) {
     std::string m = "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" + pid + ",\"tid\":" + std::to_string(tid) +
                     ",\"args\":{\"name\":";
     escape_into(m, name);
-    m += "}}";
-    meta_.push_back(std::move(m));
-    meta_.push_back("{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":" + pid + ",\"tid\":" + std::to_string(tid) +
-                    ",\"args\":{\"sort_index\":" + std::to_string(tid) + "}}");
+    m += "}},\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":" + pid + ",\"tid\":" + std::to_string(tid) +
+         ",\"args\":{\"sort_index\":" + std::to_string(tid) + "}}";
+    return m;
   }
 
+  // Spans of one track that overlap without nesting (pipelined ops, concurrent messages) would
+  // not draw as a stack: each span goes to the first of the track's layers (the track itself,
+  // then tid + k * kLayerTid, "... (overlap k)") where it nests. Returns the tid per event.
+  std::vector<std::uint32_t> layer_tids(std::map<std::uint32_t, unsigned>& layers) const {
+    std::vector<std::uint32_t> tid(events_.size());
+    std::unordered_map<std::uint32_t, std::vector<std::size_t>> spans;
+    for (std::size_t i = 0; i < events_.size(); ++i) {
+      tid[i] = events_[i].tid;
+      if (events_[i].ph == 'X') spans[events_[i].tid].push_back(i);
+    }
+    for (auto& [track, idx] : spans) {
+      std::stable_sort(idx.begin(), idx.end(), [&](std::size_t x, std::size_t y) {
+        const Event &a = events_[x], &b = events_[y];
+        return a.ts_ns != b.ts_ns ? a.ts_ns < b.ts_ns : a.dur_ns > b.dur_ns;
+      });
+      std::vector<std::vector<std::uint64_t>> stacks;  // per layer: ends of the open spans
+      for (const std::size_t i : idx) {
+        const std::uint64_t start = events_[i].ts_ns, end = start + events_[i].dur_ns;
+        std::size_t k = 0;
+        for (;; ++k) {
+          if (k == stacks.size()) stacks.emplace_back();
+          auto& st = stacks[k];
+          while (!st.empty() && st.back() <= start) st.pop_back();
+          if (st.empty() || end <= st.back()) {
+            st.push_back(end);
+            break;
+          }
+        }
+        tid[i] = track + static_cast<std::uint32_t>(k) * kLayerTid;
+        unsigned& n = layers[track];
+        n = std::max(n, static_cast<unsigned>(k));
+      }
+    }
+    return tid;
+  }
+
+  static constexpr std::uint32_t kLayerTid = 1'000'000;
   std::string path_;
   std::size_t max_;
   std::vector<Event> events_;
-  std::vector<std::string> meta_;
+  std::map<std::uint32_t, std::string> tracks_;  // tid -> name
   std::vector<std::string> cards_;
   std::unordered_map<const Ep*, EpState> eps_;
   std::uint64_t dropped_ = 0, unfinished_ops_ = 0, unfinished_msgs_ = 0, msg_counter_ = 0;

@@ -9,6 +9,7 @@
 // card reported for the domain (fi_npo_dma_counters).
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -240,7 +241,7 @@ TEST(FiTrace, DmaOpsAndMessagesOfAnRdmEndpoint) {
     EXPECT_LE(end, comp + 1) << e.dump();
     EXPECT_LE(sub, comp) << e.dump();
     EXPECT_NE(track_names[e["tid"]].find("DMA queue"), std::string::npos) << e.dump();
-    auto& [ls, le] = last[e["tid"]];
+    auto& [ls, le] = last[e["tid"].get<int>() % 1'000'000];  // a queue's overlap layers: tid + k x 1e6
     EXPECT_GE(sub, ls) << "queue track goes backwards: " << e.dump();
     EXPECT_GE(comp, le) << "queue track goes backwards: " << e.dump();
     ls = sub;
@@ -256,6 +257,25 @@ TEST(FiTrace, DmaOpsAndMessagesOfAnRdmEndpoint) {
         EXPECT_LE(comp, ma["end_ns"].get<std::uint64_t>()) << e.dump() << " in " << m->second.dump();
         ++nested;
       }
+    }
+  }
+  // Every track's spans nest (a viewer draws each track as one stack; spans that overlap
+  // without nesting go to the track's "(overlap k)" layers).
+  std::map<int, std::vector<std::pair<std::uint64_t, std::uint64_t>>> per_track;
+  for (const auto& e : t["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    const std::uint64_t start = ns_of(e["ts"]);
+    per_track[e["tid"]].emplace_back(start, ns_of(e["ts"].get<double>() + e["dur"].get<double>()));
+  }
+  for (auto& [tid, spans] : per_track) {
+    std::sort(spans.begin(), spans.end(), [](const auto& x, const auto& y) {
+      return x.first != y.first ? x.first < y.first : x.second > y.second;
+    });
+    std::vector<std::uint64_t> open;
+    for (const auto& [s0, e0] : spans) {
+      while (!open.empty() && open.back() <= s0) open.pop_back();
+      EXPECT_TRUE(open.empty() || e0 <= open.back() + 1) << "track " << tid << " [" << s0 << ", " << e0 << "]";
+      open.push_back(e0);
     }
   }
   EXPECT_GT(kinds["eager write"], 0u);
