@@ -17,6 +17,7 @@ void Ep::poll_dma() {
     const std::size_t n = queue->poll(out);
     for (std::size_t i = 0; i < n; ++i) {
       const OpCompletion& c = out[i];
+      if (trace::on()) trace::op_done(*this, c);
       if (c.status == OpStatus::kOk) {
         domain->ops_ok.fetch_add(1, std::memory_order_relaxed);
         domain->bytes_moved.fetch_add(c.info, std::memory_order_relaxed);
@@ -189,12 +190,14 @@ Result<std::uint64_t> refresh_consumed(Ep& e, const WindowHandle& h, unsigned la
 Result<std::uint64_t> read_peer_u64(Ep& e, const WindowHandle& h, std::uint64_t offset) {
   auto op = e.queue->enqueue_remote_read(h, offset, DmaAddress::host(e.readback_iova()), 8);
   if (!op) return std::unexpected(op.error());
+  if (trace::on()) trace::op_enqueued(e, *op, 8, trace::Role::kRead, h.fabric_id);
   Ep::Tx t;
   t.kind = Ep::Tx::kRead;
   t.first = t.last = *op;
   t.ctx = &t;  // marks a waiter
   e.tx.push_back(t);
   if (auto s = e.queue->submit(); !s) return std::unexpected(s.error());
+  if (trace::on()) trace::submitted<Ep::Tx>(e, nullptr);
   const auto end = std::chrono::steady_clock::now() + kRefreshTimeout;
   for (;;) {
     e.poll_dma();
@@ -232,6 +235,7 @@ Result<void> enqueue_tx(Ep& e, Ep::Tx& t) {
         DmaAddress::host(e.rndv_staging->iova() + std::uint64_t(t.rndv_chunk) * kRndvChunk), t.handle, t.land_off,
         static_cast<std::uint32_t>(t.data_len));
     if (!op) return std::unexpected(op.error());
+    if (trace::on()) trace::op_enqueued(e, *op, t.data_len, trace::Role::kChunk, t.dest_fabric);
     mark(*op);
     if (auto f = e.queue->enqueue_fence(); !f) return std::unexpected(f.error());
   }
@@ -239,16 +243,19 @@ Result<void> enqueue_tx(Ep& e, Ep::Tx& t) {
     auto op = e.queue->enqueue_remote_write(DmaAddress::host(e.staging_iova(t.slot) + kHdr), t.handle, dst + kHdr,
                                             static_cast<std::uint32_t>(t.len));
     if (!op) return std::unexpected(op.error());
+    if (trace::on()) trace::op_enqueued(e, *op, t.len, trace::Role::kPayload, t.dest_fabric);
     mark(*op);
     if (auto f = e.queue->enqueue_fence(); !f) return std::unexpected(f.error());
   }
   auto hop = e.queue->enqueue_remote_write(DmaAddress::host(e.staging_iova(t.slot)), t.handle, dst, kHdr);
   if (!hop) return std::unexpected(hop.error());
+  if (trace::on()) trace::op_enqueued(e, *hop, kHdr, trace::Role::kHeader, t.dest_fabric);
   mark(*hop);
   t.last = *hop;
   t.done = false;
   t.worst = OpStatus::kOk;
   if (auto sub = e.queue->submit(); !sub) return std::unexpected(sub.error());
+  if (trace::on()) trace::submitted(e, &t);
   return {};
 }
 
@@ -610,6 +617,7 @@ int ep_close(fid* f) {
     e->window.reset();
     if (e->hbm.size) (void)free_hbm(*d->dev, e->hbm);
     e->staging.reset();
+    if (trace::on()) trace::ep_closed(*e);
   }
   {
     auto& s = shared();
@@ -708,6 +716,7 @@ int ep_open(fid_domain* f, fi_info* info, fid_ep** out, void* context) {
   if (info && info->ep_attr && info->ep_attr->type != FI_EP_DGRAM && info->ep_attr->type != FI_EP_RDM &&
       info->ep_attr->type != FI_EP_UNSPEC)
     return -FI_EINVAL;
+  trace::init();  // NPO_FI_TRACE, read once per process
   auto e = std::make_unique<Ep>();
   e->rdm = info && info->ep_attr && info->ep_attr->type == FI_EP_RDM;
   e->directed_recv = info && (info->caps & FI_DIRECTED_RECV);

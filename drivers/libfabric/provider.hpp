@@ -53,6 +53,7 @@
 
 #include "fi_npo_ext.h"
 #include "npo/hal/hal.hpp"
+#include "trace.hpp"
 
 namespace npo::fi {
 
@@ -639,8 +640,10 @@ struct Ep {
   void report_fatal(const std::string& msg, int err) {
     if (fatal_reported) return;
     fatal_reported = true;
+    if (trace::on()) trace::fault(*this, "fatal", msg);
     if (eq) eq->push_error(&ep.fid, ep.fid.context, err, msg);
     if (abort_on_fault()) {
+      if (trace::on()) trace::flush();  // the process ends: write what was recorded
       const std::string_view m = std::string_view(msg).starts_with("npo: ") ? std::string_view(msg).substr(5) : msg;
       std::fprintf(stderr,
                    "npo: fatal: %.*s (the process ends; NPO_FI_FAULT=report would report it on the EQ instead)\n",
@@ -664,6 +667,7 @@ struct Ep {
   // on a loaded host the engine may not be scheduled for a second; a hung engine keeps timing
   // out and becomes fatal after the persistence time.
   void send_failed(std::uint64_t dest_key, OpStatus st, const std::string& msg) {
+    if (trace::on()) trace::fault(*this, "send failed", msg);
     if (st == OpStatus::kTimeout || st == OpStatus::kAborted) {
       if (auto gone = card_gone_reason()) {
         report_fatal(where() + " is gone: " + *gone, FI_ENODEV);

@@ -89,6 +89,7 @@ std::uint64_t recv_flags(bool tagged, bool has_data) {
 // buffers were shorter).
 void complete_recv(Ep& e, const Ep::Posted& r, std::uint64_t total, bool tagged, std::uint64_t tag, std::uint64_t data,
                    bool has_data, fi_addr_t src) {
+  if (trace::on()) trace::recv_end(e, r.ctx, total, total > iov_bytes(r.iov.data(), r.count) ? "truncated" : "ok");
   if (!e.rx_cq) return;
   const std::size_t cap = iov_bytes(r.iov.data(), r.count);
   const std::uint64_t flags = recv_flags(tagged, has_data);
@@ -140,6 +141,7 @@ void start_rndv_recv(Ep& e, const Ep::Posted& r, std::uint64_t total, std::uint6
   q.has_data = has_data;
   q.tagged = tagged;
   auto [it, ok] = e.recvs.emplace(id, q);
+  if (trace::on()) trace::recv_rendezvous(e, r.ctx, id);
   queue_grants(e, id, it->second);
 }
 
@@ -339,6 +341,7 @@ void Ep::rdm_tx_done(Tx t) {
 }
 
 void Ep::rdm_tx_delivered(const Tx& t) {
+  if (trace::on()) trace::tx_delivered(*this, t);
   {
     send_ok(t.dest_key);
     free_slots.push_back(t.slot);
@@ -367,6 +370,7 @@ void Ep::rdm_tx_failed(Tx t) {
                          ((t.worst == OpStatus::kTimeout || t.worst == OpStatus::kAborted) && !own_card_gone());
   if (transient) send_failed(t.dest_key, t.worst, msg);
   if (transient && !fatal_reported) {
+    if (trace::on()) trace::tx_failed(*this, t, true, op_status_name(t.worst));
     warn(FI_LOG_EP_DATA, msg + "; resending");
     // A queue reset (timeout) leaves unknown whether the writes landed: a resend of a message
     // that did land could overwrite a landing chunk or ring slot already reused, so its
@@ -383,6 +387,7 @@ void Ep::rdm_tx_failed(Tx t) {
     return;
   }
   // not deliverable: the operation fails (and the endpoint reports the fault)
+  if (trace::on()) trace::tx_failed(*this, t, false, op_status_name(t.worst));
   free_slots.push_back(t.slot);
   if (t.rndv_chunk >= 0) rndv_free.push_back(static_cast<unsigned>(t.rndv_chunk));
   if (t.send_id) {
@@ -508,11 +513,16 @@ ssize_t rdm_send(Ep& e, const iovec* iov, std::size_t count, fi_addr_t dest, voi
   if (len > kRdmMaxMsg || (inject && len > kEagerMax)) return -FI_EMSGSIZE;
   e.rdm_progress();
   if (e.fatal_reported) return -FI_EIO;
+  if (trace::on()) trace::send_begin(e, len, e.av->table[dest].handle.fabric_id, tagged, inject, has_data, tag);
   SlotMeta m;
   m.tagged = tagged;
   m.tag = tag;
   m.cq_flags = FI_SEND | (tagged ? FI_TAGGED : FI_MSG);
-  if (len <= kEagerMax) return do_send(e, iov, count, dest, ctx, data, has_data, inject, completion, m);
+  if (len <= kEagerMax) {
+    const ssize_t r = do_send(e, iov, count, dest, ctx, data, has_data, inject, completion, m);
+    if (trace::on()) trace::send_end(e, static_cast<long>(r), 0);
+    return r;
+  }
   // rendezvous: announce; the data moves when the receiver grants landing space
   const std::uint64_t id = e.next_send_id++;
   RtsBody b{id, len, e.wire};
@@ -520,6 +530,7 @@ ssize_t rdm_send(Ep& e, const iovec* iov, std::size_t count, fi_addr_t dest, voi
   m.kind = kRts;
   m.send_id = id;
   const ssize_t r = do_send(e, &biov, 1, dest, nullptr, data, has_data, true, false, m);
+  if (trace::on()) trace::send_end(e, static_cast<long>(r), id);
   if (r != 0) return r;
   Ep::SendReq q;
   q.ctx = ctx;
@@ -595,10 +606,12 @@ ssize_t rdm_recv(Ep& e, const iovec* iov, std::size_t count, fi_addr_t src, void
   }
   auto u = std::find_if(e.unexp.begin(), e.unexp.end(), [&](const Ep::Unexp& x) { return matches(x, r); });
   if (u != e.unexp.end()) {
+    if (trace::on()) trace::recv_begin(e, ctx, iov_bytes(iov, count), tagged, tag);
     deliver_unexp(e, r, u);
     return 0;
   }
   if (e.posted.size() >= kRxSize) return -FI_EAGAIN;
+  if (trace::on()) trace::recv_begin(e, ctx, iov_bytes(iov, count), tagged, tag);
   e.posted.push_back(r);
   return 0;
 }
@@ -724,6 +737,7 @@ ssize_t rdm_cancel(Ep& e, void* ctx) {
   if (it == e.posted.end()) return -FI_ENOENT;
   const Ep::Posted r = *it;
   e.posted.erase(it);
+  if (trace::on()) trace::recv_end(e, ctx, 0, "canceled");
   if (e.rx_cq)
     e.rx_cq->push_error(ctx, FI_RECV | (r.tagged ? FI_TAGGED : FI_MSG), 0, 0, FI_ECANCELED, "npo: receive canceled",
                         r.tag);

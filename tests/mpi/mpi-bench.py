@@ -26,9 +26,19 @@ ping-pong per transport, allreduce per transport, and the ratios of the first np
 each peer (latency: npo/peer, lower is better; bandwidths: npo/peer, higher is better). A
 transport that fails is reported as such and the others still run; exit 1 if any failed.
 
+Trace (--trace FILE, issue 17 point 4; docs/observability.md "Traces"): the ranks of the npo
+jobs run with NPO_FI_TRACE (the provider records every DMA op of its endpoint's queue, every
+send and receive from post to completion, faults; docs/libfabric.md "Traces"), npo-emud with
+--trace (training, link changes, faults, clients); afterwards the per-rank files and the
+daemon's are merged into ONE Chrome trace-event JSON FILE on the ranks' CLOCK_MONOTONIC time
+line: pid = rank for the first job (the ping-pong), 100 x job + rank for the next ones (the
+allreduce, further providers), process names "rank R (card K) JOB"; the daemon is pid 1000.
+otherData lists the jobs' files (ranks, cards, dropped events) and the DMA traffic the daemon
+counted per card over the owner sessions ("daemon_traffic": card -> dma_ops, dma_bytes).
+
 Usage: mpi-bench.py --emud NPO-EMUD --provider-dir DIR --pingpong NPO-MPI-PINGPONG
                     [--provider P]... [--seconds S] [--allreduce-bytes N] [--allreduce-ranks N]
-                    [--skip-peers]
+                    [--skip-peers] [--trace FILE]
 """
 import argparse
 import datetime
@@ -41,6 +51,9 @@ import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from trace_merge import daemon_traffic, merge_traces  # noqa: E402
 
 SIZES = [8, 65536, 1 << 20]
 BASE = ["--allow-run-as-root", "--oversubscribe", "--mca", "plm", "isolated"]
@@ -82,19 +95,23 @@ def run_job(mpirun, np, mca, env, prog, timeout, pin=False):
 
 
 class Transport:
-    def __init__(self, key, label, mca, env, expect_provider=None, pin=False):
+    def __init__(self, key, label, mca, env, expect_provider=None, pin=False, trace_dir=None, index=0):
         self.key, self.label, self.mca, self.env = key, label, mca, env
         self.expect_provider = expect_provider
         self.pin = pin
+        self.trace_dir, self.index = trace_dir, index  # --trace: the ranks' NPO_FI_TRACE files go there
         self.pingpong = None  # {size: (half_rtt_us, MB/s)}
         self.allreduce = None  # (bytes, ranks, time_us, algbw GB/s, busbw GB/s)
         self.errors = []
 
-    def run(self, args, prog, np, timeout):
+    def run(self, args, prog, np, timeout, job):
         mca = list(self.mca)
         if self.expect_provider:
             mca += ["--mca", "mtl_ofi_verbose", "1"]
-        out, err = run_job(args.mpirun, np, mca, self.env, prog, timeout, self.pin)
+        env = self.env
+        if self.trace_dir:
+            env = dict(env, NPO_FI_TRACE=os.path.join(self.trace_dir, f"{self.index}-{job}.%p.json"))
+        out, err = run_job(args.mpirun, np, mca, env, prog, timeout, self.pin)
         for line in out.splitlines():
             if not SKIPPED_RX.search(line) and not SELECTED_RX.search(line):
                 print("  " + line)
@@ -109,7 +126,8 @@ class Transport:
 
     def measure(self, args):
         timeout = 120 + 10 * args.seconds * len(SIZES)
-        out = self.run(args, [args.pingpong, "--seconds", str(args.seconds)] + [str(s) for s in SIZES], 2, timeout)
+        out = self.run(args, [args.pingpong, "--seconds", str(args.seconds)] + [str(s) for s in SIZES], 2, timeout,
+                       "pingpong")
         if out is not None:
             got = {int(m.group(1)): (float(m.group(2)), float(m.group(3))) for m in PINGPONG_RX.finditer(out)}
             if all(s in got for s in SIZES):
@@ -117,7 +135,7 @@ class Transport:
             else:
                 self.errors.append("ping-pong printed no figures")
         out = self.run(args, [args.pingpong, "--allreduce", str(args.allreduce_bytes), "--seconds", str(args.seconds)],
-                       args.allreduce_ranks, 120 + 20 * args.seconds)
+                       args.allreduce_ranks, 120 + 20 * args.seconds, "allreduce")
         if out is not None:
             m = ALLREDUCE_RX.search(out)
             if m:
@@ -130,10 +148,10 @@ class Transport:
         return self.pingpong is None or self.allreduce is None
 
 
-def start_daemon(emud, sockdir):
+def start_daemon(emud, sockdir, trace=None):
     log = open(os.path.join(sockdir, "npo-emud.log"), "w+")  # a file: the daemon never blocks on a pipe
-    proc = subprocess.Popen([emud, "--topology", "emu:mesh8", "--socket-dir", os.path.join(sockdir, "s")],
-                            stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen([emud, "--topology", "emu:mesh8", "--socket-dir", os.path.join(sockdir, "s")] +
+                            (["--trace", trace] if trace else []), stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:
         with open(log.name) as f:
@@ -170,6 +188,9 @@ def main():
     ap.add_argument("--skip-peers", action="store_true", help="measure only the npo provider(s)")
     ap.add_argument("--mpirun", default="mpirun")
     ap.add_argument("--pin-card", action="store_true", help="npo: each rank sets FI_NPO_CARD to its local rank")
+    ap.add_argument("--trace", metavar="FILE",
+                    help="write one Chrome/Perfetto trace-event JSON file of the npo jobs' ranks (NPO_FI_TRACE) and "
+                    "the daemon (npo-emud --trace)")
     args = ap.parse_args()
     providers = args.provider or ["npo"]
     if shutil.which(args.mpirun) is None:
@@ -183,10 +204,14 @@ def main():
     ofi = ["--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "btl", "self"]
 
     sockdir = tempfile.mkdtemp(prefix="npo-mpi-bench-")
+    trace_dir = os.path.join(sockdir, "trace") if args.trace else None
+    if trace_dir:
+        os.mkdir(trace_dir)
     npo_env = dict(env, FI_PROVIDER_PATH=args.provider_dir, NPO_FI_BACKEND=f"emu-remote:{sockdir}/s")
     transports = [Transport(p, f"`{p}` on npo-emud (mtl ofi)", ofi + ["--mca", "mtl_ofi_provider_include", p],
                             dict(npo_env, NPO_FI_LAYERING="1") if "ofi_rxd" in p else npo_env,
-                            expect_provider=p, pin=args.pin_card) for p in providers]
+                            expect_provider=p, pin=args.pin_card, trace_dir=trace_dir, index=i)
+                  for i, p in enumerate(providers)]
     peers = []
     if not args.skip_peers:
         peers = [Transport("shm", "Open MPI shared memory (ob1, vader)", ["--mca", "pml", "ob1", "--mca", "btl",
@@ -196,7 +221,9 @@ def main():
                            dict(env, FI_PROVIDER="tcp;ofi_rxm"))]
     for t in peers:
         t.measure(args)
-    daemon, log = start_daemon(args.emud, sockdir)
+    daemon_trace = os.path.join(trace_dir, "npo-emud.trace") if trace_dir else None
+    daemon, log = start_daemon(args.emud, sockdir, daemon_trace)
+    trace_failed = None
     try:
         for t in transports:
             if log is None:
@@ -207,6 +234,17 @@ def main():
         stop_daemon(daemon)
         if log is not None:
             log.close()
+            if trace_dir:
+                try:
+                    with open(log.name) as f:
+                        traffic = daemon_traffic(f.read())
+                    jobs = [(f"{t.index}-{job}", f"{job} over {t.key}") for t in transports
+                            for job in ("pingpong", "allreduce")]
+                    print("mpi-bench: trace: " + merge_traces(trace_dir, jobs, daemon_trace, traffic, args.trace,
+                                                              "mpi-bench"), flush=True)
+                except (OSError, ValueError, KeyError) as e:
+                    trace_failed = f"trace not written: {e}"
+                    print(f"mpi-bench: failed: {trace_failed}", flush=True)
         shutil.rmtree(sockdir, ignore_errors=True)
 
     everything = transports + peers
@@ -245,7 +283,7 @@ def main():
                        t.pingpong[1 << 20][1] if t.pingpong else None)
             bus = ratio(main_t.allreduce[4] if main_t.allreduce else None, t.allreduce[4] if t.allreduce else None)
             print(f"| vs {t.label} | {lat} | {bw} | {bus} |")
-    return 1 if any(t.failed() for t in everything) else 0
+    return 1 if any(t.failed() for t in everything) or trace_failed else 0
 
 
 if __name__ == "__main__":

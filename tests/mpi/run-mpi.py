@@ -38,6 +38,11 @@ Several faults (--inject T:OPTIONS, repeatable): T seconds after all N cards are
 --value 1e-4 --duration-ms 3000"); the job must then pass as with --expect pass. A fault whose
 time comes after the job ended is a failure (the run did not cover it).
 
+--trace FILE (issue 17 point 4): the ranks run with the provider's NPO_FI_TRACE and npo-emud with
+--trace; afterwards their files are merged into one Chrome trace-event JSON FILE (pid = rank,
+npo-emud pid 1000; trace_merge.py, docs/observability.md "Traces"), with the per-card DMA
+traffic npo-emud counted in otherData.daemon_traffic. Written whether the job passed or not.
+
 Exit codes: 0 passed, 1 failed (the reason is printed), 77 skipped (reason printed: ctest
 SKIP_RETURN_CODE).
 """
@@ -53,6 +58,9 @@ import sys
 import tempfile
 import threading
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from trace_merge import merge_traces  # noqa: E402
 
 SKIP = 77
 
@@ -258,6 +266,8 @@ def main():
                     help="extra environment for mpirun and its ranks")
     ap.add_argument("--pin-card", action="store_true",
                     help="wrap each rank so that it sets FI_NPO_CARD to its local rank")
+    ap.add_argument("--trace", metavar="FILE",
+                    help="write one Chrome/Perfetto trace-event JSON file of the ranks (NPO_FI_TRACE) and npo-emud")
     ap.add_argument("program", nargs=argparse.REMAINDER, help="-- PROGRAM ARGS...")
     args = ap.parse_args()
     if args.program and args.program[0] == "--":
@@ -291,6 +301,8 @@ def main():
 
     work = tempfile.mkdtemp(prefix="npo-mpi-")
     daemon = None
+    trace_dir = os.path.join(work, "trace") if args.trace else None
+    daemon_trace = os.path.join(work, "npo-emud.trace") if args.trace else None
     try:
         topology = args.topology
         if topology.startswith("gen:"):
@@ -299,7 +311,10 @@ def main():
             subprocess.run([args.emu, "topo", "generate", kind, "--cards", cards, "--hbm", "64M", "-o", topology],
                            check=True, timeout=60, stdout=subprocess.DEVNULL)
         t0 = time.monotonic()
-        daemon = Daemon(args.emud, topology, ready_timeout=60, extra_args=args.emud_arg)
+        if trace_dir:
+            os.mkdir(trace_dir)
+        daemon = Daemon(args.emud, topology, ready_timeout=60,
+                        extra_args=args.emud_arg + (["--trace", daemon_trace] if daemon_trace else []))
         log(f"daemon ready in {time.monotonic() - t0:.1f} s: {daemon.find(r'npo-emud: ready .*')[0].group(0)}")
 
         env = dict(os.environ)
@@ -313,6 +328,8 @@ def main():
         for kv in args.env:
             name, _, value = kv.partition("=")
             env[name] = value
+        if trace_dir:
+            env["NPO_FI_TRACE"] = os.path.join(trace_dir, "job.%p.json")
         # Ranks run oversubscribed on few cores: yield instead of spinning while they wait.
         env["OMPI_MCA_mpi_yield_when_idle"] = "1"
         cmd = mpirun_line(args)
@@ -466,6 +483,15 @@ def main():
     finally:
         if daemon is not None:
             daemon.stop()
+            if trace_dir:
+                traffic = {str(c): {"sessions": s, "dma_ops": o, "dma_bytes": b}
+                           for c, (s, o, b) in daemon.traffic().items()}
+                what = f"{os.path.basename(args.program[0])} over {args.provider}"
+                try:
+                    log("trace: " + merge_traces(trace_dir, [("job", what)], daemon_trace, traffic, args.trace,
+                                                 "run-mpi"))
+                except (OSError, ValueError, KeyError) as e:
+                    log(f"trace not written: {e}")
         shutil.rmtree(work, ignore_errors=True)
 
 

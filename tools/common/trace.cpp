@@ -74,7 +74,12 @@ Result<void> TraceWriter::write(const nlohmann::json& other_data) const {
     std::lock_guard lock(mu_);
     text.reserve(events_.size() * 160 + 256);
     text += "{\"displayTimeUnit\":\"ns\",\"otherData\":";
-    text += other_data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    // where ts 0 lies on the steady clock (CLOCK_MONOTONIC): traces of several processes of
+    // one host (the provider's NPO_FI_TRACE files) can be put on one time line
+    nlohmann::json other = other_data.is_object() ? other_data : nlohmann::json::object();
+    other["steady_origin_ns"] = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(t0_.time_since_epoch()).count());
+    text += other.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     text += ",\"traceEvents\":[\n";
     for (std::size_t i = 0; i < events_.size(); ++i) {
       text += events_[i].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

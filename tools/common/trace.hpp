@@ -48,7 +48,8 @@ class TraceWriter {
   [[nodiscard]] std::size_t size() const;
 
   /// Writes {"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}} to the path
-  /// (replacing it). Errors: kUnavailable when the file cannot be written.
+  /// (replacing it); otherData gets "steady_origin_ns": the steady clock (CLOCK_MONOTONIC) at
+  /// ts 0. Errors: kUnavailable when the file cannot be written.
   Result<void> write(const nlohmann::json& other_data = nlohmann::json::object()) const;
 
  private:
