@@ -169,8 +169,8 @@ constexpr std::uint64_t kRdmCaps = FI_MSG | FI_TAGGED | FI_SEND | FI_RECV | FI_D
 bool hints_match_rdm(const fi_info* hints, unsigned card) {
   if (!hints) return true;
   // capabilities this endpoint cannot offer (secondary ones like FI_FENCE are ignored)
-  if (hints->caps & (FI_ATOMIC | FI_COLLECTIVE | FI_MULTI_RECV | FI_HMEM | FI_TRIGGER | FI_MULTICAST |
-                     FI_NAMED_RX_CTX | FI_RMA_EVENT))
+  if (hints->caps & (FI_ATOMIC | FI_COLLECTIVE | FI_MULTI_RECV | FI_HMEM | FI_TRIGGER | FI_MULTICAST | FI_NAMED_RX_CTX |
+                     FI_RMA_EVENT))
     return false;
 
   if (hints->ep_attr && hints->ep_attr->type != FI_EP_UNSPEC && hints->ep_attr->type != FI_EP_RDM) return false;
@@ -216,8 +216,8 @@ fi_info* make_rdm_info(unsigned card, const fi_info* hints) {
   }
   i->caps = caps;
   i->tx_attr->caps = caps & (FI_MSG | FI_TAGGED | FI_SEND | FI_RMA | FI_READ | FI_WRITE);
-  i->rx_attr->caps = caps & (FI_MSG | FI_TAGGED | FI_RECV | FI_DIRECTED_RECV | FI_SOURCE | FI_RMA | FI_REMOTE_READ |
-                             FI_REMOTE_WRITE);
+  i->rx_attr->caps =
+      caps & (FI_MSG | FI_TAGGED | FI_RECV | FI_DIRECTED_RECV | FI_SOURCE | FI_RMA | FI_REMOTE_READ | FI_REMOTE_WRITE);
   if (caps & FI_RMA) {
     i->tx_attr->rma_iov_limit = 1;
     i->domain_attr->mr_iov_limit = kIovLimit;

@@ -796,7 +796,7 @@ struct FinBody {
 };
 // rma.cpp: the RMA ops of the RDM endpoint and the target / initiator sides of its messages
 extern fi_ops_rma rdm_rma_ops;
-constexpr std::size_t kRmaReqBytes = 32 + kAddrLen;          // RmaReq: op, key, addr, len, sender address
+constexpr std::size_t kRmaReqBytes = 32 + kAddrLen;           // RmaReq: op, key, addr, len, sender address
 constexpr std::size_t kRmaEagerMax = kMaxMsg - kRmaReqBytes;  // RMA writes up to this go in one ring message
 // A ring message of an RMA kind arrived (from rdm_poll_rx; never sends, queues control messages).
 void rma_on_message(Ep& e, const SlotHeader& h, const std::byte* payload, fi_addr_t src, std::uint64_t src_key);

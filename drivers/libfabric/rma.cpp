@@ -98,9 +98,9 @@ void target_request(Ep& e, const SlotHeader& h, const std::byte* payload, fi_add
   }
   std::memcpy(&rq, payload, sizeof rq);
   if (!learn_peer(e, src_key, src, rq.sender)) {
-    e.report_fatal("npo: " + e.where() + " cannot answer an RMA request from fabric id " +
-                       std::to_string(h.src_fabric_id),
-                   FI_EHOSTUNREACH);
+    e.report_fatal(
+        "npo: " + e.where() + " cannot answer an RMA request from fabric id " + std::to_string(h.src_fabric_id),
+        FI_EHOSTUNREACH);
     return;
   }
   const bool write = h.kind != kRmaReadReq;
@@ -355,8 +355,8 @@ ssize_t r_readmsg(fid_ep* f, const fi_msg_rma* msg, std::uint64_t flags) {
   Ep* e = ep_of(f);
   if (!msg || msg->rma_iov_count != 1) return -FI_EINVAL;
   std::lock_guard lk(e->domain->mu);
-  return rma_read(*e, msg->msg_iov, msg->iov_count, msg->addr, msg->rma_iov[0].addr, msg->rma_iov[0].key,
-                  msg->context, !e->tx_selective || (flags & FI_COMPLETION));
+  return rma_read(*e, msg->msg_iov, msg->iov_count, msg->addr, msg->rma_iov[0].addr, msg->rma_iov[0].key, msg->context,
+                  !e->tx_selective || (flags & FI_COMPLETION));
 }
 ssize_t r_write(fid_ep* f, const void* buf, std::size_t len, void*, fi_addr_t dest, std::uint64_t addr,
                 std::uint64_t key, void* ctx) {
@@ -375,8 +375,8 @@ ssize_t r_writemsg(fid_ep* f, const fi_msg_rma* msg, std::uint64_t flags) {
   Ep* e = ep_of(f);
   if (!msg || msg->rma_iov_count != 1) return -FI_EINVAL;
   std::lock_guard lk(e->domain->mu);
-  return rma_write(*e, msg->msg_iov, msg->iov_count, msg->addr, msg->rma_iov[0].addr, msg->rma_iov[0].key,
-                   msg->context, msg->data, (flags & FI_REMOTE_CQ_DATA) != 0, (flags & FI_INJECT) != 0,
+  return rma_write(*e, msg->msg_iov, msg->iov_count, msg->addr, msg->rma_iov[0].addr, msg->rma_iov[0].key, msg->context,
+                   msg->data, (flags & FI_REMOTE_CQ_DATA) != 0, (flags & FI_INJECT) != 0,
                    !e->tx_selective || (flags & FI_COMPLETION));
 }
 ssize_t r_inject(fid_ep* f, const void* buf, std::size_t len, fi_addr_t dest, std::uint64_t addr, std::uint64_t key) {
@@ -402,7 +402,7 @@ ssize_t r_injectdata(fid_ep* f, const void* buf, std::size_t len, std::uint64_t 
 
 }  // namespace
 
-fi_ops_rma rdm_rma_ops{sizeof(fi_ops_rma), r_read,       r_readv,     r_readmsg,  r_write,
-                       r_writev,           r_writemsg,   r_inject,    r_writedata, r_injectdata};
+fi_ops_rma rdm_rma_ops{sizeof(fi_ops_rma), r_read,     r_readv,  r_readmsg,   r_write,
+                       r_writev,           r_writemsg, r_inject, r_writedata, r_injectdata};
 
 }  // namespace npo::fi
