@@ -4,7 +4,8 @@
 // select the native entry), fi_write / fi_read of every size class at offsets with the data
 // checked (eager, rendezvous, several landing zones' worth), remote CQ data, inject, bad key /
 // out of range / missing access refused with error entries and the target memory untouched,
-// RMAs interleaved with tagged sends, and MR close / re-registration.
+// RMAs interleaved with tagged sends, and MR close (idle, and under a large write or read) /
+// re-registration.
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -499,6 +500,51 @@ TEST_F(Rma, MrCloseWhileIdleRevokesTheKeyAndKeysAreUnique) {
   EXPECT_TRUE(std::equal(tx.begin(), tx.begin() + 100, other.begin()));
   EXPECT_EQ(std::count(region.begin(), region.end(), 0), static_cast<std::ptrdiff_t>(region.size()));
   EXPECT_EQ(fi_close(&mr->fid), 0);
+}
+
+TEST_F(Rma, MrClosedUnderALargeWriteOrReadStopsItWithAnErrorAndNothingOutsideChanges) {
+  constexpr std::size_t kMiB = 1u << 20;
+  std::vector<std::uint8_t> buf(10 * kMiB, 0);
+  std::uint8_t* region = buf.data() + kMiB;
+  const auto tx = pattern(8 * kMiB, 12);
+  // write: close the region once its first chunk was placed (16 chunks of 512 KiB; the
+  // landing zone takes 8 at a time, so most are still to come)
+  fid_mr* mr = reg_b(region, 8 * kMiB, FI_REMOTE_WRITE | FI_REMOTE_READ, 9);
+  int ctx = 0;
+  issue([&] { return fi_write(a_.ep, tx.data(), tx.size(), nullptr, a_to_b_, 0, 9, &ctx); });
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::memcmp(region, tx.data(), 64) != 0 && std::chrono::steady_clock::now() < end) {
+    progress(a_);
+    progress(b_);
+  }
+  ASSERT_EQ(std::memcmp(region, tx.data(), 64), 0) << "the first chunk never arrived";
+  ASSERT_EQ(fi_close(&mr->fid), 0);
+  Entry e = wait_entry(a_, b_);
+  ASSERT_TRUE(e.error) << "all 8 MiB placed although the region was closed after the first chunk";
+  EXPECT_EQ(e.err.err, FI_EKEYREJECTED);
+  EXPECT_EQ(e.err.op_context, &ctx);
+  EXPECT_EQ(std::count(buf.begin(), buf.begin() + kMiB, 0), static_cast<std::ptrdiff_t>(kMiB));
+  EXPECT_EQ(std::count(buf.end() - kMiB, buf.end(), 0), static_cast<std::ptrdiff_t>(kMiB));
+  EXPECT_EQ(std::count(region + 7 * kMiB, region + 8 * kMiB, 0), static_cast<std::ptrdiff_t>(kMiB))
+      << "chunks placed after the close";
+  // read: the same, the region closed while its chunks are on their way (32 MiB: the target
+  // stages chunks only as the initiator grants them, 8 ahead, so most are still to come)
+  const auto big = pattern(32 * kMiB, 13);
+  std::vector<std::uint8_t> src = big;
+  mr = reg_b(src.data(), src.size(), FI_REMOTE_READ, 9);
+  std::vector<std::uint8_t> rx(src.size(), 0);
+  issue([&] { return fi_read(a_.ep, rx.data(), rx.size(), nullptr, a_to_b_, 0, 9, &ctx); });
+  end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::memcmp(rx.data(), big.data(), 64) != 0 && std::chrono::steady_clock::now() < end) {
+    progress(a_);
+    progress(b_);
+  }
+  ASSERT_EQ(std::memcmp(rx.data(), big.data(), 64), 0) << "the first chunk never arrived";
+  ASSERT_EQ(fi_close(&mr->fid), 0);
+  e = wait_entry(a_, b_);
+  ASSERT_TRUE(e.error) << "the read completed although the region was closed under it";
+  EXPECT_EQ(e.err.err, FI_EKEYREJECTED);
+  EXPECT_EQ(e.err.flags, FI_RMA | FI_READ);
 }
 
 }  // namespace
