@@ -172,7 +172,6 @@ bool hints_match_rdm(const fi_info* hints, unsigned card) {
   if (hints->caps & (FI_ATOMIC | FI_COLLECTIVE | FI_MULTI_RECV | FI_HMEM | FI_TRIGGER | FI_MULTICAST | FI_NAMED_RX_CTX |
                      FI_RMA_EVENT))
     return false;
-
   if (hints->ep_attr && hints->ep_attr->type != FI_EP_UNSPEC && hints->ep_attr->type != FI_EP_RDM) return false;
   if (hints->ep_attr && hints->ep_attr->max_msg_size > kRdmMaxMsg) return false;
   if (hints->domain_attr && hints->domain_attr->name &&
