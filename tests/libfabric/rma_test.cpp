@@ -502,6 +502,33 @@ TEST_F(Rma, MrCloseWhileIdleRevokesTheKeyAndKeysAreUnique) {
   EXPECT_EQ(fi_close(&mr->fid), 0);
 }
 
+TEST_F(Rma, AnInitiatorTheTargetNeverInsertedIsAnsweredThroughItsAddress) {
+  // c knows b; b's AV does not know c: b answers from the address each request carries
+  Side c;
+  c.open(2);
+  const fi_addr_t c_to_b = c.insert(b_);
+  std::vector<std::uint8_t> region(2u << 20, 0);
+  fid_mr* mr = reg_b(region.data(), region.size(), FI_REMOTE_READ | FI_REMOTE_WRITE, 31);
+  for (std::size_t n : {std::size_t{100}, std::size_t{1} << 20}) {
+    SCOPED_TRACE("size " + std::to_string(n));
+    const auto tx = pattern(n, 21);
+    ssize_t r;
+    while ((r = fi_write(c.ep, tx.data(), n, nullptr, c_to_b, 0, 31, nullptr)) == -FI_EAGAIN) progress(b_);
+    ASSERT_EQ(r, 0);
+    Entry w = wait_entry(c, b_);
+    ASSERT_FALSE(w.error) << w.err.err;
+    EXPECT_TRUE(std::equal(tx.begin(), tx.end(), region.begin()));
+    std::vector<std::uint8_t> rx(n, 0);
+    while ((r = fi_read(c.ep, rx.data(), n, nullptr, c_to_b, 0, 31, nullptr)) == -FI_EAGAIN) progress(b_);
+    ASSERT_EQ(r, 0);
+    w = wait_entry(c, b_);
+    ASSERT_FALSE(w.error) << w.err.err;
+    EXPECT_TRUE(rx == tx);
+  }
+  EXPECT_EQ(fi_close(&mr->fid), 0);
+  c.close();
+}
+
 TEST_F(Rma, MrClosedUnderALargeWriteOrReadStopsItWithAnErrorAndNothingOutsideChanges) {
   constexpr std::size_t kMiB = 1u << 20;
   std::vector<std::uint8_t> buf(10 * kMiB, 0);
