@@ -102,14 +102,22 @@ fi_ops_av av_ops{
     sizeof(fi_ops_av), av_insert,  NPO_ENOSYS(fi_ops_av, insertsvc), NPO_ENOSYS(fi_ops_av, insertsym), av_remove,
     av_lookup,         av_straddr, NPO_ENOSYS(fi_ops_av, av_set)};
 
-// ---- MR ops (no registration needed: every send is staged) -------------------------------
+// ---- MR ops --------------------------------------------------------------------------------
+// No registration is needed to send (every send is staged). A region with FI_REMOTE_READ or
+// FI_REMOTE_WRITE is entered in the domain's table under its requested key (mr_mode 0: the
+// application picks keys; a key in use is -FI_ENOKEY), where RMA operations of peers find it
+// (rma.cpp); closing it removes it at once, under the domain's lock.
 struct Mr {
   fid_mr mr{};
   Domain* domain = nullptr;
+  bool remote = false;  // in domain->mrs
 };
-std::atomic<std::uint64_t> g_mr_key{1};
 int mr_close(fid* f) {
   auto* m = reinterpret_cast<Mr*>(f);
+  {
+    std::lock_guard lk(m->domain->mu);
+    if (m->remote) m->domain->mrs.erase(m->mr.key);
+  }
   m->domain->refs.fetch_sub(1);
   delete m;
   return 0;
@@ -117,13 +125,29 @@ int mr_close(fid* f) {
 fi_ops mr_fi_ops{sizeof(fi_ops), mr_close, no_bind, no_control, no_ops_open, no_tostr, no_ops_set};
 int mr_regattr(fid* f, const fi_mr_attr* attr, std::uint64_t, fid_mr** out) {
   auto* d = reinterpret_cast<Domain*>(f);
+  if (!attr || !out || attr->iov_count > kIovLimit || (attr->iov_count && !attr->mr_iov)) return -FI_EINVAL;
+  const bool remote = (attr->access & (FI_REMOTE_READ | FI_REMOTE_WRITE)) != 0;
+  std::lock_guard lk(d->mu);
+  if (remote && d->mrs.count(attr->requested_key)) return -FI_ENOKEY;
   auto* m = new Mr;
   m->domain = d;
+  m->remote = remote;
   m->mr.fid.fclass = FI_CLASS_MR;
-  m->mr.fid.context = attr ? attr->context : nullptr;
+  m->mr.fid.context = attr->context;
   m->mr.fid.ops = &mr_fi_ops;
   m->mr.mem_desc = nullptr;
-  m->mr.key = g_mr_key.fetch_add(1);
+  m->mr.key = attr->requested_key;
+  if (remote) {
+    Domain::MrRegion r;
+    r.count = attr->iov_count;
+    for (std::size_t i = 0; i < r.count; ++i) {
+      r.iov[i] = attr->mr_iov[i];
+      r.len += attr->mr_iov[i].iov_len;
+    }
+    r.access = attr->access & (FI_REMOTE_READ | FI_REMOTE_WRITE);
+    r.offset = attr->offset;
+    d->mrs.emplace(m->mr.key, r);
+  }
   d->refs.fetch_add(1);
   *out = &m->mr;
   return 0;

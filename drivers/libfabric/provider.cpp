@@ -160,15 +160,17 @@ bool hints_match(const fi_info* hints, unsigned card) {
 }
 
 // The native RDM endpoint (rdm.cpp): tagged and untagged messages of any size, reliable,
-// ordered per sender, directed receives, peek/claim/discard, remote CQ data.
-constexpr std::uint64_t kRdmCaps =
-    FI_MSG | FI_TAGGED | FI_SEND | FI_RECV | FI_DIRECTED_RECV | FI_SOURCE | FI_LOCAL_COMM | FI_REMOTE_COMM;
+// ordered per sender, directed receives, peek/claim/discard, remote CQ data; RMA read and
+// write into registered memory (rma.cpp).
+constexpr std::uint64_t kRdmRmaCaps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+constexpr std::uint64_t kRdmCaps = FI_MSG | FI_TAGGED | FI_SEND | FI_RECV | FI_DIRECTED_RECV | FI_SOURCE |
+                                   FI_LOCAL_COMM | FI_REMOTE_COMM | kRdmRmaCaps;
 
 bool hints_match_rdm(const fi_info* hints, unsigned card) {
   if (!hints) return true;
   // capabilities this endpoint cannot offer (secondary ones like FI_FENCE are ignored)
-  if (hints->caps & (FI_RMA | FI_ATOMIC | FI_COLLECTIVE | FI_MULTI_RECV | FI_HMEM | FI_TRIGGER | FI_MULTICAST |
-                     FI_NAMED_RX_CTX | FI_RMA_EVENT | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE))
+  if (hints->caps & (FI_ATOMIC | FI_COLLECTIVE | FI_MULTI_RECV | FI_HMEM | FI_TRIGGER | FI_MULTICAST | FI_NAMED_RX_CTX |
+                     FI_RMA_EVENT))
     return false;
   if (hints->ep_attr && hints->ep_attr->type != FI_EP_UNSPEC && hints->ep_attr->type != FI_EP_RDM) return false;
   if (hints->ep_attr && hints->ep_attr->max_msg_size > kRdmMaxMsg) return false;
@@ -204,13 +206,21 @@ fi_info* make_rdm_info(unsigned card, const fi_info* hints) {
   std::uint64_t caps = kRdmCaps;
   if (hints && hints->caps) {
     caps = hints->caps & kRdmCaps;
-    if (!(caps & (FI_MSG | FI_TAGGED))) caps |= FI_MSG | FI_TAGGED;
+    if (!(caps & (FI_MSG | FI_TAGGED | FI_RMA))) caps |= FI_MSG | FI_TAGGED;
+    // FI_RMA alone means both directions and both roles (fi_getinfo(3))
+    if ((caps & FI_RMA) && !(caps & (FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE)))
+      caps |= FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
     if (!(caps & (FI_SEND | FI_RECV))) caps |= FI_SEND | FI_RECV;
     caps |= FI_LOCAL_COMM | FI_REMOTE_COMM;
   }
   i->caps = caps;
-  i->tx_attr->caps = caps & (FI_MSG | FI_TAGGED | FI_SEND);
-  i->rx_attr->caps = caps & (FI_MSG | FI_TAGGED | FI_RECV | FI_DIRECTED_RECV | FI_SOURCE);
+  i->tx_attr->caps = caps & (FI_MSG | FI_TAGGED | FI_SEND | FI_RMA | FI_READ | FI_WRITE);
+  i->rx_attr->caps =
+      caps & (FI_MSG | FI_TAGGED | FI_RECV | FI_DIRECTED_RECV | FI_SOURCE | FI_RMA | FI_REMOTE_READ | FI_REMOTE_WRITE);
+  if (caps & FI_RMA) {
+    i->tx_attr->rma_iov_limit = 1;
+    i->domain_attr->mr_iov_limit = kIovLimit;
+  }
   i->tx_attr->inject_size = kEagerMax;
   i->rx_attr->total_buffered_recv = kUnexpMax;
   // default op flags: FI_COMPLETION when asked (with FI_SELECTIVE_COMPLETION it decides)

@@ -102,7 +102,23 @@ constexpr std::uint32_t kFlagTagged = 4;  // RDM: a tagged message (FI_TAGGED), 
 // message larger than kEagerMax announces itself (RtsBody). CTS: the receiver grants a chunk of
 // its landing zone for part of that message (CtsBody). FIN: the sender wrote a granted chunk
 // (the data write, a fence, then this message, so FIN is seen only after the data landed).
-enum MsgKind : std::uint8_t { kEager = 0, kRts = 1, kCts = 2, kFin = 3 };
+// RMA (rma.cpp, docs/libfabric.md "RMA"): kRmaWrite carries a small write (RmaReq + data);
+// kRmaWriteReq announces a large one (then CTS / FIN as a rendezvous into the target's landing
+// zone); kRmaReadReq asks for data, answered by kRmaReadResp (small: the data) or kRmaReadGo
+// (large: the initiator grants its landing zone, the target sends chunks + FIN); kRmaAck ends
+// a write (or a refused read) with its status.
+enum MsgKind : std::uint8_t {
+  kEager = 0,
+  kRts = 1,
+  kCts = 2,
+  kFin = 3,
+  kRmaWrite = 4,
+  kRmaWriteReq = 5,
+  kRmaReadReq = 6,
+  kRmaReadResp = 7,
+  kRmaReadGo = 8,
+  kRmaAck = 9
+};
 constexpr std::size_t kEagerMax = kMaxMsg;                        // RDM payloads up to this go eager
 constexpr std::uint64_t kRdmMaxMsg = 1ull << 40;                  // max_msg_size of the RDM endpoint
 constexpr std::size_t kRndvChunk = 512 * 1024;                    // rendezvous chunk (one grant, one FIN)
@@ -373,6 +389,15 @@ struct Domain {
   std::uint32_t fabric_id = 0;
   std::atomic<std::uint64_t> ops_ok{0}, ops_failed{0}, bytes_moved{0}, datagrams_dropped{0};
   std::atomic<unsigned> refs{0};  // AVs, CQs, EPs, MRs open on it
+  // Memory regions open to remote access (FI_REMOTE_READ / FI_REMOTE_WRITE), by key; guarded by mu.
+  struct MrRegion {
+    std::array<iovec, kIovLimit> iov{};
+    std::size_t count = 0;
+    std::uint64_t len = 0;     // bytes over all iovs
+    std::uint64_t access = 0;  // FI_REMOTE_READ / FI_REMOTE_WRITE
+    std::uint64_t offset = 0;  // the registration's offset: remote address `offset` is byte 0
+  };
+  std::unordered_map<std::uint64_t, MrRegion> mrs;
 };
 
 // Who sent a ring message: its card's fabric ID and its ring window ID (SlotHeader).
@@ -564,6 +589,12 @@ struct Ep {
       std::uint64_t msg_off, land_off, len;
     };
     std::deque<Grant> grants;  // granted, not yet written
+    // RMA (rma.cpp): a target's answer to a large read reads MR `rma_key` from base_off on
+    // (looked up per chunk); rma_err is sent in each FIN (0, or the MR vanished meanwhile).
+    bool rma_src = false;
+    std::uint64_t rma_key = 0, base_off = 0;
+    std::uint64_t rma_err = 0;
+    std::vector<std::byte> owned;  // an injected large write's copy of the data
   };
   std::map<std::uint64_t, SendReq> sends;
   std::uint64_t next_send_id = 1;
@@ -575,8 +606,23 @@ struct Ep {
     fi_addr_t src = FI_ADDR_NOTAVAIL;
     std::uint64_t tag = 0, data = 0;
     bool has_data = false, tagged = false;
+    // RMA (rma.cpp): a target receiving a large write places chunks into MR rma_key at
+    // rma_addr (rma_write); an initiator receiving a large read completes rma_ops[rma_op].
+    bool rma_write = false;
+    std::uint64_t rma_key = 0, rma_addr = 0, rma_op = 0;
+    std::uint64_t rma_err = 0;
   };
   std::map<std::uint64_t, RecvReq> recvs;
+  struct RmaOp {  // an RMA of this initiator waiting for its ack / data (rma.cpp)
+    void* ctx = nullptr;
+    bool completion = true;
+    bool read = false;
+    std::uint64_t len = 0;
+    std::array<iovec, kIovLimit> iov{};  // read: where the data goes
+    std::size_t count = 0;
+    Av::Entry peer{};
+  };
+  std::map<std::uint64_t, RmaOp> rma_ops;
   std::uint64_t next_recv_id = 1;
   std::vector<unsigned> land_free;  // landing chunks free (receiver)
   std::unique_ptr<MemoryRegion> rndv_staging;
@@ -741,6 +787,31 @@ std::uint64_t dest_key_of(const WindowHandle& h);
 // av_mr.cpp: an address from fi_getname of a peer, imported (its window checked)
 Result<Av::Entry> decode_addr(Domain& d, const void* addr);
 // rdm.cpp
+std::size_t iov_bytes(const iovec* iov, std::size_t count);
+// Copies `len` bytes into / out of an iov list at byte offset `off`; returns bytes copied.
+std::size_t copy_to_iov(const iovec* iov, std::size_t count, std::size_t off, const std::byte* src, std::size_t len,
+                        bool device_src);
+void copy_from_iov(const iovec* iov, std::size_t count, std::size_t off, std::byte* dst, std::size_t len);
+// Grants landing chunks to the rendezvous receive `q` (queued CTS).
+void queue_grants(Ep& e, std::uint64_t recv_id, Ep::RecvReq& q);
+// The FIN of a rendezvous chunk (the word `err` is an RMA source's status, 0 otherwise).
+struct FinBody {
+  std::uint64_t recv_id, msg_off, land_off, len, err;
+};
+// rma.cpp: the RMA ops of the RDM endpoint and the target / initiator sides of its messages
+extern fi_ops_rma rdm_rma_ops;
+constexpr std::size_t kRmaReqBytes = 32 + kAddrLen;           // RmaReq: op, key, addr, len, sender address
+constexpr std::size_t kRmaEagerMax = kMaxMsg - kRmaReqBytes;  // RMA writes up to this go in one ring message
+// A ring message of an RMA kind arrived (from rdm_poll_rx; never sends, queues control messages).
+void rma_on_message(Ep& e, const SlotHeader& h, const std::byte* payload, fi_addr_t src, std::uint64_t src_key);
+// A FIN chunk of a large RMA write (target) lands: place it into the MR (checked again).
+void rma_place_chunk(Ep& e, Ep::RecvReq& r, std::uint64_t msg_off, const std::byte* src, std::uint64_t len);
+// All chunks of a large RMA write (target: ack it) or read (initiator: complete it) arrived.
+void rma_recv_done(Ep& e, Ep::RecvReq& r);
+// A large read's chunk leaves the target: staged from the MR (looked up again).
+void rma_stage_chunk(Ep& e, Ep::SendReq& q, std::uint64_t msg_off, std::byte* dst, std::uint64_t len);
+// The ring write of RMA op `id` failed for good: its error completion.
+void rma_fail(Ep& e, std::uint64_t id, int err, const std::string& msg);
 extern fi_ops_msg rdm_msg_ops;
 extern fi_ops_tagged rdm_tagged_ops;
 int rdm_setup(Ep& e);

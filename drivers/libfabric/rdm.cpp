@@ -27,9 +27,8 @@ struct RtsBody {
 // CTS: grants of one message, up to kGrantsPerRecv in one message (after send_id and recv_id,
 // triples of msg_off, land_off, len).
 constexpr std::size_t kCtsMaxWords = 2 + 3 * kGrantsPerRecv;
-struct FinBody {
-  std::uint64_t recv_id, msg_off, land_off, len;
-};
+
+}  // namespace
 
 std::size_t iov_bytes(const iovec* iov, std::size_t count) {
   std::size_t n = 0;
@@ -74,6 +73,8 @@ void copy_from_iov(const iovec* iov, std::size_t count, std::size_t off, std::by
   }
 }
 
+namespace {
+
 bool matches(const Ep::Posted& p, bool tagged, std::uint64_t tag, fi_addr_t src) {
   if (p.tagged != tagged) return false;
   if (tagged && ((p.tag ^ tag) & ~p.ignore) != 0) return false;
@@ -113,6 +114,8 @@ const Av::Entry* peer_of(Ep& e, std::uint64_t src_key) {
   return nullptr;
 }
 
+}  // namespace
+
 // Grants landing chunks to the message of `q` (up to kGrantsPerRecv ahead), all in one CTS.
 void queue_grants(Ep& e, std::uint64_t recv_id, Ep::RecvReq& q) {
   Ep::Ctrl c{q.src_key, kCts, {q.send_id, recv_id}};
@@ -126,6 +129,8 @@ void queue_grants(Ep& e, std::uint64_t recv_id, Ep::RecvReq& q) {
   }
   if (c.body.size() > 2) e.ctrl_out.push_back(std::move(c));
 }
+
+namespace {
 
 void start_rndv_recv(Ep& e, const Ep::Posted& r, std::uint64_t total, std::uint64_t send_id, std::uint64_t src_key,
                      fi_addr_t src, bool tagged, std::uint64_t tag, std::uint64_t data, bool has_data) {
@@ -305,12 +310,19 @@ void Ep::rdm_poll_rx() {
           if (q == recvs.end()) break;
           RecvReq& r = q->second;
           if (b.land_off >= landing_off() && b.len <= kRndvChunk && b.land_off + b.len <= map->bytes().size()) {
-            copy_to_iov(r.r.iov.data(), r.r.count, b.msg_off, base + b.land_off, b.len, true);
+            if (r.rma_write) {
+              rma_place_chunk(*this, r, b.msg_off, base + b.land_off, b.len);
+            } else {
+              copy_to_iov(r.r.iov.data(), r.r.count, b.msg_off, base + b.land_off, b.len, true);
+            }
             land_free.push_back(static_cast<unsigned>((b.land_off - landing_off()) / kRndvChunk));
           }
           r.received += b.len;
+          if (b.err) r.rma_err = b.err;
           if (r.received >= r.total) {
-            if (r.r.ctx != reinterpret_cast<void*>(1))
+            if (r.rma_write || r.rma_op)
+              rma_recv_done(*this, r);
+            else if (r.r.ctx != reinterpret_cast<void*>(1))
               complete_recv(*this, r.r, r.total, r.tagged, r.tag, r.data, r.has_data, r.src);
             recvs.erase(q);
           } else {
@@ -318,6 +330,12 @@ void Ep::rdm_poll_rx() {
           }
           break;
         }
+        case kRmaWrite:
+        case kRmaWriteReq:
+        case kRmaReadReq:
+        case kRmaReadResp:
+        case kRmaReadGo:
+        case kRmaAck: rma_on_message(*this, h, rx_scratch.data(), src, src_key); break;
         default:
           report_fatal("npo: " + where() + " received a message of unknown kind " + std::to_string(h.kind), FI_EIO);
           break;
@@ -395,6 +413,7 @@ void Ep::rdm_tx_failed(Tx t) {
   } else if (t.msg_kind == kEager && t.completion && tx_cq) {
     tx_cq->push_error(t.ctx, t.cq_flags, 0, 0, fi_errno_of(t.worst), msg, t.tag);
   }
+  if (t.send_id) rma_fail(*this, t.send_id, fi_errno_of(t.worst), msg);
   report_fatal(msg, fi_errno_of(t.worst));
 }
 
@@ -468,9 +487,13 @@ void Ep::rdm_progress() {
       }
       const SendReq::Grant g = q.grants.front();
       const unsigned chunk = rndv_free.back();
-      copy_from_iov(q.iov.data(), q.count, g.msg_off, rndv_staging->bytes().data() + std::size_t{chunk} * kRndvChunk,
-                    g.len);
-      FinBody b{q.recv_id, g.msg_off, g.land_off, g.len};
+      std::byte* stage = rndv_staging->bytes().data() + std::size_t{chunk} * kRndvChunk;
+      if (q.rma_src) {
+        rma_stage_chunk(*this, q, g.msg_off, stage, g.len);
+      } else {
+        copy_from_iov(q.iov.data(), q.count, g.msg_off, stage, g.len);
+      }
+      FinBody b{q.recv_id, g.msg_off, g.land_off, g.len, q.rma_err};
       iovec iov{&b, sizeof b};
       SlotMeta m;
       m.kind = kFin;
