@@ -35,7 +35,13 @@ sleep 0.3
 timeout 60 fi_pingpong -p npo -e dgram -S 64 -I 100000000 -d npo1 -P "${port}" 127.0.0.1 >"${dir}/client.log" 2>&1 &
 cli=$!
 pids+=("${cli}")
-sleep 1.5
+# Under traffic: the client's domain owns card 1 (npo-emud logs the owner's connect), plus 1 s
+# of ping-pong. A fixed sleep could land the fault inside fi_domain on a loaded host (then
+# fi_domain fails with -ENODATA and nothing runs).
+for _ in $(seq 1 600); do grep -q 'connect card=1 pid=[0-9]* mode=owner' "${dir}/emud.log" && break; sleep 0.05; done
+grep -q 'connect card=1 pid=[0-9]* mode=owner' "${dir}/emud.log" ||
+  { echo "FAIL: the client did not open card 1 within 30 s"; cat "${dir}/client.log"; exit 1; }
+sleep 1
 kill -0 "${cli}" 2>/dev/null || { echo "FAIL: the client ended before the fault"; cat "${dir}/client.log"; exit 1; }
 "${emu}" fault --socket-dir "${dir}/sock" --kind surprise_removal --card 1
 t0=$(date +%s%N)
