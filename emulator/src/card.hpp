@@ -125,9 +125,11 @@ class Card {
     std::uint64_t ops = 0;
     std::uint64_t bytes = 0;
   };
-  /// Counts one completed data op of `bytes`. Thread-safe (relaxed atomics).
-  void count_dma_op(std::uint64_t bytes) noexcept {
-    dma_ops_total_.fetch_add(1, std::memory_order_relaxed);
+  /// Counts `ops` completed data ops of `bytes` in all (an engine adds each batch's once).
+  /// Thread-safe (relaxed atomics).
+  void count_dma_ops(std::uint64_t ops, std::uint64_t bytes) noexcept {
+    if (ops == 0) return;
+    dma_ops_total_.fetch_add(ops, std::memory_order_relaxed);
     dma_bytes_total_.fetch_add(bytes, std::memory_order_relaxed);
   }
   /// Counts one BAR0 mailbox request that ended in an error (GLOBAL.MBOX_ERRORS, registers.md

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <mutex>
 
+#include "iommu.hpp"
 #include "npo/fw/dma.hpp"
 #include "npo/fw/regs.hpp"
 #include "sched.hpp"
@@ -78,6 +79,9 @@ class QueueModel final : public Runnable {
   std::atomic<std::uint64_t> hung_since_{0};
   std::atomic<std::uint32_t> inject_errors_{0};
   bool failed_since_fence_ = false;  ///< the failure latch of registers.md §5.7 (guarded by mu_)
+  /// Translations of the running batch (guarded by mu_; cleared when run_once takes the
+  /// IOMMU guard, so an unmap between batches is always seen).
+  IommuCache xlate_;
 };
 
 /// Remote-op routing (registers.md §8): walks from `src` towards fabric ID `dst_fid` over Up
