@@ -62,19 +62,6 @@ bool Iommu::find(std::uint64_t iova, MappingView* out) const {
   return true;
 }
 
-XlateResult Iommu::resolve(const MappingView& m, std::uint64_t iova, std::uint64_t length, bool write, std::byte** host,
-                           std::uint64_t* contiguous, std::uint64_t* fault_iova) noexcept {
-  const auto need = write ? backend::DmaAccess::kWrite : backend::DmaAccess::kRead;
-  if ((static_cast<unsigned>(m.access) & static_cast<unsigned>(need)) == 0) {
-    *fault_iova = iova;
-    return XlateResult::kPermission;
-  }
-  const std::uint64_t off = iova - m.first;
-  *host = m.host + off;
-  *contiguous = std::min(length, m.length - off);
-  return XlateResult::kOk;
-}
-
 XlateResult Iommu::translate(std::uint64_t iova, std::uint64_t length, bool write, std::byte** host,
                              std::uint64_t* contiguous, std::uint64_t* fault_iova) const {
   MappingView m;

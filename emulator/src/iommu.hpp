@@ -4,6 +4,7 @@
 // and touches no memory.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <map>
@@ -58,7 +59,17 @@ class Iommu {
   /// translate() against the mapping `m` that contains `iova` (found by find()): the same
   /// permission check and results.
   static XlateResult resolve(const MappingView& m, std::uint64_t iova, std::uint64_t length, bool write,
-                             std::byte** host, std::uint64_t* contiguous, std::uint64_t* fault_iova) noexcept;
+                             std::byte** host, std::uint64_t* contiguous, std::uint64_t* fault_iova) noexcept {
+    const auto need = write ? backend::DmaAccess::kWrite : backend::DmaAccess::kRead;
+    if ((static_cast<unsigned>(m.access) & static_cast<unsigned>(need)) == 0) {
+      *fault_iova = iova;
+      return XlateResult::kPermission;
+    }
+    const std::uint64_t off = iova - m.first;
+    *host = m.host + off;
+    *contiguous = std::min(length, m.length - off);
+    return XlateResult::kOk;
+  }
 
  private:
   struct Mapping {
