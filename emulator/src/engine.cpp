@@ -21,6 +21,9 @@ namespace {
 constexpr unsigned kBatch = 64;               // descriptors per run_once
 constexpr std::uint64_t kChunk = 256u << 10;  // bytes per remote-window revocation check
 constexpr std::uint32_t kPrefetchAhead = 4;   // descriptors fetched ahead of the one executing
+constexpr std::uint64_t kCacheLine = 64;
+constexpr unsigned kCplPerLine = kCacheLine / dma::cpl::kSize;  // completions held at most
+constexpr std::uint32_t kHoldMaxBytes = 4096;                   // longer ops publish their completion at once
 
 /// Adds `n` to a 64-bit activity counter that saturates (registers.md §1, §9): one relaxed
 /// add; the rare wrap is pinned at the maximum.
@@ -488,9 +491,38 @@ bool QueueModel::run_once() {
   auto& mmu = card_.iommu();
   auto mmu_guard = mmu.guard();  // unmap waits for this batch
   xlate_.clear();                // translations are cached for this batch only
+  // Completions of short ops are held until their CQ cache line is full (or the batch ends,
+  // a longer or fenced op comes, or the queue stops) and then written together: a host
+  // polling the CQ would otherwise pull the line back between two completions, one
+  // cross-core transfer per op. Each op's data movement is done before its completion is
+  // held, completions stay in index order, and SQ_HEAD/CQ_TAIL advance before the phase bits
+  // (registers.md §5.6; the engine may overlap consecutive ops).
+  struct Held {
+    std::byte* host;
+    dma::Completion c;
+    bool phase;
+  };
+  std::array<Held, kCplPerLine> held;
+  unsigned n_held = 0;
+  auto publish = [&] {
+    if (n_held == 0) return;
+    for (unsigned i = 0; i < n_held; ++i) std::memcpy(held[i].host, held[i].c.raw.data(), dma::cpl::kFlags);
+    // Release stores: the bodies above are visible before the phase bits flip. CQ_TAIL and
+    // SQ_HEAD advance before the phase bits make the completions visible: a host that
+    // consumed one may write CQ_HEAD up to the new tail at once (§5.4 accepts a CQ_HEAD only
+    // up to CQ_TAIL).
+    sq_head_.store(head, std::memory_order_release);
+    cq_tail_.store(ctail, std::memory_order_release);
+    for (unsigned i = 0; i < n_held; ++i) {
+      __atomic_store_n(reinterpret_cast<std::uint16_t*>(held[i].host + dma::cpl::kFlags),
+                       held[i].phase ? dma::cpl::kPhase : std::uint16_t{0}, __ATOMIC_RELEASE);
+    }
+    n_held = 0;
+  };
   while (head != tail && done < kBatch) {
     if (hung_.load() || card_.dma_stopped()) break;
     if (ctail - cq_head_.load(std::memory_order_acquire) >= depth) {
+      publish();
       err_.fetch_or(qr::kErrCqOverflow.mask());
       break;  // resumes on the CQ_HEAD doorbell
     }
@@ -514,9 +546,11 @@ bool QueueModel::run_once() {
           __builtin_prefetch(dhost + std::size_t{j} * dma::desc::kSize);
       }
     } else if (dr != XlateResult::kOk) {
+      publish();
       card_.record_iommu_fault(finfo, index_, false, dr == XlateResult::kPermission);
       fetched = dr == XlateResult::kPermission ? Status::kIommuPermission : Status::kIommuFault;
     } else {
+      publish();
       fetched = host_access(diova, dma::desc::kSize, false, true, d.raw.data(), &finfo);
     }
     if (fetched != Status::kOk) {
@@ -531,6 +565,10 @@ bool QueueModel::run_once() {
     // Fenced op (FENCE flag, or the FENCE opcode): skipped if the queue's failure latch is set;
     // either way the latch clears. FENCE_SKIPPED does not set it (registers.md §5.7).
     const bool fenced = (d.op_flags() & dma::flags::kFence) != 0 || d.opcode() == dma::Opcode::kFence;
+    // A fenced op starts only after every earlier completion is written (§5.6); a long op
+    // does not hold back the completions before it.
+    const bool short_op = !fenced && d.length() <= kHoldMaxBytes;
+    if (!short_op) publish();
     if (fenced && failed_since_fence_) {
       st = Status::kFenceSkipped;
     } else {
@@ -547,39 +585,35 @@ bool QueueModel::run_once() {
         card_.set_error(regs::global::kErrDescriptor.mask());
       if (st == Status::kRemoteUnreachable) card_.set_error(regs::global::kErrFabric.mask());
     }
-    // Write the completion: body first, then the flags word carrying the phase bit.
-    dma::Completion c;
-    c.set_info(info);
-    c.set_sq_index(head);
-    c.set_status(st);
-    const bool phase = ((ctail >> log2) & 1u) == 0;  // first pass writes phase 1
-    c.set_phase(phase);
-    std::byte* host = nullptr;
+    // The completion: body, then the flags word carrying the phase bit (publish()).
+    Held& h = held[n_held];
+    h.c = dma::Completion{};
+    h.c.set_info(info);
+    h.c.set_sq_index(head);
+    h.c.set_status(st);
+    h.phase = ((ctail >> log2) & 1u) == 0;  // first pass writes phase 1
+    h.c.set_phase(h.phase);
     std::uint64_t contig = 0, fault = 0;
     const std::uint64_t ciova = cq_base_ + std::uint64_t{ctail & mask} * dma::cpl::kSize;
-    const auto r = xlate_.translate(card_.iommu(), ciova, dma::cpl::kSize, true, &host, &contig, &fault);
+    const auto r = xlate_.translate(mmu, ciova, dma::cpl::kSize, true, &h.host, &contig, &fault);
     if (r != XlateResult::kOk || contig < dma::cpl::kSize) {
+      publish();
       status_.fetch_or(qr::kStatusHalted.mask());
       err_.fetch_or(qr::kErrFetch.mask());
       card_.record_iommu_fault(fault, index_, true, r == XlateResult::kPermission);
       break;
     }
-    std::memcpy(host, c.raw.data(), dma::cpl::kFlags);
-    // Release store: the body above is visible before the phase bit flips.
-    // CQ_TAIL and SQ_HEAD advance before the phase bit makes the completion visible: a host
-    // that consumed it may write CQ_HEAD up to the new tail at once (§5.4 accepts a CQ_HEAD
-    // only up to CQ_TAIL).
+    ++n_held;
     ++head;
     ++ctail;
     ++done;
-    sq_head_.store(head, std::memory_order_release);
-    cq_tail_.store(ctail, std::memory_order_release);
-    __atomic_store_n(reinterpret_cast<std::uint16_t*>(host + dma::cpl::kFlags),
-                     phase ? dma::cpl::kPhase : std::uint16_t{0}, __ATOMIC_RELEASE);
+    // The line is full (the next slot starts a new one), or this op was not a short one.
+    if (!short_op || n_held == kCplPerLine || (ciova + dma::cpl::kSize) % kCacheLine == 0) publish();
     irq = irq || (d.op_flags() & dma::flags::kInterrupt) != 0;
     if (st == Status::kOk) ++n_ok;
     if (data_op) n_bytes += d.length();
   }
+  publish();
   completed_.fetch_add(done, std::memory_order_relaxed);
   card_.count_dma_ops(n_data, n_bytes);
   // GLOBAL.QUEUES_ACTIVE before the counters (registers.md §9): one relaxed load per batch.
