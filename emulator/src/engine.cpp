@@ -271,6 +271,57 @@ bool route_reachable(Card& src, std::uint32_t dst_fid, unsigned queue) {
   return false;
 }
 
+Status QueueModel::fill_host(std::uint64_t dst, std::uint32_t len, std::uint64_t pat, std::uint64_t* info) {
+  // Build the pattern in a bounded bounce buffer and stream it through the IOMMU.
+  std::array<std::byte, 4096> buf;
+  for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<std::byte>(pat >> (8 * (i % 8)));
+  for (std::uint64_t done = 0; done < len;) {
+    const std::uint64_t n = std::min<std::uint64_t>(buf.size(), len - done);
+    const auto st = host_access(dst + done, n, true, false, buf.data(), info);
+    if (st != Status::kOk) return st;
+    done += n;
+  }
+  return Status::kOk;
+}
+
+Status QueueModel::gather(const dma::Descriptor& d, std::uint64_t* info) {
+  const std::uint32_t len = d.length();
+  const bool dst_hbm = (d.op_flags() & dma::flags::kDstHbm) != 0;
+  auto hbm = card_.hbm();
+  const unsigned count = d.sg_count();
+  if (count == 0 || count > dma::sg::kMaxEntries) return Status::kSgError;
+  std::array<std::byte, dma::sg::kMaxEntries * dma::sg::kSize> list;
+  if (host_access(d.src(), std::uint64_t{count} * dma::sg::kSize, false, false, list.data(), info) != Status::kOk) {
+    return Status::kSgError;
+  }
+  std::uint64_t total = 0;
+  for (unsigned i = 0; i < count; ++i)
+    total += fw::load_le<std::uint32_t>(list.data(), i * dma::sg::kSize + dma::sg::kLength);
+  if (total != len) return Status::kSgError;
+  std::uint64_t out = 0;
+  for (unsigned i = 0; i < count; ++i) {
+    const auto a = fw::load_le<std::uint64_t>(list.data(), i * dma::sg::kSize + dma::sg::kAddr);
+    const auto n = fw::load_le<std::uint32_t>(list.data(), i * dma::sg::kSize + dma::sg::kLength);
+    if (dst_hbm) {
+      if (d.dst() > hbm.size() || len > hbm.size() - d.dst()) {
+        *info = d.dst();
+        return Status::kHbmRange;
+      }
+      const auto st = host_access(a, n, false, false, hbm.data() + d.dst() + out, info);
+      if (st != Status::kOk) return st;
+    } else {
+      // host -> host gather through a bounce buffer
+      std::vector<std::byte> tmp(n);
+      auto st = host_access(a, n, false, false, tmp.data(), info);
+      if (st == Status::kOk) st = host_access(d.dst() + out, n, true, false, tmp.data(), info);
+      if (st != Status::kOk) return st;
+    }
+    out += n;
+  }
+  *info = len;
+  return Status::kOk;
+}
+
 Status QueueModel::execute(const dma::Descriptor& d, std::uint64_t* info) {
   *info = 0;
   const auto op = d.opcode();
@@ -351,54 +402,13 @@ Status QueueModel::execute(const dma::Descriptor& d, std::uint64_t* info) {
           return Status::kHbmRange;
         }
         for (std::uint32_t i = 0; i < len; ++i) t[i] = static_cast<std::byte>(pat >> (8 * (i % 8)));
-      } else {
-        // Build the pattern in a bounded bounce buffer and stream it through the IOMMU.
-        std::array<std::byte, 4096> buf;
-        for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<std::byte>(pat >> (8 * (i % 8)));
-        for (std::uint64_t done = 0; done < len;) {
-          const std::uint64_t n = std::min<std::uint64_t>(buf.size(), len - done);
-          const auto st = host_access(d.dst() + done, n, true, false, buf.data(), info);
-          if (st != Status::kOk) return st;
-          done += n;
-        }
+      } else if (const auto st = fill_host(d.dst(), len, pat, info); st != Status::kOk) {
+        return st;
       }
       *info = len;
       return Status::kOk;
     }
-    case dma::Opcode::kGather: {
-      const unsigned count = d.sg_count();
-      if (count == 0 || count > dma::sg::kMaxEntries) return Status::kSgError;
-      std::array<std::byte, dma::sg::kMaxEntries * dma::sg::kSize> list;
-      if (host_access(d.src(), std::uint64_t{count} * dma::sg::kSize, false, false, list.data(), info) != Status::kOk) {
-        return Status::kSgError;
-      }
-      std::uint64_t total = 0;
-      for (unsigned i = 0; i < count; ++i)
-        total += fw::load_le<std::uint32_t>(list.data(), i * dma::sg::kSize + dma::sg::kLength);
-      if (total != len) return Status::kSgError;
-      std::uint64_t out = 0;
-      for (unsigned i = 0; i < count; ++i) {
-        const auto a = fw::load_le<std::uint64_t>(list.data(), i * dma::sg::kSize + dma::sg::kAddr);
-        const auto n = fw::load_le<std::uint32_t>(list.data(), i * dma::sg::kSize + dma::sg::kLength);
-        if (dst_hbm) {
-          if (d.dst() > hbm.size() || len > hbm.size() - d.dst()) {
-            *info = d.dst();
-            return Status::kHbmRange;
-          }
-          const auto st = host_access(a, n, false, false, hbm.data() + d.dst() + out, info);
-          if (st != Status::kOk) return st;
-        } else {
-          // host -> host gather through a bounce buffer
-          std::vector<std::byte> tmp(n);
-          auto st = host_access(a, n, false, false, tmp.data(), info);
-          if (st == Status::kOk) st = host_access(d.dst() + out, n, true, false, tmp.data(), info);
-          if (st != Status::kOk) return st;
-        }
-        out += n;
-      }
-      *info = len;
-      return Status::kOk;
-    }
+    case dma::Opcode::kGather: return gather(d, info);
     case dma::Opcode::kRemoteWrite:
     case dma::Opcode::kRemoteRead: {
       const bool is_write = op == dma::Opcode::kRemoteWrite;
