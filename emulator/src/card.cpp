@@ -311,7 +311,7 @@ void Card::record_iommu_fault(std::uint64_t iova, unsigned queue, bool write, bo
   set_error(g::kErrIommuFault.mask());
 }
 
-bool Card::take_injected_iommu_fault() {
+bool Card::take_injected_iommu_fault_slow() {
   std::uint32_t n = inject_iommu_.load();
   while (n > 0) {
     if (inject_iommu_.compare_exchange_weak(n, n - 1)) return true;

@@ -96,7 +96,10 @@ class Card {
   /// Sets GLOBAL.ERR_STATUS bits; a newly set unmasked bit raises vector 0.
   void set_error(std::uint32_t bits);
   /// Consumes one injected IOMMU fault if any is pending.
-  bool take_injected_iommu_fault();
+  bool take_injected_iommu_fault() {
+    // Nothing injected (the common case): one load, no call into card.cpp.
+    return inject_iommu_.load(std::memory_order_relaxed) != 0 && take_injected_iommu_fault_slow();
+  }
   void inject_iommu_faults(std::uint32_t n) { inject_iommu_.fetch_add(n); }
   [[nodiscard]] QueueModel& queue(unsigned q) { return *queues_[q]; }
   [[nodiscard]] Firmware& firmware() { return firmware_; }
@@ -125,9 +128,11 @@ class Card {
     std::uint64_t ops = 0;
     std::uint64_t bytes = 0;
   };
-  /// Counts one completed data op of `bytes`. Thread-safe (relaxed atomics).
-  void count_dma_op(std::uint64_t bytes) noexcept {
-    dma_ops_total_.fetch_add(1, std::memory_order_relaxed);
+  /// Counts `ops` completed data ops of `bytes` in all (an engine adds each batch's once).
+  /// Thread-safe (relaxed atomics).
+  void count_dma_ops(std::uint64_t ops, std::uint64_t bytes) noexcept {
+    if (ops == 0) return;
+    dma_ops_total_.fetch_add(ops, std::memory_order_relaxed);
     dma_bytes_total_.fetch_add(bytes, std::memory_order_relaxed);
   }
   /// Counts one BAR0 mailbox request that ended in an error (GLOBAL.MBOX_ERRORS, registers.md
@@ -141,6 +146,7 @@ class Card {
   }
 
  private:
+  bool take_injected_iommu_fault_slow();
   std::uint64_t global_read(std::uint32_t off);
   void global_write(std::uint32_t off, std::uint64_t value);
 

@@ -20,6 +20,10 @@ using dma::Status;
 namespace {
 constexpr unsigned kBatch = 64;               // descriptors per run_once
 constexpr std::uint64_t kChunk = 256u << 10;  // bytes per remote-window revocation check
+constexpr std::uint32_t kPrefetchAhead = 4;   // descriptors fetched ahead of the one executing
+constexpr std::uint64_t kCacheLine = 64;
+constexpr unsigned kCplPerLine = kCacheLine / dma::cpl::kSize;  // completions held at most
+constexpr std::uint32_t kHoldMaxBytes = 4096;                   // longer ops publish their completion at once
 
 /// Adds `n` to a 64-bit activity counter that saturates (registers.md §1, §9): one relaxed
 /// add; the rare wrap is pinned at the maximum.
@@ -206,7 +210,7 @@ Status QueueModel::check_range(std::uint64_t iova, std::uint64_t len, bool write
   for (std::uint64_t done = 0; done < len;) {
     std::byte* host = nullptr;
     std::uint64_t contig = 0, fault = 0;
-    const auto r = mmu.translate(iova + done, len - done, write, &host, &contig, &fault);
+    const auto r = xlate_.translate(mmu, iova + done, len - done, write, &host, &contig, &fault);
     if (r != XlateResult::kOk) {
       *info = fault;
       card_.record_iommu_fault(fault, index_, write, r == XlateResult::kPermission);
@@ -233,7 +237,7 @@ Status QueueModel::host_access(std::uint64_t iova, std::uint64_t len, bool write
   for (std::uint64_t done = 0; done < len;) {
     std::byte* host = nullptr;
     std::uint64_t contig = 0, fault = 0;
-    (void)mmu.translate(iova + done, len - done, write, &host, &contig, &fault);
+    (void)xlate_.translate(mmu, iova + done, len - done, write, &host, &contig, &fault);
     if (write) {
       std::memcpy(host, local + done, contig);
     } else {
@@ -265,6 +269,57 @@ bool route_reachable(Card& src, std::uint32_t dst_fid, unsigned queue) {
     at = next;
   }
   return false;
+}
+
+Status QueueModel::fill_host(std::uint64_t dst, std::uint32_t len, std::uint64_t pat, std::uint64_t* info) {
+  // Build the pattern in a bounded bounce buffer and stream it through the IOMMU.
+  std::array<std::byte, 4096> buf;
+  for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<std::byte>(pat >> (8 * (i % 8)));
+  for (std::uint64_t done = 0; done < len;) {
+    const std::uint64_t n = std::min<std::uint64_t>(buf.size(), len - done);
+    const auto st = host_access(dst + done, n, true, false, buf.data(), info);
+    if (st != Status::kOk) return st;
+    done += n;
+  }
+  return Status::kOk;
+}
+
+Status QueueModel::gather(const dma::Descriptor& d, std::uint64_t* info) {
+  const std::uint32_t len = d.length();
+  const bool dst_hbm = (d.op_flags() & dma::flags::kDstHbm) != 0;
+  auto hbm = card_.hbm();
+  const unsigned count = d.sg_count();
+  if (count == 0 || count > dma::sg::kMaxEntries) return Status::kSgError;
+  std::array<std::byte, dma::sg::kMaxEntries * dma::sg::kSize> list;
+  if (host_access(d.src(), std::uint64_t{count} * dma::sg::kSize, false, false, list.data(), info) != Status::kOk) {
+    return Status::kSgError;
+  }
+  std::uint64_t total = 0;
+  for (unsigned i = 0; i < count; ++i)
+    total += fw::load_le<std::uint32_t>(list.data(), i * dma::sg::kSize + dma::sg::kLength);
+  if (total != len) return Status::kSgError;
+  std::uint64_t out = 0;
+  for (unsigned i = 0; i < count; ++i) {
+    const auto a = fw::load_le<std::uint64_t>(list.data(), i * dma::sg::kSize + dma::sg::kAddr);
+    const auto n = fw::load_le<std::uint32_t>(list.data(), i * dma::sg::kSize + dma::sg::kLength);
+    if (dst_hbm) {
+      if (d.dst() > hbm.size() || len > hbm.size() - d.dst()) {
+        *info = d.dst();
+        return Status::kHbmRange;
+      }
+      const auto st = host_access(a, n, false, false, hbm.data() + d.dst() + out, info);
+      if (st != Status::kOk) return st;
+    } else {
+      // host -> host gather through a bounce buffer
+      std::vector<std::byte> tmp(n);
+      auto st = host_access(a, n, false, false, tmp.data(), info);
+      if (st == Status::kOk) st = host_access(d.dst() + out, n, true, false, tmp.data(), info);
+      if (st != Status::kOk) return st;
+    }
+    out += n;
+  }
+  *info = len;
+  return Status::kOk;
 }
 
 Status QueueModel::execute(const dma::Descriptor& d, std::uint64_t* info) {
@@ -328,8 +383,8 @@ Status QueueModel::execute(const dma::Descriptor& d, std::uint64_t* info) {
         for (std::uint64_t done = 0; done < len;) {
           std::byte *hs = nullptr, *hd = nullptr;
           std::uint64_t cs = 0, cd = 0, f = 0;
-          (void)mmu.translate(d.src() + done, len - done, false, &hs, &cs, &f);
-          (void)mmu.translate(d.dst() + done, len - done, true, &hd, &cd, &f);
+          (void)xlate_.translate(mmu, d.src() + done, len - done, false, &hs, &cs, &f);
+          (void)xlate_.translate(mmu, d.dst() + done, len - done, true, &hd, &cd, &f);
           const std::uint64_t n = std::min(cs, cd);
           std::memmove(hd, hs, n);
           done += n;
@@ -347,54 +402,13 @@ Status QueueModel::execute(const dma::Descriptor& d, std::uint64_t* info) {
           return Status::kHbmRange;
         }
         for (std::uint32_t i = 0; i < len; ++i) t[i] = static_cast<std::byte>(pat >> (8 * (i % 8)));
-      } else {
-        // Build the pattern in a bounded bounce buffer and stream it through the IOMMU.
-        std::array<std::byte, 4096> buf;
-        for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<std::byte>(pat >> (8 * (i % 8)));
-        for (std::uint64_t done = 0; done < len;) {
-          const std::uint64_t n = std::min<std::uint64_t>(buf.size(), len - done);
-          const auto st = host_access(d.dst() + done, n, true, false, buf.data(), info);
-          if (st != Status::kOk) return st;
-          done += n;
-        }
+      } else if (const auto st = fill_host(d.dst(), len, pat, info); st != Status::kOk) {
+        return st;
       }
       *info = len;
       return Status::kOk;
     }
-    case dma::Opcode::kGather: {
-      const unsigned count = d.sg_count();
-      if (count == 0 || count > dma::sg::kMaxEntries) return Status::kSgError;
-      std::array<std::byte, dma::sg::kMaxEntries * dma::sg::kSize> list;
-      if (host_access(d.src(), std::uint64_t{count} * dma::sg::kSize, false, false, list.data(), info) != Status::kOk) {
-        return Status::kSgError;
-      }
-      std::uint64_t total = 0;
-      for (unsigned i = 0; i < count; ++i)
-        total += fw::load_le<std::uint32_t>(list.data(), i * dma::sg::kSize + dma::sg::kLength);
-      if (total != len) return Status::kSgError;
-      std::uint64_t out = 0;
-      for (unsigned i = 0; i < count; ++i) {
-        const auto a = fw::load_le<std::uint64_t>(list.data(), i * dma::sg::kSize + dma::sg::kAddr);
-        const auto n = fw::load_le<std::uint32_t>(list.data(), i * dma::sg::kSize + dma::sg::kLength);
-        if (dst_hbm) {
-          if (d.dst() > hbm.size() || len > hbm.size() - d.dst()) {
-            *info = d.dst();
-            return Status::kHbmRange;
-          }
-          const auto st = host_access(a, n, false, false, hbm.data() + d.dst() + out, info);
-          if (st != Status::kOk) return st;
-        } else {
-          // host -> host gather through a bounce buffer
-          std::vector<std::byte> tmp(n);
-          auto st = host_access(a, n, false, false, tmp.data(), info);
-          if (st == Status::kOk) st = host_access(d.dst() + out, n, true, false, tmp.data(), info);
-          if (st != Status::kOk) return st;
-        }
-        out += n;
-      }
-      *info = len;
-      return Status::kOk;
-    }
+    case dma::Opcode::kGather: return gather(d, info);
     case dma::Opcode::kRemoteWrite:
     case dma::Opcode::kRemoteRead: {
       const bool is_write = op == dma::Opcode::kRemoteWrite;
@@ -483,20 +497,75 @@ bool QueueModel::run_once() {
   // Activity counters of this batch (registers.md §9), added once after it.
   std::uint64_t n_ok = 0;
   std::uint64_t n_bytes = 0;
-  auto mmu_guard = card_.iommu().guard();  // unmap waits for this batch
+  std::uint64_t n_data = 0;
+  auto& mmu = card_.iommu();
+  auto mmu_guard = mmu.guard();  // unmap waits for this batch
+  xlate_.clear();                // translations are cached for this batch only
+  // Completions of short ops are held until their CQ cache line is full (or the batch ends,
+  // a longer or fenced op comes, or the queue stops) and then written together: a host
+  // polling the CQ would otherwise pull the line back between two completions, one
+  // cross-core transfer per op. Each op's data movement is done before its completion is
+  // held, completions stay in index order, and SQ_HEAD/CQ_TAIL advance before the phase bits
+  // (registers.md §5.6; the engine may overlap consecutive ops).
+  struct Held {
+    std::byte* host;
+    dma::Completion c;
+    bool phase;
+  };
+  std::array<Held, kCplPerLine> held;
+  unsigned n_held = 0;
+  auto publish = [&] {
+    if (n_held == 0) return;
+    for (unsigned i = 0; i < n_held; ++i) std::memcpy(held[i].host, held[i].c.raw.data(), dma::cpl::kFlags);
+    // Release stores: the bodies above are visible before the phase bits flip. CQ_TAIL and
+    // SQ_HEAD advance before the phase bits make the completions visible: a host that
+    // consumed one may write CQ_HEAD up to the new tail at once (§5.4 accepts a CQ_HEAD only
+    // up to CQ_TAIL).
+    sq_head_.store(head, std::memory_order_release);
+    cq_tail_.store(ctail, std::memory_order_release);
+    for (unsigned i = 0; i < n_held; ++i) {
+      __atomic_store_n(reinterpret_cast<std::uint16_t*>(held[i].host + dma::cpl::kFlags),
+                       held[i].phase ? dma::cpl::kPhase : std::uint16_t{0}, __ATOMIC_RELEASE);
+    }
+    n_held = 0;
+  };
   while (head != tail && done < kBatch) {
     if (hung_.load() || card_.dma_stopped()) break;
     if (ctail - cq_head_.load(std::memory_order_acquire) >= depth) {
+      publish();
       err_.fetch_or(qr::kErrCqOverflow.mask());
       break;  // resumes on the CQ_HEAD doorbell
     }
-    // Fetch the descriptor through the IOMMU.
+    // Fetch the descriptor through the IOMMU. The ring is 64-byte aligned and mappings are
+    // page-granular, so a slot never spans two mappings; host_access covers the general case.
     dma::Descriptor d;
     std::uint64_t finfo = 0;
-    if (host_access(sq_base_ + std::uint64_t{head & mask} * dma::desc::kSize, dma::desc::kSize, false, true,
-                    d.raw.data(), &finfo) != Status::kOk) {
+    const std::uint64_t diova = sq_base_ + std::uint64_t{head & mask} * dma::desc::kSize;
+    std::byte* dhost = nullptr;
+    std::uint64_t dcontig = 0;
+    const auto dr = xlate_.translate(mmu, diova, std::uint64_t{depth - (head & mask)} * dma::desc::kSize, false, &dhost,
+                                     &dcontig, &finfo);
+    Status fetched = Status::kOk;
+    if (dr == XlateResult::kOk && dcontig >= dma::desc::kSize) {
+      std::memcpy(d.raw.data(), dhost, dma::desc::kSize);
+      // Start loading the next descriptors of this doorbell while this one executes (the host
+      // wrote them from another core, so each is a cache miss otherwise taken one at a time).
+      const std::uint32_t ahead = std::min<std::uint32_t>(tail - head - 1, kPrefetchAhead);
+      for (std::uint32_t j = done == 0 ? 1 : ahead; j <= ahead && j != 0; ++j) {
+        if (std::uint64_t{j} * dma::desc::kSize < dcontig)
+          __builtin_prefetch(dhost + std::size_t{j} * dma::desc::kSize);
+      }
+    } else if (dr != XlateResult::kOk) {
+      publish();
+      card_.record_iommu_fault(finfo, index_, false, dr == XlateResult::kPermission);
+      fetched = dr == XlateResult::kPermission ? Status::kIommuPermission : Status::kIommuFault;
+    } else {
+      publish();
+      fetched = host_access(diova, dma::desc::kSize, false, true, d.raw.data(), &finfo);
+    }
+    if (fetched != Status::kOk) {
       status_.fetch_or(qr::kStatusHalted.mask());
-      err_.fetch_or(qr::kErrFetch.mask());  // the IOMMU fault itself was recorded by host_access
+      err_.fetch_or(qr::kErrFetch.mask());  // the IOMMU fault itself was recorded above
       card_.log_event(fmt::format("queue={} halted: descriptor fetch fault iova=0x{:x}", index_, finfo));
       break;
     }
@@ -506,12 +575,16 @@ bool QueueModel::run_once() {
     // Fenced op (FENCE flag, or the FENCE opcode): skipped if the queue's failure latch is set;
     // either way the latch clears. FENCE_SKIPPED does not set it (registers.md §5.7).
     const bool fenced = (d.op_flags() & dma::flags::kFence) != 0 || d.opcode() == dma::Opcode::kFence;
+    // A fenced op starts only after every earlier completion is written (§5.6); a long op
+    // does not hold back the completions before it.
+    const bool short_op = !fenced && d.length() <= kHoldMaxBytes;
+    if (!short_op) publish();
     if (fenced && failed_since_fence_) {
       st = Status::kFenceSkipped;
     } else {
       st = execute(d, &info);
       data_op = st == Status::kOk && d.opcode() != dma::Opcode::kNop && d.opcode() != dma::Opcode::kFence;
-      if (data_op) card_.count_dma_op(d.length());
+      if (data_op) ++n_data;
     }
     if (fenced) failed_since_fence_ = false;
     if (st != Status::kOk && st != Status::kFenceSkipped) failed_since_fence_ = true;
@@ -522,40 +595,37 @@ bool QueueModel::run_once() {
         card_.set_error(regs::global::kErrDescriptor.mask());
       if (st == Status::kRemoteUnreachable) card_.set_error(regs::global::kErrFabric.mask());
     }
-    // Write the completion: body first, then the flags word carrying the phase bit.
-    dma::Completion c;
-    c.set_info(info);
-    c.set_sq_index(head);
-    c.set_status(st);
-    const bool phase = ((ctail >> log2) & 1u) == 0;  // first pass writes phase 1
-    c.set_phase(phase);
-    std::byte* host = nullptr;
+    // The completion: body, then the flags word carrying the phase bit (publish()).
+    Held& h = held[n_held];
+    h.c = dma::Completion{};
+    h.c.set_info(info);
+    h.c.set_sq_index(head);
+    h.c.set_status(st);
+    h.phase = ((ctail >> log2) & 1u) == 0;  // first pass writes phase 1
+    h.c.set_phase(h.phase);
     std::uint64_t contig = 0, fault = 0;
     const std::uint64_t ciova = cq_base_ + std::uint64_t{ctail & mask} * dma::cpl::kSize;
-    const auto r = card_.iommu().translate(ciova, dma::cpl::kSize, true, &host, &contig, &fault);
+    const auto r = xlate_.translate(mmu, ciova, dma::cpl::kSize, true, &h.host, &contig, &fault);
     if (r != XlateResult::kOk || contig < dma::cpl::kSize) {
+      publish();
       status_.fetch_or(qr::kStatusHalted.mask());
       err_.fetch_or(qr::kErrFetch.mask());
       card_.record_iommu_fault(fault, index_, true, r == XlateResult::kPermission);
       break;
     }
-    std::memcpy(host, c.raw.data(), dma::cpl::kFlags);
-    // Release store: the body above is visible before the phase bit flips.
-    // CQ_TAIL and SQ_HEAD advance before the phase bit makes the completion visible: a host
-    // that consumed it may write CQ_HEAD up to the new tail at once (§5.4 accepts a CQ_HEAD
-    // only up to CQ_TAIL).
+    ++n_held;
     ++head;
     ++ctail;
     ++done;
-    sq_head_.store(head, std::memory_order_release);
-    cq_tail_.store(ctail, std::memory_order_release);
-    __atomic_store_n(reinterpret_cast<std::uint16_t*>(host + dma::cpl::kFlags),
-                     phase ? dma::cpl::kPhase : std::uint16_t{0}, __ATOMIC_RELEASE);
+    // The line is full (the next slot starts a new one), or this op was not a short one.
+    if (!short_op || n_held == kCplPerLine || (ciova + dma::cpl::kSize) % kCacheLine == 0) publish();
     irq = irq || (d.op_flags() & dma::flags::kInterrupt) != 0;
     if (st == Status::kOk) ++n_ok;
     if (data_op) n_bytes += d.length();
   }
+  publish();
   completed_.fetch_add(done, std::memory_order_relaxed);
+  card_.count_dma_ops(n_data, n_bytes);
   // GLOBAL.QUEUES_ACTIVE before the counters (registers.md §9): one relaxed load per batch.
   if (done > 0 && !active_.load(std::memory_order_relaxed)) {
     active_.store(true, std::memory_order_relaxed);

@@ -53,27 +53,23 @@ std::size_t Iommu::mapping_count() const {
   return maps_.size();
 }
 
+bool Iommu::find(std::uint64_t iova, MappingView* out) const {
+  auto it = maps_.upper_bound(iova);
+  if (it == maps_.begin()) return false;
+  --it;
+  if (iova - it->first >= it->second.length) return false;
+  *out = MappingView{it->first, it->second.length, it->second.host, it->second.access};
+  return true;
+}
+
 XlateResult Iommu::translate(std::uint64_t iova, std::uint64_t length, bool write, std::byte** host,
                              std::uint64_t* contiguous, std::uint64_t* fault_iova) const {
-  auto it = maps_.upper_bound(iova);
-  if (it == maps_.begin()) {
+  MappingView m;
+  if (!find(iova, &m)) {
     *fault_iova = iova;
     return XlateResult::kUnmapped;
   }
-  --it;
-  const std::uint64_t off = iova - it->first;
-  if (off >= it->second.length) {
-    *fault_iova = iova;
-    return XlateResult::kUnmapped;
-  }
-  const auto need = write ? backend::DmaAccess::kWrite : backend::DmaAccess::kRead;
-  if ((static_cast<unsigned>(it->second.access) & static_cast<unsigned>(need)) == 0) {
-    *fault_iova = iova;
-    return XlateResult::kPermission;
-  }
-  *host = it->second.host + off;
-  *contiguous = std::min(length, it->second.length - off);
-  return XlateResult::kOk;
+  return resolve(m, iova, length, write, host, contiguous, fault_iova);
 }
 
 }  // namespace npo::emu

@@ -4,6 +4,8 @@
 // and touches no memory.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -45,6 +47,30 @@ class Iommu {
   XlateResult translate(std::uint64_t iova, std::uint64_t length, bool write, std::byte** host,
                         std::uint64_t* contiguous, std::uint64_t* fault_iova) const;
 
+  /// One mapping as translate() sees it: IOVAs [first, first + length) at `host`.
+  struct MappingView {
+    std::uint64_t first = 0;
+    std::uint64_t length = 0;
+    std::byte* host = nullptr;
+    backend::DmaAccess access{};
+  };
+  /// The mapping that contains `iova`; false when none does. Caller holds guard().
+  bool find(std::uint64_t iova, MappingView* out) const;
+  /// translate() against the mapping `m` that contains `iova` (found by find()): the same
+  /// permission check and results.
+  static XlateResult resolve(const MappingView& m, std::uint64_t iova, std::uint64_t length, bool write,
+                             std::byte** host, std::uint64_t* contiguous, std::uint64_t* fault_iova) noexcept {
+    const auto need = write ? backend::DmaAccess::kWrite : backend::DmaAccess::kRead;
+    if ((static_cast<unsigned>(m.access) & static_cast<unsigned>(need)) == 0) {
+      *fault_iova = iova;
+      return XlateResult::kPermission;
+    }
+    const std::uint64_t off = iova - m.first;
+    *host = m.host + off;
+    *contiguous = std::min(length, m.length - off);
+    return XlateResult::kOk;
+  }
+
  private:
   struct Mapping {
     std::uint64_t length;
@@ -53,6 +79,37 @@ class Iommu {
   };
   mutable std::shared_mutex mu_;
   std::map<std::uint64_t, Mapping> maps_;  // key: first IOVA
+};
+
+/// The last few mappings one device-side user (a DMA queue) translated through, so an op's
+/// second look at the same buffer, and the rings, cost a compare instead of a map walk.
+/// Results are identical to Iommu::translate(). Valid only while the owner holds the
+/// Iommu's guard() (map and unmap wait for it): clear() it each time the guard is taken.
+/// Not thread-safe (one per queue, used under the queue's lock).
+class IommuCache {
+ public:
+  void clear() noexcept { used_ = 0; }
+  /// Iommu::translate() through the cache. Caller holds mmu.guard() since the last clear().
+  XlateResult translate(const Iommu& mmu, std::uint64_t iova, std::uint64_t length, bool write, std::byte** host,
+                        std::uint64_t* contiguous, std::uint64_t* fault_iova) {
+    for (unsigned i = 0; i < used_; ++i) {
+      if (iova - e_[i].first < e_[i].length) {
+        return Iommu::resolve(e_[i], iova, length, write, host, contiguous, fault_iova);
+      }
+    }
+    Iommu::MappingView m;
+    if (!mmu.find(iova, &m)) {
+      *fault_iova = iova;
+      return XlateResult::kUnmapped;
+    }
+    e_[used_ < e_.size() ? used_++ : (next_++ % e_.size())] = m;
+    return Iommu::resolve(m, iova, length, write, host, contiguous, fault_iova);
+  }
+
+ private:
+  std::array<Iommu::MappingView, 4> e_{};
+  unsigned used_ = 0;
+  unsigned next_ = 0;  ///< replacement cursor once all entries are used
 };
 
 }  // namespace npo::emu

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <mutex>
 
+#include "iommu.hpp"
 #include "npo/fw/dma.hpp"
 #include "npo/fw/regs.hpp"
 #include "sched.hpp"
@@ -47,6 +48,12 @@ class QueueModel final : public Runnable {
   void queue_reset_locked();
   /// Executes one descriptor; returns status and info.
   fw::dma::Status execute(const fw::dma::Descriptor& d, std::uint64_t* info);
+  /// FILL of host memory at `dst` (out of line: its 4 KiB pattern buffer stays off the
+  /// stack frame of every other op).
+  [[gnu::noinline]] fw::dma::Status fill_host(std::uint64_t dst, std::uint32_t len, std::uint64_t pattern,
+                                              std::uint64_t* info);
+  /// GATHER (out of line, like fill_host: its SG list buffer).
+  [[gnu::noinline]] fw::dma::Status gather(const fw::dma::Descriptor& d, std::uint64_t* info);
   /// Checks that [iova, iova+len) is mapped for the access; records the first fault.
   fw::dma::Status check_range(std::uint64_t iova, std::uint64_t len, bool write, std::uint64_t* info);
   /// Copies between host memory at `iova` and `local` through the IOMMU. `ring`: a
@@ -54,16 +61,26 @@ class QueueModel final : public Runnable {
   fw::dma::Status host_access(std::uint64_t iova, std::uint64_t len, bool write, bool ring, std::byte* local,
                               std::uint64_t* info);
 
+  // Members are grouped by who writes them, one cache line per group, so the host's doorbell
+  // (SQ_TAIL write: reads the configuration and SQ_HEAD) and the engine's per-op stores do
+  // not pull each other's lines back and forth more than the handshake itself needs.
   Card& card_;
   unsigned index_;
-  std::mutex mu_;  // config and processing
-  std::uint64_t sq_base_ = 0;
+  // Configuration and state, written rarely (enable, reset, faults); read on every doorbell.
+  alignas(64) std::uint64_t sq_base_ = 0;
   std::uint64_t cq_base_ = 0;
   std::atomic<std::uint32_t> config_snapshot_{0};
   std::atomic<std::uint32_t> status_{fw::regs::queue::kStatusIdle.mask()};
-  std::atomic<std::uint32_t> sq_tail_{0};
-  std::atomic<std::uint32_t> sq_head_{0};
+  std::atomic<bool> enabled_{false};
+  std::atomic<bool> hung_{false};
+  std::atomic<bool> active_{false};  ///< this queue's GLOBAL.QUEUES_ACTIVE bit is set
+  std::atomic<std::uint64_t> hung_since_{0};
+  std::atomic<std::uint32_t> inject_errors_{0};
+  // Written by the host (doorbells).
+  alignas(64) std::atomic<std::uint32_t> sq_tail_{0};
   std::atomic<std::uint32_t> cq_head_{0};
+  // Written by the engine as it completes ops.
+  alignas(64) std::atomic<std::uint32_t> sq_head_{0};
   std::atomic<std::uint32_t> cq_tail_{0};
   std::atomic<std::uint32_t> err_{0};
   std::atomic<std::uint64_t> completed_{0};
@@ -72,12 +89,12 @@ class QueueModel final : public Runnable {
   std::atomic<std::uint64_t> ops_ok_{0};
   std::atomic<std::uint64_t> ops_error_{0};
   std::atomic<std::uint64_t> bytes_{0};
-  std::atomic<bool> active_{false};  ///< this queue's GLOBAL.QUEUES_ACTIVE bit is set
-  std::atomic<bool> enabled_{false};
-  std::atomic<bool> hung_{false};
-  std::atomic<std::uint64_t> hung_since_{0};
-  std::atomic<std::uint32_t> inject_errors_{0};
+  // The engine's own: taken for every batch.
+  alignas(64) std::mutex mu_;        // config and processing
   bool failed_since_fence_ = false;  ///< the failure latch of registers.md §5.7 (guarded by mu_)
+  /// Translations of the running batch (guarded by mu_; cleared when run_once takes the
+  /// IOMMU guard, so an unmap between batches is always seen).
+  IommuCache xlate_;
 };
 
 /// Remote-op routing (registers.md §8): walks from `src` towards fabric ID `dst_fid` over Up

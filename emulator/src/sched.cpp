@@ -3,6 +3,10 @@
 
 namespace npo::emu {
 
+namespace {
+constexpr unsigned kMaxReruns = 16;  // batches a worker runs back to back before re-checking the list
+}  // namespace
+
 Scheduler::Scheduler(ClockMode mode) : mode_(mode), start_(std::chrono::steady_clock::now()) {
   if (mode_ == ClockMode::kRealtime) timer_ = std::thread([this] { timer_loop(); });
 }
@@ -99,10 +103,26 @@ void WorkerPool::post(Runnable& r) {
   if (wake) cv_.notify_one();
 }
 
+bool WorkerPool::linger(Runnable& r, bool* timed_out) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(spin_ns_);
+  for (unsigned i = 1;; ++i) {
+    if (r.has_work()) return true;
+    if (ready_count_.load(std::memory_order_acquire) != 0) return false;
+    if ((i & 63u) == 0 && std::chrono::steady_clock::now() >= until) {
+      *timed_out = true;
+      return false;
+    }
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+}
+
 void WorkerPool::loop() {
   std::unique_lock lock(mu_);
+  bool spun = false;  // the last Runnable was lingered on for spin_ns: sleep without spinning again
   for (;;) {
-    if (ready_.empty() && !stopping_ && spin_ns_ > 0) {
+    if (ready_.empty() && !stopping_ && spin_ns_ > 0 && !spun) {
       lock.unlock();
       const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(spin_ns_);
       for (unsigned i = 0; ready_count_.load(std::memory_order_acquire) == 0; ++i) {
@@ -123,7 +143,16 @@ void WorkerPool::loop() {
     ready_.pop_front();
     ready_count_.store(ready_.size(), std::memory_order_release);
     lock.unlock();
-    bool more = r->run_once();
+    bool more = false;
+    spun = false;
+    // While no other Runnable waits, run `r` again without going through the list (bounded,
+    // so stop() is seen). Lingering keeps it scheduled, so a doorbell meanwhile only stores
+    // its tail: no post, no lock, no wake-up.
+    for (unsigned rerun = 0; rerun < kMaxReruns; ++rerun) {
+      more = r->run_once();
+      if (!more && spin_ns_ > 0) more = linger(*r, &spun);
+      if (!more || ready_count_.load(std::memory_order_acquire) != 0) break;
+    }
     if (!more) {
       // Clear the flag, then re-check: a doorbell after the clear posts the Runnable itself;
       // one that landed between run_once() and the clear is caught by has_work().

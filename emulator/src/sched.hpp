@@ -78,10 +78,12 @@ class Runnable {
 };
 
 /// A small pool of threads that sleep on a condition variable until a Runnable is posted.
-/// After running out of work a worker polls for new work for `spin_ns` before it sleeps, so
-/// a doorbell rung shortly after the previous batch finished costs no futex wake-up (the
-/// cross-core wake costs ~1.5 us or more on these VMs). The spin is bounded; idle workers
-/// sleep.
+/// When a Runnable runs out of work its worker keeps it scheduled and polls its has_work()
+/// for up to `spin_ns` while no other Runnable is ready, so a doorbell rung shortly after the
+/// previous batch costs the ringer no post (lock, queue push) and the worker no futex
+/// wake-up (the cross-core wake costs ~1.5 us or more on these VMs); otherwise a worker with
+/// nothing to run polls the ready list for `spin_ns` before it sleeps. The spin is bounded;
+/// idle workers sleep.
 class WorkerPool {
  public:
   explicit WorkerPool(unsigned threads, std::uint64_t spin_ns = 50'000);
@@ -94,6 +96,9 @@ class WorkerPool {
 
  private:
   void loop();
+  /// Polls `r` (still scheduled) for new work for up to spin_ns_: true when it has some,
+  /// false when another Runnable became ready or the time ran out (then *timed_out is set).
+  bool linger(Runnable& r, bool* timed_out);
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Runnable*> ready_;
