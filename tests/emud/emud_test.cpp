@@ -687,7 +687,7 @@ TEST(Emud, FaultInjectedIntoTheRunningDaemonShowsInTheTools) {
   auto badkind = npo_test::run_command(emu + " fault --socket-dir " + d.dir() + " --kind melt --card 2 2>&1");
   EXPECT_NE(badkind.status, 0);
   EXPECT_EQ(d.stop(), 0);
-  EXPECT_NE(d.output().find("fault lane_loss card=2 injected by pid="), std::string::npos) << d.output();
+  EXPECT_NE(d.output().find("fault lane_loss card=2 port=0 lane=3 injected by pid="), std::string::npos) << d.output();
   auto gone = npo_test::run_command(emu + " fault --socket-dir " + d.dir() + " --kind iommu_fault --card 0 2>&1");
   EXPECT_NE(gone.status, 0);
   EXPECT_NE(gone.out.find("unavailable"), std::string::npos) << gone.out;

@@ -290,7 +290,20 @@ class Session {
     f.value = c.fault_value;
     f.duration_ns = c.duration_ns;
     if (auto r = srv_.emu->inject(f); !r) return reply_error(c, r.error());
-    srv_.log(fmt::format("fault {} card={} injected by pid={}", fault_name(f.kind), card_, pid_));
+    // Where it lands, as given: an operator reading the log needs the port and lane of a link
+    // fault, the queue of a DMA fault.
+    std::string where;
+    const auto field = [&where](const char* name, std::optional<unsigned> v) {
+      if (v) where += fmt::format(" {}={}", name, *v);
+    };
+    field("engine", f.engine);
+    field("queue", f.queue);
+    field("port", f.port);
+    field("lane", f.lane);
+    if (f.count != 1) where += fmt::format(" count={}", f.count);
+    if (f.value != 0) where += fmt::format(" value={:g}", f.value);
+    if (f.duration_ns != 0) where += fmt::format(" duration_ms={:g}", static_cast<double>(f.duration_ns) / 1e6);
+    srv_.log(fmt::format("fault {} card={}{} injected by pid={}", fault_name(f.kind), card_, where, pid_));
     reply_ok(c);
   }
 
