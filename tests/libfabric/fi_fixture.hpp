@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -179,6 +180,14 @@ inline Entry wait_entry(Side& want, std::initializer_list<Side*> others) {
       return out;
     }
   }
+}
+
+/// `n` bytes of a repeatable pseudo-random pattern (mt19937 seeded with `seed`).
+inline std::vector<std::uint8_t> pattern(std::size_t n, unsigned seed) {
+  std::vector<std::uint8_t> v(n);
+  std::mt19937 g(seed);
+  for (auto& b : v) b = static_cast<std::uint8_t>(g());
+  return v;
 }
 
 /// wait_entry with one other side.

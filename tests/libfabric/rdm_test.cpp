@@ -56,13 +56,6 @@ void check_native(const fi_info* info, const std::string&) {
 
 const SideOptions kSide{.hints = mtl_ofi_hints, .check_info = check_native};
 
-std::vector<std::uint8_t> pattern(std::size_t n, unsigned seed) {
-  std::vector<std::uint8_t> v(n);
-  std::mt19937 g(seed);
-  for (auto& b : v) b = static_cast<std::uint8_t>(g());
-  return v;
-}
-
 class Rdm : public SidePair<> {
  protected:
   Rdm() : SidePair(kSide) {}

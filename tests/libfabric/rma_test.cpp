@@ -51,13 +51,6 @@ void check_rma(const fi_info* info, const std::string&) {
 
 const SideOptions kSide{.hints = rma_hints, .check_info = check_rma};
 
-std::vector<std::uint8_t> pattern(std::size_t n, unsigned seed) {
-  std::vector<std::uint8_t> v(n);
-  std::mt19937 g(seed);
-  for (auto& b : v) b = static_cast<std::uint8_t>(g());
-  return v;
-}
-
 class Rma : public SidePair<> {
  protected:
   Rma() : SidePair(kSide) {}
