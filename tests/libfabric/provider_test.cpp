@@ -21,23 +21,12 @@
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 
+#include "fi_fixture.hpp"
 #include "fi_npo_ext.h"
 
 namespace {
 
-constexpr std::size_t kAddrLen = 48;
-
-void use_provider() {
-  // Before libfabric initialises (first fi_getinfo): load the provider from the build tree.
-  static const bool once = [] {
-    ::setenv("FI_PROVIDER_PATH", NPO_FI_DIR, 1);
-    ::setenv("NPO_FI_BACKEND", "emu:mesh8", 1);
-    ::unsetenv("FI_NPO_CARD");
-    ::unsetenv("FI_PROVIDER");
-    return true;
-  }();
-  (void)once;
-}
+using namespace npo_fi_test;
 
 fi_info* npo_hints() {
   fi_info* h = fi_allocinfo();
@@ -47,59 +36,15 @@ fi_info* npo_hints() {
   return h;
 }
 
-struct Side {
-  fi_info* info = nullptr;
-  fid_fabric* fabric = nullptr;
-  fid_domain* domain = nullptr;
-  fid_cq* cq = nullptr;
-  fid_av* av = nullptr;
-  fid_ep* ep = nullptr;
-  std::vector<std::uint8_t> addr = std::vector<std::uint8_t>(kAddrLen);
+void check_domain(const fi_info* info, const std::string& domain) {
+  ASSERT_STREQ(info->domain_attr->name, domain.c_str());
+}
 
-  void open(unsigned card, fi_cq_format format) {
-    fi_info* hints = npo_hints();
-    const std::string name = "npo" + std::to_string(card);
-    hints->domain_attr->name = strdup(name.c_str());
-    ASSERT_EQ(fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &info), 0);
-    fi_freeinfo(hints);
-    ASSERT_STREQ(info->domain_attr->name, name.c_str());
-    ASSERT_EQ(fi_fabric(info->fabric_attr, &fabric, nullptr), 0);
-    ASSERT_EQ(fi_domain(fabric, info, &domain, nullptr), 0);
-    fi_cq_attr cq_attr{};
-    cq_attr.format = format;
-    cq_attr.size = 256;
-    ASSERT_EQ(fi_cq_open(domain, &cq_attr, &cq, nullptr), 0);
-    fi_av_attr av_attr{};
-    av_attr.type = FI_AV_TABLE;
-    ASSERT_EQ(fi_av_open(domain, &av_attr, &av, nullptr), 0);
-    ASSERT_EQ(fi_endpoint(domain, info, &ep, nullptr), 0);
-    ASSERT_EQ(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV), 0);
-    ASSERT_EQ(fi_ep_bind(ep, &av->fid, 0), 0);
-    ASSERT_EQ(fi_enable(ep), 0);
-    std::size_t len = addr.size();
-    ASSERT_EQ(fi_getname(&ep->fid, addr.data(), &len), 0);
-    ASSERT_EQ(len, kAddrLen);
-  }
-  void close() {
-    if (ep) {
-      EXPECT_EQ(fi_close(&ep->fid), 0);
-    }
-    if (av) {
-      EXPECT_EQ(fi_close(&av->fid), 0);
-    }
-    if (cq) {
-      EXPECT_EQ(fi_close(&cq->fid), 0);
-    }
-    if (domain) {
-      EXPECT_EQ(fi_close(&domain->fid), 0);
-    }
-    if (fabric) {
-      EXPECT_EQ(fi_close(&fabric->fid), 0);
-    }
-    if (info) fi_freeinfo(info);
-    *this = Side{};
-  }
-};
+// A DGRAM endpoint with a CQ of `format` (256 entries).
+SideOptions dgram(fi_cq_format format) {
+  return SideOptions{
+      .hints = npo_hints, .check_info = check_domain, .cq_format = format, .cq_size = 256, .check_addr_len = true};
+}
 
 // Reads one entry (or an error: returns -FI_EAVAIL) within 5 s.
 ssize_t read_one(fid_cq* cq, void* entry) {
@@ -109,16 +54,6 @@ ssize_t read_one(fid_cq* cq, void* entry) {
     if (r != -FI_EAGAIN || std::chrono::steady_clock::now() > end) return r;
     std::this_thread::yield();
   }
-}
-
-fi_npo_dma_counters counters(fid_domain* d) {
-  fi_npo_domain_ops* ops = nullptr;
-  EXPECT_EQ(fi_open_ops(&d->fid, FI_NPO_DOMAIN_OPS_NAME, 0, reinterpret_cast<void**>(&ops), nullptr), 0);
-  fi_npo_dma_counters c{};
-  if (ops) {
-    EXPECT_EQ(ops->dma_counters(d, &c), 0);
-  }
-  return c;
 }
 
 // 200 messages, more than a lane's 16 slots: the sender sees -FI_EAGAIN until the receiver
@@ -164,9 +99,9 @@ class ProviderPair : public ::testing::TestWithParam<fi_cq_format> {
  protected:
   void SetUp() override {
     use_provider();
-    a_.open(0, format());
+    a_.open(0, dgram(format()));
     ASSERT_FALSE(HasFatalFailure());
-    b_.open(1, format());
+    b_.open(1, dgram(format()));
     ASSERT_FALSE(HasFatalFailure());
     ASSERT_EQ(fi_av_insert(a_.av, b_.addr.data(), 1, &a_to_b_, 0, nullptr), 1);
     ASSERT_EQ(fi_av_insert(b_.av, a_.addr.data(), 1, &b_to_a_, 0, nullptr), 1);
@@ -314,8 +249,8 @@ TEST(Provider, FlowControlReadsTheCounterOfTheLaneInThePeersRing) {
   use_provider();
   ::setenv("NPO_FI_RING_LANES", "8", 1);
   Side from, to;
-  from.open(2, FI_CQ_FORMAT_DATA);
-  to.open(3, FI_CQ_FORMAT_DATA);
+  from.open(2, dgram(FI_CQ_FORMAT_DATA));
+  to.open(3, dgram(FI_CQ_FORMAT_DATA));
   ::unsetenv("NPO_FI_RING_LANES");
   ASSERT_FALSE(HasFatalFailure());
   fi_addr_t dest = FI_ADDR_NOTAVAIL;
@@ -473,13 +408,13 @@ TEST_F(ProviderPair, APeerWhoseWindowIsRevokedDropsDatagramsThenRaisesAnEqErrorN
   ASSERT_EQ(fi_ep_bind(a_.ep, &eq->fid, 0), 0);
   ASSERT_EQ(fi_close(&b_.ep->fid), 0);  // b's ring window is revoked
   b_.ep = nullptr;
-  const fi_npo_dma_counters before = counters(a_.domain);
+  const fi_npo_dma_counters before = dma_counters(a_.domain);
   char c = 1;
   ASSERT_EQ(fi_send(a_.ep, &c, 1, nullptr, a_to_b_, &tx_ctx_), 0);
   fi_cq_data_entry tx{};
   ASSERT_EQ(read_one(a_.cq, &tx), 1);
   EXPECT_EQ(tx.op_context, &tx_ctx_);
-  const fi_npo_dma_counters after = counters(a_.domain);
+  const fi_npo_dma_counters after = dma_counters(a_.domain);
   EXPECT_EQ(after.datagrams_dropped, before.datagrams_dropped + 1);
   EXPECT_GT(after.ops_failed, before.ops_failed);
   // keep sending: within 2 s + a bit the EQ holds the fault
@@ -510,11 +445,11 @@ TEST_F(ProviderPair, APeerWhoseWindowIsRevokedDropsDatagramsThenRaisesAnEqErrorN
 }
 
 TEST_F(ProviderPair, TheCardsDmaCountersMoveWithTraffic) {
-  const fi_npo_dma_counters before_a = counters(a_.domain);
-  const fi_npo_dma_counters before_b = counters(b_.domain);
+  const fi_npo_dma_counters before_a = dma_counters(a_.domain);
+  const fi_npo_dma_counters before_b = dma_counters(b_.domain);
   for (int i = 0; i < 10; ++i) round_trip(1000);
-  const fi_npo_dma_counters after_a = counters(a_.domain);
-  const fi_npo_dma_counters after_b = counters(b_.domain);
+  const fi_npo_dma_counters after_a = dma_counters(a_.domain);
+  const fi_npo_dma_counters after_b = dma_counters(b_.domain);
   EXPECT_EQ(after_a.card, 0u);
   EXPECT_EQ(after_a.fabric_id, 1u);
   // per send: payload write, fence, header write, all OK; payload + header bytes moved

@@ -22,21 +22,13 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
 
+#include "fi_fixture.hpp"
+
 namespace {
 
-constexpr std::size_t kAddrLen = 48;
-constexpr std::size_t kEager = 4096;  // the provider's inject_size / eager limit
+using namespace npo_fi_test;
 
-void use_provider() {
-  static const bool once = [] {
-    ::setenv("FI_PROVIDER_PATH", NPO_FI_DIR, 1);
-    ::setenv("NPO_FI_BACKEND", "emu:mesh8", 1);
-    ::unsetenv("FI_NPO_CARD");
-    ::unsetenv("FI_PROVIDER");
-    return true;
-  }();
-  (void)once;
-}
+constexpr std::size_t kEager = 4096;  // the provider's inject_size / eager limit
 
 // The hints of Open MPI 4.1's mtl ofi (mtl_ofi_component.c), restricted to provider `npo`.
 fi_info* mtl_ofi_hints() {
@@ -56,120 +48,17 @@ fi_info* mtl_ofi_hints() {
   return h;
 }
 
-struct Side {
-  fi_info* info = nullptr;
-  fid_fabric* fabric = nullptr;
-  fid_domain* domain = nullptr;
-  fid_cq* cq = nullptr;
-  fid_av* av = nullptr;
-  fid_ep* ep = nullptr;
-  std::vector<std::uint8_t> addr = std::vector<std::uint8_t>(kAddrLen);
-
-  void open(unsigned card) {
-    fi_info* hints = mtl_ofi_hints();
-    const std::string name = "npo" + std::to_string(card);
-    hints->domain_attr->name = strdup(name.c_str());
-    ASSERT_EQ(fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &info), 0);
-    fi_freeinfo(hints);
-    ASSERT_STREQ(info->fabric_attr->prov_name, "npo") << "the first entry must be the native endpoint";
-    ASSERT_EQ(info->ep_attr->type, FI_EP_RDM);
-    ASSERT_EQ(fi_fabric(info->fabric_attr, &fabric, nullptr), 0);
-    ASSERT_EQ(fi_domain(fabric, info, &domain, nullptr), 0);
-    fi_cq_attr cq_attr{};
-    cq_attr.format = FI_CQ_FORMAT_TAGGED;
-    cq_attr.size = 1024;
-    ASSERT_EQ(fi_cq_open(domain, &cq_attr, &cq, nullptr), 0);
-    fi_av_attr av_attr{};
-    av_attr.type = FI_AV_TABLE;
-    ASSERT_EQ(fi_av_open(domain, &av_attr, &av, nullptr), 0);
-    ASSERT_EQ(fi_endpoint(domain, info, &ep, nullptr), 0);
-    ASSERT_EQ(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV), 0);
-    ASSERT_EQ(fi_ep_bind(ep, &av->fid, 0), 0);
-    ASSERT_EQ(fi_enable(ep), 0);
-    std::size_t len = addr.size();
-    ASSERT_EQ(fi_getname(&ep->fid, addr.data(), &len), 0);
-  }
-  fi_addr_t insert(const Side& peer) {
-    fi_addr_t a = FI_ADDR_NOTAVAIL;
-    EXPECT_EQ(fi_av_insert(av, peer.addr.data(), 1, &a, 0, nullptr), 1);
-    return a;
-  }
-  void close() {
-    if (ep) {
-      EXPECT_EQ(fi_close(&ep->fid), 0);
-    }
-    if (av) {
-      EXPECT_EQ(fi_close(&av->fid), 0);
-    }
-    if (cq) {
-      EXPECT_EQ(fi_close(&cq->fid), 0);
-    }
-    if (domain) {
-      EXPECT_EQ(fi_close(&domain->fid), 0);
-    }
-    if (fabric) {
-      EXPECT_EQ(fi_close(&fabric->fid), 0);
-    }
-    if (info) fi_freeinfo(info);
-    *this = Side{};
-  }
-};
-
-struct Entry {
-  bool error = false;
-  fi_cq_tagged_entry e{};
-  fi_cq_err_entry err{};
-  fi_addr_t src = FI_ADDR_NOTAVAIL;
-};
-
-// Progresses every side (the provider's progress is manual: each CQ read moves its endpoint)
-// until `want` has an entry; returns it. Fails the test after 20 s.
-Entry wait_entry(Side& want, std::initializer_list<Side*> others) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  for (;;) {
-    Entry out;
-    const ssize_t r = fi_cq_readfrom(want.cq, &out.e, 1, &out.src);
-    if (r == 1) return out;
-    if (r == -FI_EAVAIL) {
-      out.error = true;
-      EXPECT_EQ(fi_cq_readerr(want.cq, &out.err, 0), 1);
-      return out;
-    }
-    EXPECT_EQ(r, -FI_EAGAIN);
-    for (Side* s : others) {
-      fi_cq_tagged_entry none{};
-      const ssize_t o = fi_cq_read(s->cq, &none, 0);  // progress only (count 0 reads nothing)
-      (void)o;
-    }
-    if (std::chrono::steady_clock::now() > end) {
-      ADD_FAILURE() << "no completion within 20 s";
-      return out;
-    }
-  }
+// Checks of getinfo's first entry for mtl ofi's hints.
+void check_native(const fi_info* info, const std::string&) {
+  ASSERT_STREQ(info->fabric_attr->prov_name, "npo") << "the first entry must be the native endpoint";
+  ASSERT_EQ(info->ep_attr->type, FI_EP_RDM);
 }
 
-std::vector<std::uint8_t> pattern(std::size_t n, unsigned seed) {
-  std::vector<std::uint8_t> v(n);
-  std::mt19937 g(seed);
-  for (auto& b : v) b = static_cast<std::uint8_t>(g());
-  return v;
-}
+const SideOptions kSide{.hints = mtl_ofi_hints, .check_info = check_native};
 
-class Rdm : public ::testing::Test {
+class Rdm : public SidePair<> {
  protected:
-  void SetUp() override {
-    use_provider();
-    a_.open(0);
-    b_.open(1);
-    ASSERT_NE(a_.ep, nullptr);
-    ASSERT_NE(b_.ep, nullptr);
-    a_to_b_ = a_.insert(b_);
-    b_to_a_ = b_.insert(a_);
-  }
-  void TearDown() override {
-    a_.close();
-    b_.close();
-  }
+  Rdm() : SidePair(kSide) {}
   // Sends `tx` tagged from a to b while b receives into `rx`; returns b's receive entry.
   Entry transfer(const std::vector<std::uint8_t>& tx, std::vector<std::uint8_t>& rx, std::uint64_t tag) {
     int sctx = 0, rctx = 0;
@@ -183,8 +72,6 @@ class Rdm : public ::testing::Test {
     EXPECT_EQ(r.error ? r.err.op_context : r.e.op_context, &rctx);
     return r;
   }
-  Side a_, b_;
-  fi_addr_t a_to_b_ = FI_ADDR_NOTAVAIL, b_to_a_ = FI_ADDR_NOTAVAIL;
 };
 
 TEST(RdmInfo, OpenMpiHintsSelectTheNativeEndpointFirst) {
@@ -271,7 +158,7 @@ TEST_F(Rdm, UnexpectedMessagesKeepTheirOrderAcrossEagerAndRendezvous) {
 
 TEST_F(Rdm, TagMaskDirectedReceiveAndRemoteCqData) {
   Side c;
-  c.open(2);
+  c.open(2, kSide);
   const fi_addr_t c_to_b = c.insert(b_);
   const fi_addr_t b_to_c = b_.insert(c);
   std::uint32_t from_a = 0xaaaa, from_c = 0xcccc, rx_c = 0, rx_any = 0;

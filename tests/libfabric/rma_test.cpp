@@ -24,22 +24,14 @@
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 
+#include "fi_fixture.hpp"
+
 namespace {
 
-constexpr std::size_t kAddrLen = 48;
+using namespace npo_fi_test;
+
 constexpr std::size_t kRmaEagerMax = 4096 - 80;  // the provider's one-message RMA write limit
 constexpr std::uint64_t kRmaCaps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
-
-void use_provider() {
-  static const bool once = [] {
-    ::setenv("FI_PROVIDER_PATH", NPO_FI_DIR, 1);
-    ::setenv("NPO_FI_BACKEND", "emu:mesh8", 1);
-    ::unsetenv("FI_NPO_CARD");
-    ::unsetenv("FI_PROVIDER");
-    return true;
-  }();
-  (void)once;
-}
 
 fi_info* rma_hints() {
   fi_info* h = fi_allocinfo();
@@ -50,122 +42,18 @@ fi_info* rma_hints() {
   return h;
 }
 
-struct Side {
-  fi_info* info = nullptr;
-  fid_fabric* fabric = nullptr;
-  fid_domain* domain = nullptr;
-  fid_cq* cq = nullptr;
-  fid_av* av = nullptr;
-  fid_ep* ep = nullptr;
-  std::vector<std::uint8_t> addr = std::vector<std::uint8_t>(kAddrLen);
-
-  void open(unsigned card) {
-    fi_info* hints = rma_hints();
-    const std::string name = "npo" + std::to_string(card);
-    hints->domain_attr->name = strdup(name.c_str());
-    ASSERT_EQ(fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &info), 0);
-    fi_freeinfo(hints);
-    ASSERT_STREQ(info->fabric_attr->prov_name, "npo");
-    ASSERT_EQ(info->ep_attr->type, FI_EP_RDM);
-    ASSERT_EQ(info->caps & kRmaCaps, kRmaCaps);
-    ASSERT_EQ(fi_fabric(info->fabric_attr, &fabric, nullptr), 0);
-    ASSERT_EQ(fi_domain(fabric, info, &domain, nullptr), 0);
-    fi_cq_attr cq_attr{};
-    cq_attr.format = FI_CQ_FORMAT_TAGGED;
-    cq_attr.size = 1024;
-    ASSERT_EQ(fi_cq_open(domain, &cq_attr, &cq, nullptr), 0);
-    fi_av_attr av_attr{};
-    av_attr.type = FI_AV_TABLE;
-    ASSERT_EQ(fi_av_open(domain, &av_attr, &av, nullptr), 0);
-    ASSERT_EQ(fi_endpoint(domain, info, &ep, nullptr), 0);
-    ASSERT_EQ(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV), 0);
-    ASSERT_EQ(fi_ep_bind(ep, &av->fid, 0), 0);
-    ASSERT_EQ(fi_enable(ep), 0);
-    std::size_t len = addr.size();
-    ASSERT_EQ(fi_getname(&ep->fid, addr.data(), &len), 0);
-  }
-  fi_addr_t insert(const Side& peer) {
-    fi_addr_t a = FI_ADDR_NOTAVAIL;
-    EXPECT_EQ(fi_av_insert(av, peer.addr.data(), 1, &a, 0, nullptr), 1);
-    return a;
-  }
-  void close() {
-    if (ep) {
-      EXPECT_EQ(fi_close(&ep->fid), 0);
-    }
-    if (av) {
-      EXPECT_EQ(fi_close(&av->fid), 0);
-    }
-    if (cq) {
-      EXPECT_EQ(fi_close(&cq->fid), 0);
-    }
-    if (domain) {
-      EXPECT_EQ(fi_close(&domain->fid), 0);
-    }
-    if (fabric) {
-      EXPECT_EQ(fi_close(&fabric->fid), 0);
-    }
-    if (info) fi_freeinfo(info);
-    *this = Side{};
-  }
-};
-
-struct Entry {
-  bool error = false;
-  bool timeout = false;
-  fi_cq_tagged_entry e{};
-  fi_cq_err_entry err{};
-};
-
-void progress(Side& s) {
-  fi_cq_tagged_entry none{};
-  (void)fi_cq_read(s.cq, &none, 0);  // count 0 reads nothing, progresses the endpoint
+// Checks of getinfo's first entry for the RMA hints.
+void check_rma(const fi_info* info, const std::string&) {
+  ASSERT_STREQ(info->fabric_attr->prov_name, "npo");
+  ASSERT_EQ(info->ep_attr->type, FI_EP_RDM);
+  ASSERT_EQ(info->caps & kRmaCaps, kRmaCaps);
 }
 
-// Progresses both sides until `want` has an entry; fails the test after 20 s.
-Entry wait_entry(Side& want, Side& other) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  for (;;) {
-    Entry out;
-    const ssize_t r = fi_cq_read(want.cq, &out.e, 1);
-    if (r == 1) return out;
-    if (r == -FI_EAVAIL) {
-      out.error = true;
-      EXPECT_EQ(fi_cq_readerr(want.cq, &out.err, 0), 1);
-      return out;
-    }
-    EXPECT_EQ(r, -FI_EAGAIN);
-    progress(other);
-    if (std::chrono::steady_clock::now() > end) {
-      ADD_FAILURE() << "no completion within 20 s";
-      out.timeout = true;
-      return out;
-    }
-  }
-}
+const SideOptions kSide{.hints = rma_hints, .check_info = check_rma};
 
-std::vector<std::uint8_t> pattern(std::size_t n, unsigned seed) {
-  std::vector<std::uint8_t> v(n);
-  std::mt19937 g(seed);
-  for (auto& b : v) b = static_cast<std::uint8_t>(g());
-  return v;
-}
-
-class Rma : public ::testing::Test {
+class Rma : public SidePair<> {
  protected:
-  void SetUp() override {
-    use_provider();
-    a_.open(0);
-    b_.open(1);
-    ASSERT_NE(a_.ep, nullptr);
-    ASSERT_NE(b_.ep, nullptr);
-    a_to_b_ = a_.insert(b_);
-    b_to_a_ = b_.insert(a_);
-  }
-  void TearDown() override {
-    a_.close();
-    b_.close();
-  }
+  Rma() : SidePair(kSide) {}
   // Registers `buf[0, len)` on b with `access` under `key`.
   fid_mr* reg_b(void* buf, std::size_t len, std::uint64_t access, std::uint64_t key) {
     fid_mr* mr = nullptr;
@@ -180,8 +68,6 @@ class Rma : public ::testing::Test {
     while ((r = f()) == -FI_EAGAIN && std::chrono::steady_clock::now() < end) progress(b_);
     ASSERT_EQ(r, 0);
   }
-  Side a_, b_;
-  fi_addr_t a_to_b_ = FI_ADDR_NOTAVAIL, b_to_a_ = FI_ADDR_NOTAVAIL;
 };
 
 TEST(RmaInfo, OfferedWhenAskedAtomicsNotAndMtlOfiStillGetsTheNativeEntry) {
@@ -505,7 +391,7 @@ TEST_F(Rma, MrCloseWhileIdleRevokesTheKeyAndKeysAreUnique) {
 TEST_F(Rma, AnInitiatorTheTargetNeverInsertedIsAnsweredThroughItsAddress) {
   // c knows b; b's AV does not know c: b answers from the address each request carries
   Side c;
-  c.open(2);
+  c.open(2, kSide);
   const fi_addr_t c_to_b = c.insert(b_);
   std::vector<std::uint8_t> region(2u << 20, 0);
   fid_mr* mr = reg_b(region.data(), region.size(), FI_REMOTE_READ | FI_REMOTE_WRITE, 31);

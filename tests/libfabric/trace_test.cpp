@@ -30,110 +30,37 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
 
+#include "fi_fixture.hpp"
 #include "fi_npo_ext.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using namespace npo_fi_test;
 
-constexpr std::size_t kAddrLen = 48;
+fi_info* trace_hints() {
+  fi_info* h = fi_allocinfo();
+  h->mode = FI_CONTEXT | FI_CONTEXT2;
+  h->ep_attr->type = FI_EP_RDM;
+  h->caps = FI_TAGGED | FI_LOCAL_COMM | FI_REMOTE_COMM;
+  h->domain_attr->av_type = FI_AV_TABLE;
+  h->fabric_attr->prov_name = strdup("npo");
+  return h;
+}
 
-struct Side {
-  fi_info* info = nullptr;
-  fid_fabric* fabric = nullptr;
-  fid_domain* domain = nullptr;
-  fid_cq* cq = nullptr;
-  fid_av* av = nullptr;
-  fid_ep* ep = nullptr;
-  std::vector<std::uint8_t> addr = std::vector<std::uint8_t>(kAddrLen);
+void check_rdm(const fi_info* info, const std::string&) { ASSERT_EQ(info->ep_attr->type, FI_EP_RDM); }
 
-  void open(unsigned card) {
-    fi_info* hints = fi_allocinfo();
-    hints->mode = FI_CONTEXT | FI_CONTEXT2;
-    hints->ep_attr->type = FI_EP_RDM;
-    hints->caps = FI_TAGGED | FI_LOCAL_COMM | FI_REMOTE_COMM;
-    hints->domain_attr->av_type = FI_AV_TABLE;
-    hints->fabric_attr->prov_name = strdup("npo");
-    hints->domain_attr->name = strdup(("npo" + std::to_string(card)).c_str());
-    ASSERT_EQ(fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &info), 0);
-    fi_freeinfo(hints);
-    ASSERT_EQ(info->ep_attr->type, FI_EP_RDM);
-    ASSERT_EQ(fi_fabric(info->fabric_attr, &fabric, nullptr), 0);
-    ASSERT_EQ(fi_domain(fabric, info, &domain, nullptr), 0);
-    fi_cq_attr cq_attr{};
-    cq_attr.format = FI_CQ_FORMAT_TAGGED;
-    cq_attr.size = 1024;
-    ASSERT_EQ(fi_cq_open(domain, &cq_attr, &cq, nullptr), 0);
-    fi_av_attr av_attr{};
-    av_attr.type = FI_AV_TABLE;
-    ASSERT_EQ(fi_av_open(domain, &av_attr, &av, nullptr), 0);
-    ASSERT_EQ(fi_endpoint(domain, info, &ep, nullptr), 0);
-    ASSERT_EQ(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV), 0);
-    ASSERT_EQ(fi_ep_bind(ep, &av->fid, 0), 0);
-    ASSERT_EQ(fi_enable(ep), 0);
-    std::size_t len = addr.size();
-    ASSERT_EQ(fi_getname(&ep->fid, addr.data(), &len), 0);
-  }
-  fi_addr_t insert(const Side& peer) {
-    fi_addr_t a = FI_ADDR_NOTAVAIL;
-    EXPECT_EQ(fi_av_insert(av, peer.addr.data(), 1, &a, 0, nullptr), 1);
-    return a;
-  }
-  fi_npo_dma_counters counters() {
-    fi_npo_domain_ops* ops = nullptr;
-    fi_npo_dma_counters c{};
-    EXPECT_EQ(fi_open_ops(&domain->fid, FI_NPO_DOMAIN_OPS_NAME, 0, reinterpret_cast<void**>(&ops), nullptr), 0);
-    if (ops) {
-      EXPECT_EQ(ops->dma_counters(domain, &c), 0);
-    }
-    return c;
-  }
-  void close_ep() {
-    if (ep) {
-      EXPECT_EQ(fi_close(&ep->fid), 0);
-    }
-    ep = nullptr;
-  }
-  void close() {
-    close_ep();
-    if (av) {
-      EXPECT_EQ(fi_close(&av->fid), 0);
-    }
-    if (cq) {
-      EXPECT_EQ(fi_close(&cq->fid), 0);
-    }
-    if (domain) {
-      EXPECT_EQ(fi_close(&domain->fid), 0);
-    }
-    if (fabric) {
-      EXPECT_EQ(fi_close(&fabric->fid), 0);
-    }
-    if (info) fi_freeinfo(info);
-    *this = Side{};
-  }
-};
+const SideOptions kSide{.hints = trace_hints, .check_info = check_rdm};
 
 // Progresses both sides until `want` has a completion (or an error); false after 20 s.
 bool wait_entry(Side& want, Side& other, fi_cq_tagged_entry& e, bool& error) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (std::chrono::steady_clock::now() < end) {
-    const ssize_t r = fi_cq_read(want.cq, &e, 1);
-    if (r == 1) {
-      error = false;
-      return true;
-    }
-    if (r == -FI_EAVAIL) {
-      fi_cq_err_entry err{};
-      EXPECT_EQ(fi_cq_readerr(want.cq, &err, 0), 1);
-      e.op_context = err.op_context;
-      error = true;
-      return true;
-    }
-    fi_cq_tagged_entry none{};
-    (void)fi_cq_read(other.cq, &none, 0);
-  }
-  return false;
+  const Entry r = npo_fi_test::wait_entry(want, other);
+  if (r.timeout) return false;
+  error = r.error;
+  e = r.e;
+  if (r.error) e.op_context = r.err.op_context;
+  return true;
 }
 
 std::uint64_t ns_of(double us) { return static_cast<std::uint64_t>(us * 1000.0 + 0.5); }
@@ -144,13 +71,10 @@ TEST(FiTrace, DmaOpsAndMessagesOfAnRdmEndpoint) {
   const fs::path file = dir / "trace.json";
   // read once, at the first endpoint of the process: this test's own process
   ::setenv("NPO_FI_TRACE", (dir / "trace-%p.json").c_str(), 1);
-  ::setenv("FI_PROVIDER_PATH", NPO_FI_DIR, 1);
-  ::setenv("NPO_FI_BACKEND", "emu:mesh8", 1);
-  ::unsetenv("FI_NPO_CARD");
-  ::unsetenv("FI_PROVIDER");
+  use_provider();
   Side a, b;
-  a.open(0);
-  b.open(1);
+  a.open(0, kSide);
+  b.open(1, kSide);
   ASSERT_NE(a.ep, nullptr);
   ASSERT_NE(b.ep, nullptr);
   const fi_addr_t to_b = a.insert(b);
