@@ -329,6 +329,22 @@ std::string file_name(std::string path) {
   return path + "." + pid + ".json";
 }
 
+// Deletes the tracer when the provider is unloaded (libfabric's fi_fini dlcloses it, after every
+// fid is closed) or the process exits normally: until then it lives, since a fatal fault may
+// write the file from any thread (and then ends the process with _Exit, skipping this).
+struct TracerOwner {
+  TracerOwner() = default;
+  TracerOwner(const TracerOwner&) = delete;
+  TracerOwner& operator=(const TracerOwner&) = delete;
+  ~TracerOwner() {
+    Tracer* t = g_tracer.exchange(nullptr, std::memory_order_acq_rel);
+    if (t == nullptr) return;
+    { std::lock_guard lk(t->mu); }  // a caller that loaded it before the exchange is done
+    delete t;
+  }
+};
+TracerOwner g_tracer_owner;
+
 // Tracer with its mutex held, or null when tracing is off.
 struct Locked {
   Tracer* t;
@@ -347,7 +363,7 @@ void init() {
     if (!p) return;
     std::size_t max = 1'000'000;
     if (const char* m = env("NPO_FI_TRACE_MAX")) max = static_cast<std::size_t>(std::max(0ll, std::atoll(m)));
-    // Never deleted: a fatal fault may write the file from any thread until the process ends.
+    // Lives until the provider is unloaded (TracerOwner).
     g_tracer.store(new Tracer(file_name(p), max), std::memory_order_release);
   });
 }
