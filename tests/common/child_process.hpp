@@ -65,13 +65,22 @@ class ChildProcess {
   }
   /// SIGTERM, then waits up to `timeout_ms` (SIGKILL after). Returns the exit status (-1:
   /// killed by a signal or never started).
-  int stop(int timeout_ms = 10000) {
+  int stop(int timeout_ms = 10000) { return end(SIGTERM, timeout_ms); }
+  /// SIGKILL and reap: the child dies without cleaning up. Returns -1 (killed), or its exit
+  /// status if it had already exited.
+  int kill() { return end(SIGKILL, 10000); }
+  [[nodiscard]] pid_t pid() const { return pid_; }
+  [[nodiscard]] const std::string& output() const { return output_; }
+
+ private:
+  // Sends `sig`, then reaps within `timeout_ms` (SIGKILL after), draining the output.
+  int end(int sig, int timeout_ms) {
     if (pid_ <= 0) return status_;
-    ::kill(pid_, SIGTERM);
+    ::kill(pid_, sig);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
     int st = 0;
     for (;;) {
-      (void)pump(0);
+      drain();
       const pid_t r = ::waitpid(pid_, &st, WNOHANG);
       if (r == pid_) break;
       if (std::chrono::steady_clock::now() > deadline) {
@@ -81,20 +90,20 @@ class ChildProcess {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    while (pump(0)) {
-      pollfd pf{out_fd_, POLLIN, 0};
-      if (::poll(&pf, 1, 0) <= 0) break;
-    }
+    drain();
     if (out_fd_ >= 0) ::close(out_fd_);
     out_fd_ = -1;
     pid_ = -1;
     status_ = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     return status_;
   }
-  [[nodiscard]] pid_t pid() const { return pid_; }
-  [[nodiscard]] const std::string& output() const { return output_; }
-
- private:
+  // Reads everything the child has written so far (a chatty child never blocks on the pipe).
+  void drain() {
+    while (pump(0)) {
+      pollfd pf{out_fd_, POLLIN, 0};
+      if (::poll(&pf, 1, 0) <= 0) break;
+    }
+  }
   pid_t pid_ = -1;
   int out_fd_ = -1;
   int status_ = -1;
