@@ -127,24 +127,33 @@ Result<OpHandle> enqueue_poison(NpoDev& d, Vchan& v) {
   return v.queue->enqueue_copy(DmaAddress::hbm(d.poison_hbm), DmaAddress::hbm(d.poison_hbm), 1);
 }
 
+/// The start of a single copy or fill (`what`): checks the device, vchan, space and length,
+/// enqueues the fence the op asks for and fills `s`. Returns 0 or a negative errno.
+int begin_single(NpoDev& d, std::uint16_t vchan, std::uint32_t length, std::uint64_t flags, const char* what, Slot& s) {
+  const bool fence = (flags & RTE_DMA_OP_FLAG_FENCE) != 0;
+  if (int e = check_enqueue(d, vchan, fence ? 2 : 1); e != 0) return e;
+  if (length == 0 || length > d.caps.max_transfer_bytes) [[unlikely]] {
+    if (d.misuse_logs++ < kMisuseLogs)
+      log(RTE_LOG_ERR, "%s: %s length %u outside 1..%u", d.name.c_str(), what, length, d.caps.max_transfer_bytes);
+    return -EINVAL;
+  }
+  s = Slot{.hal_left = static_cast<std::uint16_t>(fence ? 2 : 1), .fence = fence};
+  if (fence) {
+    Vchan& v = d.vchans[vchan];
+    ++v.hal_enq;
+    if (auto r = v.queue->enqueue_fence(); !r) return errno_of(r.error());
+  }
+  return 0;
+}
+
 }  // namespace
 
 int fp_copy(void* priv, std::uint16_t vchan, rte_iova_t src, rte_iova_t dst, std::uint32_t length,
             std::uint64_t flags) {
   NpoDev& d = *dev_of(priv);
-  const bool fence = (flags & RTE_DMA_OP_FLAG_FENCE) != 0;
-  if (int e = check_enqueue(d, vchan, fence ? 2 : 1); e != 0) return e;
-  if (length == 0 || length > d.caps.max_transfer_bytes) [[unlikely]] {
-    if (d.misuse_logs++ < kMisuseLogs)
-      log(RTE_LOG_ERR, "%s: copy length %u outside 1..%u", d.name.c_str(), length, d.caps.max_transfer_bytes);
-    return -EINVAL;
-  }
+  Slot s{};
+  if (int e = begin_single(d, vchan, length, flags, "copy", s); e != 0) return e;
   Vchan& v = d.vchans[vchan];
-  Slot s{.hal_left = static_cast<std::uint16_t>(fence ? 2 : 1), .fence = fence};
-  if (fence) {
-    ++v.hal_enq;
-    if (auto r = v.queue->enqueue_fence(); !r) return errno_of(r.error());
-  }
   const MemTable* t = d.memory->current.load(std::memory_order_acquire);
   std::uint64_t si = 0, di = 0;
   const bool src_ok = t != nullptr && t->translate(src, length, si);
@@ -165,19 +174,9 @@ int fp_copy(void* priv, std::uint16_t vchan, rte_iova_t src, rte_iova_t dst, std
 int fp_fill(void* priv, std::uint16_t vchan, std::uint64_t pattern, rte_iova_t dst, std::uint32_t length,
             std::uint64_t flags) {
   NpoDev& d = *dev_of(priv);
-  const bool fence = (flags & RTE_DMA_OP_FLAG_FENCE) != 0;
-  if (int e = check_enqueue(d, vchan, fence ? 2 : 1); e != 0) return e;
-  if (length == 0 || length > d.caps.max_transfer_bytes) [[unlikely]] {
-    if (d.misuse_logs++ < kMisuseLogs)
-      log(RTE_LOG_ERR, "%s: fill length %u outside 1..%u", d.name.c_str(), length, d.caps.max_transfer_bytes);
-    return -EINVAL;
-  }
+  Slot s{};
+  if (int e = begin_single(d, vchan, length, flags, "fill", s); e != 0) return e;
   Vchan& v = d.vchans[vchan];
-  Slot s{.hal_left = static_cast<std::uint16_t>(fence ? 2 : 1), .fence = fence};
-  if (fence) {
-    ++v.hal_enq;
-    if (auto r = v.queue->enqueue_fence(); !r) return errno_of(r.error());
-  }
   const MemTable* t = d.memory->current.load(std::memory_order_acquire);
   std::uint64_t di = 0;
   Result<OpHandle> r;
