@@ -94,7 +94,7 @@ void QueueModel::write(std::uint32_t reg, unsigned /*width*/, std::uint64_t valu
         }
       }
       sq_tail_.store(v32, std::memory_order_seq_cst);
-      if (!scheduled.load(std::memory_order_seq_cst)) card_.system().workers.post(*this);
+      if (!scheduled.load(std::memory_order_seq_cst)) card_.system().workers.ring(*this);
       return;
     case qr::kCqHead: {
       // registers.md §5.4: accepted if it neither passes CQ_TAIL nor moves backwards.

@@ -5,6 +5,7 @@ namespace npo::emu {
 
 namespace {
 constexpr unsigned kMaxReruns = 16;  // batches a worker runs back to back before re-checking the list
+constexpr unsigned kInlineRuns = 16;  // batches a ringing thread runs before it hands the rest to a worker
 }  // namespace
 
 Scheduler::Scheduler(ClockMode mode) : mode_(mode), start_(std::chrono::steady_clock::now()) {
@@ -73,7 +74,8 @@ void Scheduler::timer_loop() {
   }
 }
 
-WorkerPool::WorkerPool(unsigned threads, std::uint64_t spin_ns) : spin_ns_(spin_ns) {
+WorkerPool::WorkerPool(unsigned threads, std::uint64_t spin_ns, bool inline_doorbells)
+    : spin_ns_(spin_ns), inline_(inline_doorbells) {
   if (threads == 0) threads = 1;
   for (unsigned i = 0; i < threads; ++i) threads_.emplace_back([this] { loop(); });
 }
@@ -101,6 +103,24 @@ void WorkerPool::post(Runnable& r) {
     wake = sleepers_ > 0;
   }
   if (wake) cv_.notify_one();
+}
+
+void WorkerPool::ring(Runnable& r) {
+  if (!inline_) return post(r);
+  if (r.scheduled.exchange(true, std::memory_order_acq_rel)) return;
+  for (unsigned run = 0; run < kInlineRuns; ++run) {
+    if (r.run_once()) continue;
+    // Same clear-then-recheck as a worker (loop()): a doorbell after the clear runs or posts
+    // the Runnable itself; one that landed before it is seen by has_work().
+    r.scheduled.store(false, std::memory_order_seq_cst);
+    if (!r.has_work() || r.scheduled.exchange(true, std::memory_order_acq_rel)) return;
+  }
+  {  // still busy after the budget: a worker continues (r stays scheduled)
+    std::lock_guard lock(mu_);
+    ready_.push_back(&r);
+    ready_count_.store(ready_.size(), std::memory_order_release);
+  }
+  cv_.notify_one();
 }
 
 bool WorkerPool::linger(Runnable& r, bool* timed_out) {

@@ -86,12 +86,20 @@ class Runnable {
 /// idle workers sleep.
 class WorkerPool {
  public:
-  explicit WorkerPool(unsigned threads, std::uint64_t spin_ns = 50'000);
+  /// `inline_doorbells`: ring() runs the Runnable on the ringing thread (see ring()).
+  explicit WorkerPool(unsigned threads, std::uint64_t spin_ns = 50'000, bool inline_doorbells = false);
   ~WorkerPool();
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
   /// Makes `r` run soon unless it is already scheduled. Cheap when already scheduled.
   void post(Runnable& r);
+  /// A doorbell for `r`: post(r), or with inline doorbells, unless `r` is already scheduled
+  /// (a worker or another ringer has it), runs it on the calling thread for up to
+  /// kInlineRuns batches and hands what is left to a worker. Inline, the ringing thread (an
+  /// npo-emud session thread) is the engine, so a doorbell costs no cross-thread wake-up.
+  /// The caller must hold no lock that run_once() takes. Thread-safety: any thread.
+  void ring(Runnable& r);
+  [[nodiscard]] bool inline_doorbells() const noexcept { return inline_; }
   void stop();
 
  private:
@@ -104,6 +112,7 @@ class WorkerPool {
   std::deque<Runnable*> ready_;
   std::atomic<std::size_t> ready_count_{0};
   std::uint64_t spin_ns_;
+  bool inline_;
   bool stopping_ = false;
   unsigned sleepers_ = 0;
   std::vector<std::thread> threads_;

@@ -7,9 +7,10 @@
 //   4 MiB between two huge-page host buffers                             (target >= 0.80),
 //   with the caller spinning on poll(), in wait() on a polled queue (spin, then yield), and
 //   sleeping in wait() on the MSI-X eventfd of an interrupt-mode queue
-// Starts its own npo-emud (mesh8) and stops it. Usage: npo-emud-fastpath-bench [SECONDS [h2d|peer]]
-// (seconds per measurement, default 2; the second argument runs only those rows, e.g. to
-// profile one path). Figures are printed, never asserted.
+// Starts its own npo-emud (mesh8) and stops it. Usage: npo-emud-fastpath-bench [SECONDS [h2d|peer|all
+// [DAEMON-ARGS...]]] (seconds per measurement, default 2; the second argument runs only those
+// rows, e.g. to profile one path; the rest go to npo-emud, e.g. `--engine workers`). Figures
+// are printed, never asserted.
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -209,12 +210,14 @@ PeerRates peer_rates(const std::string& uri, std::size_t size, double seconds) {
 
 int main(int argc, char** argv) {
   const double seconds = argc > 1 ? std::atof(argv[1]) : 2.0;
+  std::vector<std::string> daemon_args;
+  for (int i = 3; i < argc; ++i) daemon_args.emplace_back(argv[i]);
   npo_test::EmudProcess d;
-  if (!d.start(NPO_EMUD, "emu:mesh8")) {
+  if (!d.start(NPO_EMUD, "emu:mesh8", daemon_args)) {
     std::fprintf(stderr, "npo-emud did not start:\n%s\n", d.output().c_str());
     return 1;
   }
-  const std::string only = argc > 2 ? argv[2] : "";
+  const std::string only = argc > 2 && std::string(argv[2]) != "all" ? argv[2] : "";
   Acc l64, r64, l1m, r1m, unused;
   PeerRates peer;
   if (only.empty() || only == "h2d") {

@@ -107,6 +107,12 @@ int main(int argc, char** argv) {
                                "link training stages of every port at bring-up, link up / training failed, link state "
                                "changes (polled every 100 ms), client attach and detach, injected faults (written "
                                "at shutdown)");
+  std::string engine = "inline";
+  app.add_option("--engine", engine,
+                 "who runs a DMA queue's engine: inline (the session thread that receives the client's doorbell "
+                 "write, no cross-thread wake-up; the default) or workers (the emulator's worker threads, as in "
+                 "process)")
+      ->check(CLI::IsMember({"inline", "workers"}));
   std::string socket_group;
   std::string socket_mode;
   app.add_option("--socket-group", socket_group,
@@ -176,6 +182,7 @@ int main(int argc, char** argv) {
         "npo-emud", npo::Error(npo::Code::kInvalidArgument, "npo-emud runs the real-time clock: drop clock=virtual"));
   }
   cfg->hbm_fd_per_card = true;  // a client's aperture fd reaches its own card only
+  cfg->inline_doorbells = engine == "inline";
   auto emu = npo::emu::Emulator::create(*cfg);
   if (!emu) return npo::tools::fail("npo-emud", emu.error());
   unsigned up = 0, failed = 0;

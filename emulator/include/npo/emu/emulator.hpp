@@ -117,6 +117,12 @@ struct SystemConfig {
   /// Each card's HBM in its own memfd (one fd per card), so the fd handed out for one card's
   /// aperture reaches no other card. npo-emud sets it; in-process, one memfd holds them all.
   bool hbm_fd_per_card = false;
+  /// The thread that writes a DMA queue's SQ_TAIL doorbell runs that queue's engine (up to 16
+  /// batches of 64 descriptors; the rest goes to the workers), so a doorbell costs no
+  /// cross-thread wake-up. npo-emud sets it (`--engine inline`): each client's session thread
+  /// is then its card's engine. Off (in-process): a doorbell returns at once and a worker
+  /// copies, as the card's engine runs beside the CPU.
+  bool inline_doorbells = false;
 };
 
 /// The emulator configuration a plan describes (emu:file=PATH): cards (with per-card
