@@ -42,7 +42,7 @@ fi_ops_domain domain_ops{sizeof(fi_ops_domain),
                          NPO_ENOSYS(fi_ops_domain, poll_open),
                          NPO_ENOSYS(fi_ops_domain, stx_ctx),
                          NPO_ENOSYS(fi_ops_domain, srx_ctx),
-                         NPO_ENOSYS(fi_ops_domain, query_atomic),
+                         query_atomic,
                          NPO_ENOSYS(fi_ops_domain, query_collective),
                          endpoint2};
 
@@ -164,13 +164,13 @@ bool hints_match(const fi_info* hints, unsigned card) {
 // write into registered memory (rma.cpp).
 constexpr std::uint64_t kRdmRmaCaps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
 constexpr std::uint64_t kRdmCaps = FI_MSG | FI_TAGGED | FI_SEND | FI_RECV | FI_DIRECTED_RECV | FI_SOURCE |
-                                   FI_LOCAL_COMM | FI_REMOTE_COMM | kRdmRmaCaps;
+                                   FI_LOCAL_COMM | FI_REMOTE_COMM | kRdmRmaCaps | FI_ATOMIC;
 
 bool hints_match_rdm(const fi_info* hints, unsigned card) {
   if (!hints) return true;
   // capabilities this endpoint cannot offer (secondary ones like FI_FENCE are ignored)
-  if (hints->caps & (FI_ATOMIC | FI_COLLECTIVE | FI_MULTI_RECV | FI_HMEM | FI_TRIGGER | FI_MULTICAST | FI_NAMED_RX_CTX |
-                     FI_RMA_EVENT))
+  if (hints->caps &
+      (FI_COLLECTIVE | FI_MULTI_RECV | FI_HMEM | FI_TRIGGER | FI_MULTICAST | FI_NAMED_RX_CTX | FI_RMA_EVENT))
     return false;
   if (hints->ep_attr && hints->ep_attr->type != FI_EP_UNSPEC && hints->ep_attr->type != FI_EP_RDM) return false;
   if (hints->ep_attr && hints->ep_attr->max_msg_size > kRdmMaxMsg) return false;
@@ -206,18 +206,18 @@ fi_info* make_rdm_info(unsigned card, const fi_info* hints) {
   std::uint64_t caps = kRdmCaps;
   if (hints && hints->caps) {
     caps = hints->caps & kRdmCaps;
-    if (!(caps & (FI_MSG | FI_TAGGED | FI_RMA))) caps |= FI_MSG | FI_TAGGED;
-    // FI_RMA alone means both directions and both roles (fi_getinfo(3))
-    if ((caps & FI_RMA) && !(caps & (FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE)))
+    if (!(caps & (FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC))) caps |= FI_MSG | FI_TAGGED;
+    // FI_RMA / FI_ATOMIC alone mean both directions and both roles (fi_getinfo(3))
+    if ((caps & (FI_RMA | FI_ATOMIC)) && !(caps & (FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE)))
       caps |= FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
     if (!(caps & (FI_SEND | FI_RECV))) caps |= FI_SEND | FI_RECV;
     caps |= FI_LOCAL_COMM | FI_REMOTE_COMM;
   }
   i->caps = caps;
-  i->tx_attr->caps = caps & (FI_MSG | FI_TAGGED | FI_SEND | FI_RMA | FI_READ | FI_WRITE);
-  i->rx_attr->caps =
-      caps & (FI_MSG | FI_TAGGED | FI_RECV | FI_DIRECTED_RECV | FI_SOURCE | FI_RMA | FI_REMOTE_READ | FI_REMOTE_WRITE);
-  if (caps & FI_RMA) {
+  i->tx_attr->caps = caps & (FI_MSG | FI_TAGGED | FI_SEND | FI_RMA | FI_ATOMIC | FI_READ | FI_WRITE);
+  i->rx_attr->caps = caps & (FI_MSG | FI_TAGGED | FI_RECV | FI_DIRECTED_RECV | FI_SOURCE | FI_RMA | FI_ATOMIC |
+                             FI_REMOTE_READ | FI_REMOTE_WRITE);
+  if (caps & (FI_RMA | FI_ATOMIC)) {
     i->tx_attr->rma_iov_limit = 1;
     i->domain_attr->mr_iov_limit = kIovLimit;
   }

@@ -117,7 +117,9 @@ enum MsgKind : std::uint8_t {
   kRmaReadReq = 6,
   kRmaReadResp = 7,
   kRmaReadGo = 8,
-  kRmaAck = 9
+  kRmaAck = 9,
+  kAtomicReq = 10,  // atomic.cpp: an atomic (AtomicReq + operands), executed by the target's CPU
+  kAtomicResp = 11  // atomic.cpp: its answer (op id, status, the fetched old values)
 };
 constexpr std::size_t kEagerMax = kMaxMsg;                        // RDM payloads up to this go eager
 constexpr std::uint64_t kRdmMaxMsg = 1ull << 40;                  // max_msg_size of the RDM endpoint
@@ -621,6 +623,7 @@ struct Ep {
     std::array<iovec, kIovLimit> iov{};  // read: where the data goes
     std::size_t count = 0;
     Av::Entry peer{};
+    bool atomic = false;  // an atomic (atomic.cpp); `read`: a fetching one, iov takes the old values
   };
   std::map<std::uint64_t, RmaOp> rma_ops;
   std::uint64_t next_recv_id = 1;
@@ -812,6 +815,12 @@ void rma_recv_done(Ep& e, Ep::RecvReq& r);
 void rma_stage_chunk(Ep& e, Ep::SendReq& q, std::uint64_t msg_off, std::byte* dst, std::uint64_t len);
 // The ring write of RMA op `id` failed for good: its error completion.
 void rma_fail(Ep& e, std::uint64_t id, int err, const std::string& msg);
+// atomic.cpp: FI_ATOMIC of the RDM endpoint (docs/libfabric.md "Atomics")
+extern fi_ops_atomic rdm_atomic_ops;
+// A ring message kAtomicReq (target: execute, queue the answer) or kAtomicResp (initiator).
+void atomic_on_message(Ep& e, const SlotHeader& h, const std::byte* payload, fi_addr_t src, std::uint64_t src_key);
+// fi_query_atomic of a domain.
+int query_atomic(fid_domain* domain, fi_datatype datatype, fi_op op, fi_atomic_attr* attr, std::uint64_t flags);
 extern fi_ops_msg rdm_msg_ops;
 extern fi_ops_tagged rdm_tagged_ops;
 int rdm_setup(Ep& e);

@@ -240,7 +240,8 @@ void rma_stage_chunk(Ep& e, Ep::SendReq& q, std::uint64_t msg_off, std::byte* ds
 void rma_fail(Ep& e, std::uint64_t id, int err, const std::string& msg) {
   auto it = e.rma_ops.find(id);
   if (it == e.rma_ops.end()) return;
-  if (e.tx_cq) e.tx_cq->push_error(it->second.ctx, FI_RMA | (it->second.read ? FI_READ : FI_WRITE), 0, 0, err, msg);
+  const std::uint64_t kind = it->second.atomic ? FI_ATOMIC : FI_RMA;
+  if (e.tx_cq) e.tx_cq->push_error(it->second.ctx, kind | (it->second.read ? FI_READ : FI_WRITE), 0, 0, err, msg);
   e.rma_ops.erase(it);
 }
 
