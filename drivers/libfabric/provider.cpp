@@ -68,12 +68,20 @@ int domain_open(fid_fabric* f, fi_info* info, fid_domain** out, void* context) {
   d->card = *k;
   if (fab->backend.remote) {
     const std::string uri = "emu-remote:" + fab->backend.dir + "?card=" + std::to_string(*k);
-    auto sys = System::open(uri);
-    if (!sys) {
-      warn(FI_LOG_DOMAIN, "cannot open card " + std::to_string(*k) + " (" + uri + "): " + sys.error().to_string());
-      return -fi_errno_of(sys.error());
+    auto& s = shared();
+    std::lock_guard lk(s.mu);
+    // one System per card per process, shared by the domains on it (a second owner attach of
+    // the same card from this process would be refused by the daemon)
+    d->sys = s.remote_sys[uri].lock();
+    if (!d->sys) {
+      auto sys = System::open(uri);
+      if (!sys) {
+        warn(FI_LOG_DOMAIN, "cannot open card " + std::to_string(*k) + " (" + uri + "): " + sys.error().to_string());
+        return -fi_errno_of(sys.error());
+      }
+      d->sys = std::shared_ptr<System>(std::move(*sys));
+      s.remote_sys[uri] = d->sys;
     }
-    d->sys = std::shared_ptr<System>(std::move(*sys));
     if (d->sys->device_count() != 1) return -FI_ENODEV;
     d->dev = &d->sys->device(0);
   } else {

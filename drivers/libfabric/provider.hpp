@@ -234,6 +234,10 @@ struct Shared {
   std::map<std::string, std::size_t> remote_cards;
   // endpoint numbers in use per card fabric ID (lanes)
   std::map<std::uint32_t, unsigned> ep_used;
+  // emu-remote: the System of each card this process holds, by URI, shared by every domain on
+  // that card (the daemon gives a card to one owner connection: a second System::open of it
+  // from the same process would be refused); it closes with the last domain
+  std::map<std::string, std::weak_ptr<System>> remote_sys;
 };
 
 /// The process-wide state, created on first use; cleanup() deletes it (g_shared).
