@@ -261,6 +261,7 @@ void target_request(Ep& e, const SlotHeader& h, const std::byte* payload, fi_add
     }
   }
   e.ctrl_out.push_back(std::move(c));
+  e.domain->target_atomics.fetch_add(1, std::memory_order_relaxed);
   if ((h.flags & kFlagData) && e.rx_cq)
     e.rx_cq->push({nullptr, FI_ATOMIC | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, bytes, nullptr, h.data});
 }
@@ -386,6 +387,7 @@ ssize_t start(Ep& e, const Call& c) {
   iovec v{msg.data(), len};
   const ssize_t r = send_to(e, peer, &v, 1, nullptr, c.data, c.has_data, true, false, m, kSendWait);
   if (r != 0) e.rma_ops.erase(id);
+  if (r == 0) e.domain->atomics.fetch_add(1, std::memory_order_relaxed);
   return r;
 }
 

@@ -16,7 +16,18 @@ int dma_counters(fid_domain* f, fi_npo_dma_counters* out) {
   out->fabric_id = d->fabric_id;
   return 0;
 }
-fi_npo_domain_ops npo_domain_ops{sizeof(fi_npo_domain_ops), dma_counters};
+int op_counters(fid_domain* f, fi_npo_op_counters* out) {
+  if (!f || !out) return -FI_EINVAL;
+  auto* d = reinterpret_cast<Domain*>(f);
+  out->rma_writes = d->rma_writes.load();
+  out->rma_reads = d->rma_reads.load();
+  out->atomics = d->atomics.load();
+  out->target_rma_writes = d->target_rma_writes.load();
+  out->target_rma_reads = d->target_rma_reads.load();
+  out->target_atomics = d->target_atomics.load();
+  return 0;
+}
+fi_npo_domain_ops npo_domain_ops{sizeof(fi_npo_domain_ops), dma_counters, op_counters};
 int domain_ops_open(fid*, const char* name, std::uint64_t, void** ops, void*) {
   if (!name || std::string_view(name) != FI_NPO_DOMAIN_OPS_NAME) return -FI_ENOSYS;
   *ops = &npo_domain_ops;
@@ -25,6 +36,22 @@ int domain_ops_open(fid*, const char* name, std::uint64_t, void** ops, void*) {
 int domain_close(fid* f) {
   auto* d = reinterpret_cast<Domain*>(f);
   if (d->refs.load() != 0) return -FI_EBUSY;
+  if (env("NPO_FI_STATS")) {
+    // one line per domain, for runtimes the application cannot ask (docs/libfabric.md "Extensions")
+    std::fprintf(stderr,
+                 "npo: stats pid %d domain npo%u (fabric id %u): started rma_write=%llu rma_read=%llu atomic=%llu; "
+                 "executed as target rma_write=%llu rma_read=%llu atomic=%llu; dma ops=%llu bytes=%llu\n",
+                 static_cast<int>(::getpid()), d->card, d->fabric_id,
+                 static_cast<unsigned long long>(d->rma_writes.load()),
+                 static_cast<unsigned long long>(d->rma_reads.load()),
+                 static_cast<unsigned long long>(d->atomics.load()),
+                 static_cast<unsigned long long>(d->target_rma_writes.load()),
+                 static_cast<unsigned long long>(d->target_rma_reads.load()),
+                 static_cast<unsigned long long>(d->target_atomics.load()),
+                 static_cast<unsigned long long>(d->ops_ok.load()),
+                 static_cast<unsigned long long>(d->bytes_moved.load()));
+    std::fflush(stderr);
+  }
   delete d;
   return 0;
 }

@@ -395,6 +395,9 @@ struct Domain {
   std::uint32_t fabric_id = 0;
   std::atomic<std::uint64_t> ops_ok{0}, ops_failed{0}, bytes_moved{0}, datagrams_dropped{0};
   std::atomic<unsigned> refs{0};  // AVs, CQs, EPs, MRs open on it
+  // one-sided operations (fi_npo_op_counters): started as initiator, executed as target
+  std::atomic<std::uint64_t> rma_writes{0}, rma_reads{0}, atomics{0};
+  std::atomic<std::uint64_t> target_rma_writes{0}, target_rma_reads{0}, target_atomics{0};
   // Memory regions open to remote access (FI_REMOTE_READ / FI_REMOTE_WRITE), by key; guarded by mu.
   struct MrRegion {
     std::array<iovec, kIovLimit> iov{};

@@ -118,6 +118,18 @@ TEST(AtomicInfo, OfferedToBtlOfiHintsWithValidCountsAndUnsupportedCombinationsRe
   s.close();
 }
 
+// The one-sided op counters of a domain (fi_npo_domain_ops::op_counters).
+fi_npo_op_counters op_counters(fid_domain* d) {
+  fi_npo_domain_ops* ops = nullptr;
+  fi_npo_op_counters c{};
+  EXPECT_EQ(fi_open_ops(&d->fid, FI_NPO_DOMAIN_OPS_NAME, 0, reinterpret_cast<void**>(&ops), nullptr), 0);
+  if (ops) {
+    EXPECT_GE(ops->size, sizeof(fi_npo_domain_ops));
+    EXPECT_EQ(ops->op_counters(d, &c), 0);
+  }
+  return c;
+}
+
 // ---- The reference --------------------------------------------------------------------
 constexpr std::size_t kN = 5;  // elements per atomic
 
@@ -243,6 +255,11 @@ TEST_F(Atomic, EveryOpAndDatatypeMatchesTheReferenceAndFetchesTheOldValues) {
   sweep<double>(FI_DOUBLE, &ops);
   // 8 integer types x (11 + 12 + 7) + 2 floating types x (8 + 9 + 6)
   EXPECT_EQ(ops, 8u * 30 + 2u * 23);
+  // the op counters saw every one of them on both sides, and no RMA
+  const fi_npo_op_counters ia = op_counters(a_.domain), tb = op_counters(b_.domain);
+  EXPECT_EQ(ia.atomics, ops);
+  EXPECT_EQ(tb.target_atomics, ops);
+  EXPECT_EQ(ia.target_atomics + tb.atomics + ia.rma_writes + ia.rma_reads + tb.target_rma_writes, 0u);
 }
 
 TEST_F(Atomic, CswapHitSwapsMissLeavesAndBothFetchTheOldValueAndSumWrapsAround) {
