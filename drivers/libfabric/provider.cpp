@@ -38,18 +38,16 @@ int domain_close(fid* f) {
   if (d->refs.load() != 0) return -FI_EBUSY;
   if (env("NPO_FI_STATS")) {
     // one line per domain, for runtimes the application cannot ask (docs/libfabric.md "Extensions")
-    std::fprintf(stderr,
-                 "npo: stats pid %d domain npo%u (fabric id %u): started rma_write=%llu rma_read=%llu atomic=%llu; "
-                 "executed as target rma_write=%llu rma_read=%llu atomic=%llu; dma ops=%llu bytes=%llu\n",
-                 static_cast<int>(::getpid()), d->card, d->fabric_id,
-                 static_cast<unsigned long long>(d->rma_writes.load()),
-                 static_cast<unsigned long long>(d->rma_reads.load()),
-                 static_cast<unsigned long long>(d->atomics.load()),
-                 static_cast<unsigned long long>(d->target_rma_writes.load()),
-                 static_cast<unsigned long long>(d->target_rma_reads.load()),
-                 static_cast<unsigned long long>(d->target_atomics.load()),
-                 static_cast<unsigned long long>(d->ops_ok.load()),
-                 static_cast<unsigned long long>(d->bytes_moved.load()));
+    std::fprintf(
+        stderr,
+        "npo: stats pid %d domain npo%u (fabric id %u): started rma_write=%llu rma_read=%llu atomic=%llu; "
+        "executed as target rma_write=%llu rma_read=%llu atomic=%llu; dma ops=%llu bytes=%llu\n",
+        static_cast<int>(::getpid()), d->card, d->fabric_id, static_cast<unsigned long long>(d->rma_writes.load()),
+        static_cast<unsigned long long>(d->rma_reads.load()), static_cast<unsigned long long>(d->atomics.load()),
+        static_cast<unsigned long long>(d->target_rma_writes.load()),
+        static_cast<unsigned long long>(d->target_rma_reads.load()),
+        static_cast<unsigned long long>(d->target_atomics.load()), static_cast<unsigned long long>(d->ops_ok.load()),
+        static_cast<unsigned long long>(d->bytes_moved.load()));
     std::fflush(stderr);
   }
   delete d;
