@@ -737,6 +737,7 @@ int ep_open(fid_domain* f, fi_info* info, fid_ep** out, void* context) {
     e->ep.msg = &rdm_msg_ops;
     e->ep.tagged = &rdm_tagged_ops;
     e->ep.rma = &rdm_rma_ops;
+    e->ep.atomic = &rdm_atomic_ops;
   }
   // One lane per possible sender (fabric IDs 1..N, kEpsPerCard endpoints each), at least 64.
   e->lanes =

@@ -29,11 +29,27 @@ struct fi_npo_dma_counters {
   uint32_t fabric_id;    /**< the card's fabric ID */
 };
 
+/** One-sided operations of the domain's endpoints, counted since the domain opened: those its
+ *  endpoints started as initiator (fi_write / fi_read / fi_atomic families, accepted by the
+ *  call) and those they executed as target (after the key / range / access checks passed).
+ *  Two-sided traffic (messages, tagged) moves none of them. Also printed to stderr when the
+ *  domain closes if NPO_FI_STATS is set (docs/libfabric.md "Extensions"). */
+struct fi_npo_op_counters {
+  uint64_t rma_writes;        /**< RMA writes started */
+  uint64_t rma_reads;         /**< RMA reads started */
+  uint64_t atomics;           /**< atomics started (all three families) */
+  uint64_t target_rma_writes; /**< RMA writes accepted as target */
+  uint64_t target_rma_reads;  /**< RMA reads answered as target */
+  uint64_t target_atomics;    /**< atomics executed as target */
+};
+
 /** Domain extension ops. Thread-safety: as the domain (FI_THREAD_SAFE). */
 struct fi_npo_domain_ops {
-  size_t size; /**< sizeof(struct fi_npo_domain_ops) */
+  size_t size; /**< sizeof(struct fi_npo_domain_ops); op_counters exists when it covers it */
   /** Fills *out. Returns 0, or -FI_EINVAL for a null argument. */
   int (*dma_counters)(struct fid_domain *domain, struct fi_npo_dma_counters *out);
+  /** Fills *out. Returns 0, or -FI_EINVAL for a null argument. */
+  int (*op_counters)(struct fid_domain *domain, struct fi_npo_op_counters *out);
 };
 
 #ifdef __cplusplus

@@ -16,7 +16,18 @@ int dma_counters(fid_domain* f, fi_npo_dma_counters* out) {
   out->fabric_id = d->fabric_id;
   return 0;
 }
-fi_npo_domain_ops npo_domain_ops{sizeof(fi_npo_domain_ops), dma_counters};
+int op_counters(fid_domain* f, fi_npo_op_counters* out) {
+  if (!f || !out) return -FI_EINVAL;
+  auto* d = reinterpret_cast<Domain*>(f);
+  out->rma_writes = d->rma_writes.load();
+  out->rma_reads = d->rma_reads.load();
+  out->atomics = d->atomics.load();
+  out->target_rma_writes = d->target_rma_writes.load();
+  out->target_rma_reads = d->target_rma_reads.load();
+  out->target_atomics = d->target_atomics.load();
+  return 0;
+}
+fi_npo_domain_ops npo_domain_ops{sizeof(fi_npo_domain_ops), dma_counters, op_counters};
 int domain_ops_open(fid*, const char* name, std::uint64_t, void** ops, void*) {
   if (!name || std::string_view(name) != FI_NPO_DOMAIN_OPS_NAME) return -FI_ENOSYS;
   *ops = &npo_domain_ops;
@@ -25,6 +36,20 @@ int domain_ops_open(fid*, const char* name, std::uint64_t, void** ops, void*) {
 int domain_close(fid* f) {
   auto* d = reinterpret_cast<Domain*>(f);
   if (d->refs.load() != 0) return -FI_EBUSY;
+  if (env("NPO_FI_STATS")) {
+    // one line per domain, for runtimes the application cannot ask (docs/libfabric.md "Extensions")
+    std::fprintf(
+        stderr,
+        "npo: stats pid %d domain npo%u (fabric id %u): started rma_write=%llu rma_read=%llu atomic=%llu; "
+        "executed as target rma_write=%llu rma_read=%llu atomic=%llu; dma ops=%llu bytes=%llu\n",
+        static_cast<int>(::getpid()), d->card, d->fabric_id, static_cast<unsigned long long>(d->rma_writes.load()),
+        static_cast<unsigned long long>(d->rma_reads.load()), static_cast<unsigned long long>(d->atomics.load()),
+        static_cast<unsigned long long>(d->target_rma_writes.load()),
+        static_cast<unsigned long long>(d->target_rma_reads.load()),
+        static_cast<unsigned long long>(d->target_atomics.load()), static_cast<unsigned long long>(d->ops_ok.load()),
+        static_cast<unsigned long long>(d->bytes_moved.load()));
+    std::fflush(stderr);
+  }
   delete d;
   return 0;
 }
@@ -42,7 +67,7 @@ fi_ops_domain domain_ops{sizeof(fi_ops_domain),
                          NPO_ENOSYS(fi_ops_domain, poll_open),
                          NPO_ENOSYS(fi_ops_domain, stx_ctx),
                          NPO_ENOSYS(fi_ops_domain, srx_ctx),
-                         NPO_ENOSYS(fi_ops_domain, query_atomic),
+                         query_atomic,
                          NPO_ENOSYS(fi_ops_domain, query_collective),
                          endpoint2};
 
@@ -68,12 +93,20 @@ int domain_open(fid_fabric* f, fi_info* info, fid_domain** out, void* context) {
   d->card = *k;
   if (fab->backend.remote) {
     const std::string uri = "emu-remote:" + fab->backend.dir + "?card=" + std::to_string(*k);
-    auto sys = System::open(uri);
-    if (!sys) {
-      warn(FI_LOG_DOMAIN, "cannot open card " + std::to_string(*k) + " (" + uri + "): " + sys.error().to_string());
-      return -fi_errno_of(sys.error());
+    auto& s = shared();
+    std::lock_guard lk(s.mu);
+    // one System per card per process, shared by the domains on it (a second owner attach of
+    // the same card from this process would be refused by the daemon)
+    d->sys = s.remote_sys[uri].lock();
+    if (!d->sys) {
+      auto sys = System::open(uri);
+      if (!sys) {
+        warn(FI_LOG_DOMAIN, "cannot open card " + std::to_string(*k) + " (" + uri + "): " + sys.error().to_string());
+        return -fi_errno_of(sys.error());
+      }
+      d->sys = std::shared_ptr<System>(std::move(*sys));
+      s.remote_sys[uri] = d->sys;
     }
-    d->sys = std::shared_ptr<System>(std::move(*sys));
     if (d->sys->device_count() != 1) return -FI_ENODEV;
     d->dev = &d->sys->device(0);
   } else {
@@ -164,13 +197,13 @@ bool hints_match(const fi_info* hints, unsigned card) {
 // write into registered memory (rma.cpp).
 constexpr std::uint64_t kRdmRmaCaps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
 constexpr std::uint64_t kRdmCaps = FI_MSG | FI_TAGGED | FI_SEND | FI_RECV | FI_DIRECTED_RECV | FI_SOURCE |
-                                   FI_LOCAL_COMM | FI_REMOTE_COMM | kRdmRmaCaps;
+                                   FI_LOCAL_COMM | FI_REMOTE_COMM | kRdmRmaCaps | FI_ATOMIC;
 
 bool hints_match_rdm(const fi_info* hints, unsigned card) {
   if (!hints) return true;
   // capabilities this endpoint cannot offer (secondary ones like FI_FENCE are ignored)
-  if (hints->caps & (FI_ATOMIC | FI_COLLECTIVE | FI_MULTI_RECV | FI_HMEM | FI_TRIGGER | FI_MULTICAST | FI_NAMED_RX_CTX |
-                     FI_RMA_EVENT))
+  if (hints->caps &
+      (FI_COLLECTIVE | FI_MULTI_RECV | FI_HMEM | FI_TRIGGER | FI_MULTICAST | FI_NAMED_RX_CTX | FI_RMA_EVENT))
     return false;
   if (hints->ep_attr && hints->ep_attr->type != FI_EP_UNSPEC && hints->ep_attr->type != FI_EP_RDM) return false;
   if (hints->ep_attr && hints->ep_attr->max_msg_size > kRdmMaxMsg) return false;
@@ -206,18 +239,18 @@ fi_info* make_rdm_info(unsigned card, const fi_info* hints) {
   std::uint64_t caps = kRdmCaps;
   if (hints && hints->caps) {
     caps = hints->caps & kRdmCaps;
-    if (!(caps & (FI_MSG | FI_TAGGED | FI_RMA))) caps |= FI_MSG | FI_TAGGED;
-    // FI_RMA alone means both directions and both roles (fi_getinfo(3))
-    if ((caps & FI_RMA) && !(caps & (FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE)))
+    if (!(caps & (FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC))) caps |= FI_MSG | FI_TAGGED;
+    // FI_RMA / FI_ATOMIC alone mean both directions and both roles (fi_getinfo(3))
+    if ((caps & (FI_RMA | FI_ATOMIC)) && !(caps & (FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE)))
       caps |= FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
     if (!(caps & (FI_SEND | FI_RECV))) caps |= FI_SEND | FI_RECV;
     caps |= FI_LOCAL_COMM | FI_REMOTE_COMM;
   }
   i->caps = caps;
-  i->tx_attr->caps = caps & (FI_MSG | FI_TAGGED | FI_SEND | FI_RMA | FI_READ | FI_WRITE);
-  i->rx_attr->caps =
-      caps & (FI_MSG | FI_TAGGED | FI_RECV | FI_DIRECTED_RECV | FI_SOURCE | FI_RMA | FI_REMOTE_READ | FI_REMOTE_WRITE);
-  if (caps & FI_RMA) {
+  i->tx_attr->caps = caps & (FI_MSG | FI_TAGGED | FI_SEND | FI_RMA | FI_ATOMIC | FI_READ | FI_WRITE);
+  i->rx_attr->caps = caps & (FI_MSG | FI_TAGGED | FI_RECV | FI_DIRECTED_RECV | FI_SOURCE | FI_RMA | FI_ATOMIC |
+                             FI_REMOTE_READ | FI_REMOTE_WRITE);
+  if (caps & (FI_RMA | FI_ATOMIC)) {
     i->tx_attr->rma_iov_limit = 1;
     i->domain_attr->mr_iov_limit = kIovLimit;
   }

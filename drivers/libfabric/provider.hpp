@@ -117,7 +117,9 @@ enum MsgKind : std::uint8_t {
   kRmaReadReq = 6,
   kRmaReadResp = 7,
   kRmaReadGo = 8,
-  kRmaAck = 9
+  kRmaAck = 9,
+  kAtomicReq = 10,  // atomic.cpp: an atomic (AtomicReq + operands), executed by the target's CPU
+  kAtomicResp = 11  // atomic.cpp: its answer (op id, status, the fetched old values)
 };
 constexpr std::size_t kEagerMax = kMaxMsg;                        // RDM payloads up to this go eager
 constexpr std::uint64_t kRdmMaxMsg = 1ull << 40;                  // max_msg_size of the RDM endpoint
@@ -232,6 +234,10 @@ struct Shared {
   std::map<std::string, std::size_t> remote_cards;
   // endpoint numbers in use per card fabric ID (lanes)
   std::map<std::uint32_t, unsigned> ep_used;
+  // emu-remote: the System of each card this process holds, by URI, shared by every domain on
+  // that card (the daemon gives a card to one owner connection: a second System::open of it
+  // from the same process would be refused); it closes with the last domain
+  std::map<std::string, std::weak_ptr<System>> remote_sys;
 };
 
 /// The process-wide state, created on first use; cleanup() deletes it (g_shared).
@@ -389,6 +395,9 @@ struct Domain {
   std::uint32_t fabric_id = 0;
   std::atomic<std::uint64_t> ops_ok{0}, ops_failed{0}, bytes_moved{0}, datagrams_dropped{0};
   std::atomic<unsigned> refs{0};  // AVs, CQs, EPs, MRs open on it
+  // one-sided operations (fi_npo_op_counters): started as initiator, executed as target
+  std::atomic<std::uint64_t> rma_writes{0}, rma_reads{0}, atomics{0};
+  std::atomic<std::uint64_t> target_rma_writes{0}, target_rma_reads{0}, target_atomics{0};
   // Memory regions open to remote access (FI_REMOTE_READ / FI_REMOTE_WRITE), by key; guarded by mu.
   struct MrRegion {
     std::array<iovec, kIovLimit> iov{};
@@ -621,6 +630,7 @@ struct Ep {
     std::array<iovec, kIovLimit> iov{};  // read: where the data goes
     std::size_t count = 0;
     Av::Entry peer{};
+    bool atomic = false;  // an atomic (atomic.cpp); `read`: a fetching one, iov takes the old values
   };
   std::map<std::uint64_t, RmaOp> rma_ops;
   std::uint64_t next_recv_id = 1;
@@ -812,6 +822,12 @@ void rma_recv_done(Ep& e, Ep::RecvReq& r);
 void rma_stage_chunk(Ep& e, Ep::SendReq& q, std::uint64_t msg_off, std::byte* dst, std::uint64_t len);
 // The ring write of RMA op `id` failed for good: its error completion.
 void rma_fail(Ep& e, std::uint64_t id, int err, const std::string& msg);
+// atomic.cpp: FI_ATOMIC of the RDM endpoint (docs/libfabric.md "Atomics")
+extern fi_ops_atomic rdm_atomic_ops;
+// A ring message kAtomicReq (target: execute, queue the answer) or kAtomicResp (initiator).
+void atomic_on_message(Ep& e, const SlotHeader& h, const std::byte* payload, fi_addr_t src, std::uint64_t src_key);
+// fi_query_atomic of a domain.
+int query_atomic(fid_domain* domain, fi_datatype datatype, fi_op op, fi_atomic_attr* attr, std::uint64_t flags);
 extern fi_ops_msg rdm_msg_ops;
 extern fi_ops_tagged rdm_tagged_ops;
 int rdm_setup(Ep& e);

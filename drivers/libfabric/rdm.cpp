@@ -336,6 +336,8 @@ void Ep::rdm_poll_rx() {
         case kRmaReadResp:
         case kRmaReadGo:
         case kRmaAck: rma_on_message(*this, h, rx_scratch.data(), src, src_key); break;
+        case kAtomicReq:
+        case kAtomicResp: atomic_on_message(*this, h, rx_scratch.data(), src, src_key); break;
         default:
           report_fatal("npo: " + where() + " received a message of unknown kind " + std::to_string(h.kind), FI_EIO);
           break;

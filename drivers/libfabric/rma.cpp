@@ -116,6 +116,7 @@ void target_request(Ep& e, const SlotHeader& h, const std::byte* payload, fi_add
     const std::uint64_t n = h.len - sizeof rq;
     if (!err && n != rq.len) err = FI_EINVAL;
     if (!err) copy_to_iov(mr->iov.data(), mr->count, rq.addr - mr->offset, payload + sizeof rq, n, false);
+    if (!err) e.domain->target_rma_writes.fetch_add(1, std::memory_order_relaxed);
     ack(e, src_key, rq.op, err);
     if (!err && has_data) remote_cq_data(e, rq.len, h.data);
     return;
@@ -124,6 +125,8 @@ void target_request(Ep& e, const SlotHeader& h, const std::byte* payload, fi_add
     ack(e, src_key, rq.op, err);
     return;
   }
+  (h.kind == kRmaWriteReq ? e.domain->target_rma_writes : e.domain->target_rma_reads)
+      .fetch_add(1, std::memory_order_relaxed);
   if (h.kind == kRmaWriteReq) {
     // a rendezvous into the landing zone; each chunk is placed (and checked again) on its FIN
     Ep::RecvReq q;
@@ -240,7 +243,8 @@ void rma_stage_chunk(Ep& e, Ep::SendReq& q, std::uint64_t msg_off, std::byte* ds
 void rma_fail(Ep& e, std::uint64_t id, int err, const std::string& msg) {
   auto it = e.rma_ops.find(id);
   if (it == e.rma_ops.end()) return;
-  if (e.tx_cq) e.tx_cq->push_error(it->second.ctx, FI_RMA | (it->second.read ? FI_READ : FI_WRITE), 0, 0, err, msg);
+  const std::uint64_t kind = it->second.atomic ? FI_ATOMIC : FI_RMA;
+  if (e.tx_cq) e.tx_cq->push_error(it->second.ctx, kind | (it->second.read ? FI_READ : FI_WRITE), 0, 0, err, msg);
   e.rma_ops.erase(it);
 }
 
@@ -281,6 +285,7 @@ ssize_t rma_write(Ep& e, const iovec* iov, std::size_t count, fi_addr_t dest, st
     m.kind = kRmaWrite;
     const ssize_t r = send_to(e, peer, v.data(), count + 1, nullptr, data, has_data, true, false, m, kSendWait);
     if (r != 0) e.rma_ops.erase(id);
+    if (r == 0) e.domain->rma_writes.fetch_add(1, std::memory_order_relaxed);
     return r;
   }
   Ep::SendReq q;
@@ -306,6 +311,8 @@ ssize_t rma_write(Ep& e, const iovec* iov, std::size_t count, fi_addr_t dest, st
   if (r != 0) {
     e.sends.erase(id);
     e.rma_ops.erase(id);
+  } else {
+    e.domain->rma_writes.fetch_add(1, std::memory_order_relaxed);
   }
   return r;
 }
@@ -333,6 +340,7 @@ ssize_t rma_read(Ep& e, const iovec* iov, std::size_t count, fi_addr_t src, std:
   iovec biov{&rq, sizeof rq};
   const ssize_t r = send_to(e, peer, &biov, 1, nullptr, 0, false, true, false, m, kSendWait);
   if (r != 0) e.rma_ops.erase(id);
+  if (r == 0) e.domain->rma_reads.fetch_add(1, std::memory_order_relaxed);
   return r;
 }
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The shared in-process setup of the libfabric provider tests (provider_test, rdm_test,
+// The shared in-process setup of the libfabric provider tests (provider_test, rdm_test, atomic_test,
 // rma_test, trace_test): the provider loaded from the build tree on emu:mesh8, one endpoint
 // on one card npoK with its fabric, domain, CQ and AV ("Side"), a pair of them as a gtest
 // fixture, and the CQ poll helpers with bounded waits. What differs between the files (hints,

@@ -64,14 +64,18 @@ for want in 'type: FI_EP_RDM' 'FI_TAGGED' 'FI_DIRECTED_RECV' 'FI_ORDER_SAS' 'cq_
   echo "${rdm}" | grep -q "${want}" || { echo "FAIL: native entry lacks ${want}"; exit 1; }
 done
 echo "native RDM entries: $(echo "${rdm}" | grep -c 'prov_name: npo$')"
-# FI_RMA natively when asked (read/write into registered memory), FI_ATOMIC not
+# FI_RMA natively when asked (read/write into registered memory), FI_ATOMIC too (issue 15
+# point 3: btl ofi's one-sided path), on the RDM entry only
 rma="$(fi_info -p npo -t FI_EP_RDM -c 'FI_RMA|FI_TAGGED' -v)"
 [[ "$(echo "${rma}" | awk '/prov_name:/ {print $2; exit}')" == "npo" ]] || { echo "FAIL: no native RDM entry with FI_RMA"; exit 1; }
 for want in FI_RMA FI_READ FI_WRITE FI_REMOTE_READ FI_REMOTE_WRITE; do
   echo "${rma}" | grep -qw "${want}" || { echo "FAIL: native RMA entry lacks ${want}"; exit 1; }
 done
-if fi_info -p npo -t FI_EP_RDM -c 'FI_ATOMIC|FI_TAGGED' 2>/dev/null | grep -q 'provider: npo$'; then
-  echo "FAIL: FI_ATOMIC offered"; exit 1
+atomic="$(fi_info -p npo -t FI_EP_RDM -c 'FI_ATOMIC|FI_RMA' -v)"
+[[ "$(echo "${atomic}" | awk '/prov_name:/ {print $2; exit}')" == "npo" ]] || { echo "FAIL: no native RDM entry with FI_ATOMIC"; exit 1; }
+echo "${atomic}" | grep -qw FI_ATOMIC || { echo "FAIL: native atomic entry lacks FI_ATOMIC"; exit 1; }
+if fi_info -p npo -t FI_EP_DGRAM -c FI_ATOMIC 2>/dev/null | grep -q 'provider: npo$'; then
+  echo "FAIL: FI_ATOMIC offered on the DGRAM core"; exit 1
 fi
 layered="$(NPO_FI_LAYERING=1 fi_info -p 'npo;ofi_rxd' -t FI_EP_RDM -c FI_TAGGED)"
 echo "${layered}" | grep -q 'provider: npo;ofi_rxd' || { echo "FAIL: no layered entry with NPO_FI_LAYERING=1"; exit 1; }

@@ -210,9 +210,56 @@ def selected_providers(out):
     return [m.group(1) for m in (SELECTED_RX.search(l) for l in out.splitlines()) if m]
 
 
+# The provider's per-domain line when NPO_FI_STATS is set (drivers/libfabric/provider.cpp).
+STATS_RX = re.compile(r"npo: stats pid (\d+) domain npo(\d+) \(fabric id \d+\): started rma_write=(\d+) "
+                      r"rma_read=(\d+) atomic=(\d+); executed as target rma_write=(\d+) rma_read=(\d+) atomic=(\d+)")
+
+
+def check_one_sided(out, np):
+    """--expect-one-sided: proves Open MPI's osc rdma moved the one-sided traffic through btl ofi
+    on npo. Returns a failure reason or None, and logs what the counters showed.
+
+    - osc rdma ran every window: its "rdma component destroying window" line on every rank
+      (opal_output_verbose 1, --mca osc_base_verbose 1; Open MPI's release build compiles out
+      its "selected btl" line);
+    - btl ofi initialised on every rank ("select: init of component ofi returned success",
+      --mca btl_base_verbose 1) and is the only btl besides self (which has no atomics);
+    - the provider's op counters (NPO_FI_STATS=1): every rank has two npo domains on its card,
+      mtl ofi's, which started and executed no RMA and no atomic (two-sided traffic moves none),
+      and btl ofi's, which did; over the job every RMA write, RMA read and atomic started was
+      executed by a target, and there was at least one of each."""
+    windows = len(re.findall(r"rdma component destroying window with id", out))
+    btl_ok = len(re.findall(r"select: init of component ofi returned success", out))
+    if windows < np:
+        return f"osc rdma destroyed {windows} windows, expected one per rank ({np})"
+    if btl_ok < np:
+        return f"btl ofi initialised on {btl_ok} of {np} ranks"
+    doms = [tuple(int(x) for x in m.groups()) for m in STATS_RX.finditer(out)]
+    by_pid = collections.defaultdict(list)
+    for d in doms:
+        by_pid[d[0]].append(d)
+    if len(by_pid) != np or any(len(v) != 2 for v in by_pid.values()):
+        return f"expected two npo domains per rank (mtl ofi's and btl ofi's) on {np} ranks, got " \
+               f"{ {p: len(v) for p, v in by_pid.items()} }"
+    for pid, (a, b) in by_pid.items():
+        if a[1] != b[1]:
+            return f"rank pid {pid} opened its two domains on different cards (npo{a[1]}, npo{b[1]})"
+        quiet = [d for d in (a, b) if sum(d[2:]) == 0]
+        if len(quiet) != 1:
+            return f"rank pid {pid}: expected exactly one domain without one-sided ops (mtl ofi's): {a[2:]}, {b[2:]}"
+    tot = [sum(d[i] for d in doms) for i in range(2, 8)]
+    log(f"npo one-sided op counters over {len(doms)} domains: started rma_write={tot[0]} rma_read={tot[1]} "
+        f"atomic={tot[2]}; executed as target rma_write={tot[3]} rma_read={tot[4]} atomic={tot[5]}")
+    if tot[0:3] != tot[3:6]:
+        return "the operations started and executed as target differ"
+    if min(tot[0:3]) == 0:
+        return "no RMA write, RMA read or atomic went through npo"
+    return None
+
+
 def mpirun_line(args):
     cmd = [args.mpirun, "--allow-run-as-root", "--oversubscribe", "--mca", "plm", "isolated", "-np", str(args.np),
-           "--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "btl", "self",
+           "--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "btl", args.btl,
            "--mca", "mtl_ofi_provider_include", args.provider,
            # PMIx 4.2.2's PMIx_Finalize waits at most 2 s (a fixed timer) for mpirun to take a
            # rank's finalize notice, then lets the rank exit. 32 oversubscribed ranks on 2 loaded
@@ -223,6 +270,9 @@ def mpirun_line(args):
            "--mca", "orte_allowed_exit_without_sync", "1"]
     if args.expect_provider:
         cmd += ["--mca", "mtl_ofi_verbose", "1"]
+    for kv in args.mca:
+        name, _, value = kv.partition("=")
+        cmd += ["--mca", name, value]
     if args.pin_card:
         # Each rank names its card itself (FI_NPO_CARD = Open MPI's local rank): for a provider
         # that lists every card and leaves the choice to mtl ofi.
@@ -262,6 +312,11 @@ def main():
     ap.add_argument("--expect", choices=["pass", "error"], default="pass")
     ap.add_argument("--within", type=float, default=10.0, help="--expect error: s from fault to job end")
     ap.add_argument("--mpirun", default="mpirun")
+    ap.add_argument("--btl", default="self",
+                    help="--mca btl LIST (default self: nothing falls back to shared memory or TCP)")
+    ap.add_argument("--mca", action="append", default=[], metavar="NAME=VALUE", help="extra --mca NAME VALUE")
+    ap.add_argument("--expect-one-sided", action="store_true",
+                    help="the job ran MPI one-sided through osc rdma over btl ofi on npo: see check_one_sided()")
     ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                     help="extra environment for mpirun and its ranks")
     ap.add_argument("--pin-card", action="store_true",
@@ -431,6 +486,12 @@ def main():
                     f"'{args.expect_provider}' on every rank")
                 return 1
             log(f"mtl ofi selected provider '{args.expect_provider}' on all {args.np} ranks")
+        if args.expect_one_sided:
+            why = check_one_sided(out, args.np)
+            if why:
+                log(f"FAIL: {why}")
+                return 1
+            log(f"osc rdma ran the windows over btl ofi on npo on all {args.np} ranks")
         if args.expect_text and not re.search(args.expect_text, out):
             log(f"FAIL: output lacks /{args.expect_text}/")
             return 1
