@@ -71,13 +71,16 @@ void read_port_record(backend::Mmio& m, unsigned p, unsigned lanes, st::PortReco
   namespace ln = pr::lane;
   for (unsigned l = 0; l < lanes && l < regs::kLanesPerPort; ++l) {
     auto& r = rec.lanes[l];
-    r.codewords = m.read64(regs::lane_reg(p, l, ln::kCodewords));
+    // The card does not snapshot a lane's counters (registers.md §7.3): read the parts before
+    // their totals (bins, then SYMBOL_ERRORS, CORRECTED, UNCORRECTABLE, CODEWORDS last), so the
+    // free-running counters never show a bin above CORRECTED or a sum above CODEWORDS.
+    for (unsigned b = 0; b < regs::kFecBins; ++b) r.fec_bins[b] = m.read64(regs::lane_reg(p, l, ln::kFecBin0 + b * 8));
+    r.symbol_errors = m.read64(regs::lane_reg(p, l, ln::kSymbolErrors));
     r.corrected = m.read64(regs::lane_reg(p, l, ln::kCorrected));
     r.uncorrectable = m.read64(regs::lane_reg(p, l, ln::kUncorrectable));
-    r.symbol_errors = m.read64(regs::lane_reg(p, l, ln::kSymbolErrors));
-    r.prbs_bits = m.read64(regs::lane_reg(p, l, ln::kPrbsBits));
+    r.codewords = m.read64(regs::lane_reg(p, l, ln::kCodewords));
     r.prbs_errors = m.read64(regs::lane_reg(p, l, ln::kPrbsErrors));
-    for (unsigned b = 0; b < regs::kFecBins; ++b) r.fec_bins[b] = m.read64(regs::lane_reg(p, l, ln::kFecBin0 + b * 8));
+    r.prbs_bits = m.read64(regs::lane_reg(p, l, ln::kPrbsBits));
     r.snr = m.read32(regs::lane_reg(p, l, ln::kSnr));
     r.tx_eq = m.read32(regs::lane_reg(p, l, ln::kTxEq));
     r.lane_status = m.read32(regs::lane_reg(p, l, ln::kLaneStatus));
@@ -241,7 +244,7 @@ Result<std::vector<std::byte>> read_module_image(Device& device, unsigned port) 
   return img;
 }
 
-// ---- PRBS (registers.md §7.4) ------------------------------------------------------------
+// ---- PRBS (registers.md §7.3) ------------------------------------------------------------
 
 std::string_view prbs_pattern_name(PrbsPattern p) noexcept {
   switch (p) {

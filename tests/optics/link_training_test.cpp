@@ -426,6 +426,44 @@ TEST(LinkFaults, BerRampGivesDegradedThenFailingWithReasons) {
       << failing_reason;
 }
 
+TEST(LinkFaults, RegisterReadsOfLiveCountersNeverShowAPartAboveItsTotal) {
+  // Trial finding 18: a FEC bin above CORRECTED in `npo-link fec --watch`. The card does not
+  // snapshot a lane's counters (registers.md §7.3) and, on the real-time clock, they grow
+  // between two register reads; read_port reads the parts before their totals.
+  EmuRig rig("mesh8?hbm=1M");  // real-time clock: codewords arrive between reads
+  ASSERT_TRUE(rig.ok());
+  auto up = npo::bring_up_links(*rig.sys, 10'000 * kMs);
+  ASSERT_TRUE(up && up->up == 56u);
+  ASSERT_TRUE(optics_test::has_lane_model(rig)) << optics_test::kNoModel;
+  ASSERT_TRUE(rig.emu->inject({.at_ns = rig.emu->now_ns(),
+                               .kind = emu::FaultKind::kBerRamp,
+                               .card = 0,
+                               .port = 0,
+                               .value = 2e-3,
+                               .duration_ns = 1 * kMs}));
+  std::uint64_t grew = 0;
+  std::uint64_t last_corrected = 0;
+  for (int i = 0; i < 300; ++i) {
+    auto ps = npo::read_port(rig.sys->device(0), 0);
+    ASSERT_TRUE(ps.has_value()) << ps.error().to_string();
+    for (const auto& l : ps->lanes) {
+      std::uint64_t parts = l.uncorrectable, bins_corrected = 0, weighted = 0;
+      for (unsigned n = 0; n < l.fec_bins.size(); ++n) {
+        parts += l.fec_bins[n];
+        if (n > 0) bins_corrected += l.fec_bins[n];
+        weighted += n * l.fec_bins[n];
+      }
+      ASSERT_LE(bins_corrected, l.corrected) << "read " << i;
+      ASSERT_LE(parts, l.codewords) << "read " << i;
+      ASSERT_LE(weighted, l.symbol_errors) << "read " << i;
+      ASSERT_LE(l.prbs_errors, l.prbs_bits) << "read " << i;
+    }
+    if (ps->lanes.at(0).corrected > last_corrected) ++grew;
+    last_corrected = ps->lanes.at(0).corrected;
+  }
+  EXPECT_GT(grew, 100u) << "the counters must be moving for the reads to race them";
+}
+
 TEST(LinkFaults, OneShotSampleReportsALaneThatIsDegradedNow) {
   // Trial finding 3: after 30 s of clean link a lane ramps to 1e-4. Its average since link-up
   // stays under the 1e-5 warning level, so a monitor whose first snapshot judges the counters
