@@ -2,6 +2,9 @@
 // drivers/optics: per-lane health verdicts and port states (link_health.hpp). Pure logic.
 #include <algorithm>
 #include <bit>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -308,6 +311,74 @@ std::string down_reason(const PortStatus& st, unsigned total, const PortTraining
 
 }  // namespace
 
+namespace {
+
+/// A lane's verdict in a port's reason.
+struct LaneFinding {
+  unsigned lane;
+  LaneHealth verdict;
+  std::string why;
+  std::optional<double> ber;
+};
+
+/// `why` with its numbers blanked: lanes failing for the same kind of reason group together.
+std::string reason_kind(const std::string& why) {
+  std::string k;
+  for (std::size_t i = 0; i < why.size(); ++i) {
+    const char c = why[i];
+    const bool num = (c >= '0' && c <= '9') || ((c == '.' || c == '-' || c == '+' || c == 'e') && i > 0 &&
+                                                why[i - 1] >= '0' && why[i - 1] <= '9');
+    if (!num) {
+      k += c;
+    } else if (k.empty() || k.back() != '#') {
+      k += '#';
+    }
+  }
+  return k;
+}
+
+/// "0", "0-7", "0-2, 5": lane numbers (ascending) with runs joined.
+std::string lane_list(const std::vector<unsigned>& l) {
+  std::string out;
+  for (std::size_t i = 0; i < l.size();) {
+    std::size_t j = i;
+    while (j + 1 < l.size() && l[j + 1] == l[j] + 1) ++j;
+    if (!out.empty()) out += ", ";
+    out += j == i ? fmt::format("{}", l[i]) : fmt::format("{}-{}", l[i], l[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+/// One detail per group of lanes with the same verdict and the same kind of reason: "lane 2
+/// FAILING: ..." for one lane, "lanes 0-7 FAILING: <the worst lane's reason> (worst: lane 3)"
+/// for several (the highest pre-FEC BER, else the first), so eight failing lanes read as one.
+void append_lane_findings(const std::vector<LaneFinding>& f, std::vector<std::string>& details) {
+  std::vector<bool> done(f.size(), false);
+  for (std::size_t i = 0; i < f.size(); ++i) {
+    if (done[i]) continue;
+    const std::string kind = reason_kind(f[i].why);
+    std::vector<unsigned> group;
+    std::size_t worst = i;
+    for (std::size_t j = i; j < f.size(); ++j) {
+      if (done[j] || f[j].verdict != f[i].verdict || reason_kind(f[j].why) != kind) continue;
+      done[j] = true;
+      group.push_back(f[j].lane);
+      if (f[j].ber && (!f[worst].ber || *f[j].ber > *f[worst].ber)) worst = j;
+    }
+    std::sort(group.begin(), group.end());
+    const std::string_view name = lane_health_name(f[i].verdict);
+    if (group.size() == 1) {
+      details.push_back(fmt::format("lane {} {}: {}", f[i].lane, name, f[i].why));
+    } else {
+      details.push_back(
+          fmt::format("lanes {} {}: {} (worst: lane {})", lane_list(group), name, f[worst].why, f[worst].lane));
+    }
+  }
+}
+
+}  // namespace
+
 PortHealth assess_port(const PortStatus& st, std::span<const LaneHealthReport> lanes, unsigned lanes_total,
                        std::string_view held_reason, const PortTraining* last, const PortContext& ctx) {
   PortHealth h;
@@ -377,6 +448,7 @@ PortHealth assess_port(const PortStatus& st, std::span<const LaneHealthReport> l
     }
   }
   std::uint8_t reported = 0;
+  std::vector<LaneFinding> findings;
   for (const auto& lr : lanes) {
     if (lr.lane < 8 && ((used >> lr.lane) & 1u) == 0) {
       // Not part of the link (negotiated away by either end, registers.md §7.2): its
@@ -393,8 +465,9 @@ PortHealth assess_port(const PortStatus& st, std::span<const LaneHealthReport> l
     }
     const std::string& why =
         !lr.verdict_reason.empty() ? lr.verdict_reason : (lr.reasons.empty() ? std::string() : lr.reasons.front());
-    details.push_back(fmt::format("lane {} {}: {}", lr.lane, lane_health_name(lr.verdict), why));
+    findings.push_back({lr.lane, lr.verdict, why, lr.ber});
   }
+  append_lane_findings(findings, details);
   // Lanes in use without CDR lock that no verdict covered (e.g. the first snapshot).
   for (unsigned l = 0; l < 8; ++l) {
     if (((unlocked >> l) & 1u) != 0 && ((reported >> l) & 1u) == 0) {

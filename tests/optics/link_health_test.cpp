@@ -6,6 +6,7 @@
 #include <span>
 #include <string>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "npo/hal/link_training.hpp"
@@ -277,6 +278,34 @@ TEST(PortState, ReasonsForEachState) {
   EXPECT_EQ(h.reason, "up 8/8 lanes: lane 2 FAILING: pre-FEC BER 3.00e-04 above the KP4 limit 2.4e-04");
   lanes[0].verdict = LaneHealth::kDegraded;
   EXPECT_EQ(npo::assess_port(up_port(), lanes, 8, "", nullptr).state, PortState::kDegraded);
+}
+
+// Trial finding 16: a BER ramp on every lane of a port gave one reason cell with "lane N
+// FAILING: pre-FEC BER ... above the KP4 limit" eight times (~700 characters). Lanes with the
+// same verdict and the same kind of reason read as one detail naming the worst lane.
+TEST(PortState, LanesFailingAlikeReadAsOneDetailNamingTheWorst) {
+  std::vector<npo::LaneHealthReport> lanes;
+  for (unsigned l = 0; l < 8; ++l) {
+    npo::LaneHealthReport r;
+    r.lane = l;
+    r.verdict = LaneHealth::kFailing;
+    r.ber = l == 3 ? 9.96e-4 : 5e-4 + l * 1e-5;
+    r.reasons = {fmt::format("pre-FEC BER {:.2e} above the KP4 limit 2.4e-04", *r.ber)};
+    lanes.push_back(r);
+  }
+  auto h = npo::assess_port(up_port(), lanes, 8, "", nullptr);
+  EXPECT_EQ(h.state, PortState::kFailed);
+  EXPECT_EQ(h.reason,
+            "up 8/8 lanes: lanes 0-7 FAILING: pre-FEC BER 9.96e-04 above the KP4 limit 2.4e-04 (worst: lane 3)");
+
+  // Different verdicts or kinds stay apart; runs of lanes are joined, gaps listed.
+  lanes[1].verdict = LaneHealth::kDegraded;
+  lanes[1].reasons = {"pre-FEC BER 5.00e-05 above the warning level 1.0e-05"};
+  lanes[6].verdict = LaneHealth::kGood;
+  h = npo::assess_port(up_port(), lanes, 8, "", nullptr);
+  EXPECT_EQ(h.reason,
+            "up 8/8 lanes: lanes 0, 2-5, 7 FAILING: pre-FEC BER 9.96e-04 above the KP4 limit 2.4e-04 (worst: lane 3); "
+            "lane 1 DEGRADED: pre-FEC BER 5.00e-05 above the warning level 1.0e-05");
 }
 
 // Issue 18: a port was DEGRADED while its reason said "above the KP4 limit" (FAILED by the
