@@ -171,6 +171,14 @@ LaneHealthReport LaneHealthTracker::update(const LaneCounters& prev, const LaneC
       verdict_ = run_level_;
       run_ = 0;
       run_dir_ = 0;
+      // The run moved the verdict by the least change it held throughout; an interval beyond
+      // the new verdict (FAILING when the run settled on DEGRADED) already counts toward the
+      // next step, so "FAILING for 1 of 2 intervals", not "0 of 2".
+      if (a.level != verdict_) {
+        run_dir_ = a.level > verdict_ ? 1 : -1;
+        run_ = 1;
+        run_level_ = a.level;
+      }
     }
   }
   started_ = true;

@@ -187,13 +187,18 @@ TEST(LaneHealth, HysteresisToWorsenAndToRecover) {
   r = step(1e-8);
   EXPECT_EQ(r.verdict, LaneHealth::kDegraded);
   EXPECT_TRUE(has_reason(r.reasons, "GOOD for"));
-  EXPECT_EQ(step(1e-8).verdict, LaneHealth::kDegraded);
-  EXPECT_EQ(step(1e-8).verdict, LaneHealth::kDegraded);
+  // GOOD needs 3 consecutive GOOD intervals, and the one that settled DEGRADED was one.
+  r = step(1e-8);
+  EXPECT_EQ(r.verdict, LaneHealth::kDegraded);
+  EXPECT_EQ(r.pending, 2u);
+  EXPECT_NE(r.verdict_reason.find("(GOOD for 2 of 3 intervals)"), std::string::npos) << r.verdict_reason;
   EXPECT_EQ(step(1e-8).verdict, LaneHealth::kGood);
   // A mixed worsening run (DEGRADED then FAILING) reports the level that persisted.
   step(2e-5);
   r = step(3e-4);
   EXPECT_EQ(r.verdict, LaneHealth::kDegraded);
+  // Trial finding 16: this read "(FAILING for 0 of 2 intervals)"; the FAILING interval counts.
+  EXPECT_NE(r.verdict_reason.find("(FAILING for 1 of 2 intervals)"), std::string::npos) << r.verdict_reason;
   // Intervals without traffic keep the verdict and do not count.
   prev = c;
   r = t.update(prev, c, true);

@@ -122,8 +122,10 @@ class LaneHealthTracker {
   /// Feeds the interval prev -> cur and returns the verdict. DOWN takes effect at once (the
   /// lane lost lock: a fact, not a trend); the first interval after DOWN reports its level at
   /// once; otherwise a worse level needs `worsen_intervals`, a better `recover_intervals`
-  /// consecutive intervals. Intervals without codewords (BER undefined) and without other
-  /// findings keep the verdict and do not count.
+  /// consecutive intervals at that level or beyond (a mixed run moves the verdict by the
+  /// least change it held, and its last interval counts toward the next step). Intervals
+  /// without codewords (BER undefined) and without other findings keep the verdict and
+  /// break a run.
   LaneHealthReport update(const LaneCounters& prev, const LaneCounters& cur, bool locked,
                           const LaneDdmFlags& flags = {}, const xcvr::Thresholds* thresholds = nullptr);
   /// Takes a lane's counters since the last clear as history instead of as an interval to
