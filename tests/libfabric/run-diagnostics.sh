@@ -127,15 +127,31 @@ if NPO_FI_FAULT=ABORT NPO_FI_FAULT_MS=0 fi_info -p npo 2>&1 | grep -q "NPO_FI_FA
   fail "NPO_FI_FAULT=ABORT reported at getinfo"
 fi
 
-# fi_domain on a held card: one line with the holder, the card count; 9 ranks on 8 cards
+# fi_domain on a held card: one line with the holder, the card count; 9 ranks on 8 cards. The
+# holder is a running ping-pong pair on cards 0 and 1 (fi_pingpong opens its domain only once
+# its peer connected); each second job is a pair whose server asks for card 0.
 timeout 60 fi_pingpong -p npo -e rdm -S 64 -I 100000000 -d npo0 -B "$((port + 1))" >"${dir}/holder.log" 2>&1 &
-holder=$!
-pids+=("${holder}")
-for _ in $(seq 1 600); do grep -q "connect card=0 pid=${holder} mode=owner" "${dir}/emud.log" && break; sleep 0.05; done
-set +e
-out="$(timeout 60 fi_pingpong -p npo -e rdm -S 64 -I 10 -d npo0 -B "$((port + 2))" 2>&1)"
-out9="$(OMPI_COMM_WORLD_LOCAL_SIZE=9 timeout 60 fi_pingpong -p npo -e rdm -S 64 -I 10 -d npo0 -B "$((port + 3))" 2>&1)"
-set -e
+pids+=($!)
+sleep 0.3
+timeout 60 fi_pingpong -p npo -e rdm -S 64 -I 100000000 -d npo1 -P "$((port + 1))" 127.0.0.1 >"${dir}/holder1.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 600); do [[ "$(grep -c "^npo-emud: connect card=0 pid=[0-9]* mode=owner" "${dir}/emud.log")" -ge 2 ]] && break; sleep 0.05; done
+# (its pid: fi_pingpong's, a child of timeout)
+holder="$(sed -n 's/.*npo-emud: connect card=0 pid=\([0-9]*\) mode=owner.*/\1/p' "${dir}/emud.log" | tail -1)"
+[[ -n "${holder}" ]] || fail "the holder did not open card 0"
+# second_job PORT [env...]: a ping-pong pair whose server asks for card 0; prints the server's output
+second_job() {
+  local p="$1"
+  shift
+  env "$@" timeout 30 fi_pingpong -p npo -e rdm -S 64 -I 10 -d npo0 -B "${p}" >"${dir}/second.log" 2>&1 &
+  local s=$!
+  sleep 0.3
+  env "$@" timeout 30 fi_pingpong -p npo -e rdm -S 64 -I 10 -d npo2 -P "${p}" 127.0.0.1 >/dev/null 2>&1 || true
+  wait "${s}" || true
+  cat "${dir}/second.log"
+}
+out="$(second_job "$((port + 2))")"
+out9="$(second_job "$((port + 3))" OMPI_COMM_WORLD_LOCAL_SIZE=9)"
 echo "--- second job on card 0: ${out}"
 echo "--- 9 local ranks: ${out9}"
 [[ "$(grep -c '^npo: fi_domain' <<<"${out}")" -eq 1 ]] || fail "held card: not one fi_domain line"
@@ -143,7 +159,6 @@ grep -q "^npo: fi_domain npo0: cannot open card 0 of npo-emud at ${dir}/sock: ca
   <<<"${out}" || fail "held card: the line does not name the holder and the card count"
 grep -q "^npo: fi_domain npo0: .*is open by pid ${holder} .*this job runs 9 ranks on this node but there are only 8 cards" \
   <<<"${out9}" || fail "9 ranks: the line does not say there are more ranks than cards"
-kill "${holder}" 2>/dev/null || true
 
 if ((fails)); then echo "${fails} failure(s)"; exit 1; fi
 echo PASS
