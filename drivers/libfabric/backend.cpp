@@ -126,8 +126,8 @@ std::string private_emulator_in_job(const BackendChoice& b) {
   const unsigned n = job_ranks();
   if (n <= 1) return {};
   return "an in-process emulator is private to each process, and this job has " + std::to_string(n) +
-         " ranks that could not reach each other's cards: share one emulator with `npo-emud --topology " +
-         b.uri + " --socket-dir DIR` and NPO_FI_BACKEND=emu-remote:DIR (docs/libfabric.md \"Backend\")";
+         " ranks that could not reach each other's cards: share one emulator with `npo-emud --topology " + b.uri +
+         " --socket-dir DIR` and NPO_FI_BACKEND=emu-remote:DIR (docs/libfabric.md \"Backend\")";
 }
 
 // The cards of the npo-emud serving `dir`, counted from its sockets DIR/card-K.sock without
