@@ -51,7 +51,7 @@ expect_no_cards "no daemon" "^npo: no cards: NPO_FI_BACKEND=emu-remote:${dir}/no
 expect_no_cards "bogus backend" "^npo: no cards: NPO_FI_BACKEND=bogus:xyz: .*bogus" NPO_FI_BACKEND=bogus:xyz
 expect_no_cards "empty backend" "^npo: no cards: NPO_FI_BACKEND is empty; the default (vfio:all|emu-remote:/run/npo-emud)" \
   NPO_FI_BACKEND=
-expect_no_cards "emu: in a job" "in-process emulator is private to each process, and this job has 2 ranks.*npo-emud --topology emu:mesh8 --socket-dir DIR` and NPO_FI_BACKEND=emu-remote:DIR" \
+expect_no_cards "emu: in a job" "in-process emulator is private to each process, and this job has 2 ranks.*npo-emud --topology emu:mesh8 --socket-dir DIR. and NPO_FI_BACKEND=emu-remote:DIR" \
   NPO_FI_BACKEND=emu:mesh8 OMPI_COMM_WORLD_SIZE=2
 # stale lock file: a daemon that was killed
 mkdir -p "${dir}/dead"
