@@ -20,12 +20,13 @@ bool iequals(std::string_view a, std::string_view b) {
 }  // namespace
 
 void notice_once(std::string_view key, const std::string& line) {
-  // Never freed: notices may come from any thread until the process ends.
-  static std::mutex* mu = new std::mutex;
-  static auto* seen = new std::set<std::string, std::less<>>;
+  // Static objects, not heap ones: libfabric unloads the module at fi_fini (its destructors
+  // run then), and a heap set left behind would be a leak under LeakSanitizer.
+  static std::mutex mu;
+  static std::set<std::string, std::less<>> seen;
   {
-    std::lock_guard lk(*mu);
-    if (!seen->emplace(key).second) return;
+    std::lock_guard lk(mu);
+    if (!seen.emplace(key).second) return;
   }
   std::fprintf(stderr, "%s\n", line.c_str());
   std::fflush(stderr);
