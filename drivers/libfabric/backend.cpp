@@ -82,6 +82,10 @@ Result<std::shared_ptr<System>> local_system_locked(Shared& s, const std::string
 }
 
 namespace {
+// The card count of the last npo-emud enumerated, for domain_open_failed: read without s.mu,
+// which its caller may hold.
+std::atomic<std::size_t> g_daemon_cards{0};
+
 // Says why the backend offers no card: FI_LOG warn always; once on stderr when NPO_FI_BACKEND
 // chose it (the user wants this provider; libfabric's default log level hides warn).
 void no_cards(const BackendChoice& b, const std::string& why) {
@@ -185,6 +189,7 @@ std::size_t count_cards(const BackendChoice& b) {
     const std::size_t n = count_daemon_cards(b.dir, why);
     if (n) {
       s.remote_cards[b.dir] = n;
+      g_daemon_cards.store(n, std::memory_order_relaxed);
     } else {
       no_cards(b, why);
     }
@@ -238,12 +243,7 @@ int domain_open_failed(const BackendChoice& b, unsigned card, const Error& e) {
                      (b.remote ? "npo-emud at " + b.dir : b.uri) + ": " + e.message();
   const bool held = e.message().find(" is open by pid ") != std::string::npos;
   if (held) {
-    std::size_t n = 0;
-    {
-      auto& s = shared();
-      std::lock_guard lk(s.mu);
-      if (auto it = s.remote_cards.find(b.dir); it != s.remote_cards.end()) n = it->second;
-    }
+    const std::size_t n = g_daemon_cards.load(std::memory_order_relaxed);
     const unsigned local = local_ranks();
     if (n && local > n) {
       line += "; this job runs " + std::to_string(local) + " ranks on this node but there are only " +

@@ -10,7 +10,8 @@
 // Only fi_prov_ini is exported (npo-fi.map).
 //
 // This private header holds the ring format, the objects behind each fid and the helpers the
-// sources share: backend.cpp (backend choice, process-wide state), cq_eq.cpp (EQ, CQ),
+// sources share: backend.cpp (backend choice, process-wide state), config.cpp (the environment
+// parser, once-per-process notices; config.hpp), cq_eq.cpp (EQ, CQ),
 // av_mr.cpp (AV, MR), endpoint.cpp (data path, progress, faults), provider.cpp (fabric,
 // domain, getinfo, fi_prov_ini). Thread-safety: every fid of a domain is serialised by the
 // domain's mutex (FI_THREAD_SAFE); the EQ has its own.
@@ -230,6 +231,7 @@ std::optional<unsigned> card_choice(std::size_t n, const BackendChoice& b);
 /// fi_domain of card `card` failed with `e`: prints once per process one stderr line with the
 /// reason (the HAL's message; for a held card also the card count and, when this node runs more
 /// ranks than there are cards, that) and logs it (FI_LOG warn). Returns -errno for fi_domain.
+/// Takes no lock of Shared: callable with s.mu held.
 int domain_open_failed(const BackendChoice& b, unsigned card, const Error& e);
 
 struct Shared {
