@@ -20,7 +20,10 @@ namespace regs = fw::regs;
 // ==== EmulatorImpl ==========================================================================
 
 EmulatorImpl::EmulatorImpl(SystemConfig c)
-    : cfg(std::move(c)), sched(cfg.clock), workers(std::clamp(cfg.workers, 1u, 4u), 50'000, cfg.inline_doorbells), rng(cfg.seed) {}
+    : cfg(std::move(c)),
+      sched(cfg.clock),
+      workers(std::clamp(cfg.workers, 1u, 4u), 50'000, cfg.inline_doorbells),
+      rng(cfg.seed) {}
 
 EmulatorImpl::~EmulatorImpl() {
   sched.stop();

@@ -4,7 +4,7 @@
 namespace npo::emu {
 
 namespace {
-constexpr unsigned kMaxReruns = 16;  // batches a worker runs back to back before re-checking the list
+constexpr unsigned kMaxReruns = 16;   // batches a worker runs back to back before re-checking the list
 constexpr unsigned kInlineRuns = 16;  // batches a ringing thread runs before it hands the rest to a worker
 }  // namespace
 
