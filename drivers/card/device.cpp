@@ -311,10 +311,14 @@ Result<void> Device::reset() {
 
 namespace {
 /// kUnavailable unless BAR0 still reads MAGIC (registers.md §3.5): a removed card reads all
-/// ones, which saturated counters can too.
-Result<void> check_present(backend::Mmio& m, std::uint32_t card) {
-  if (m.read32(regs::global::kMagic) != regs::kMagic)
+/// ones, which saturated counters can too. When the path to the card broke instead (an
+/// emu-remote client whose npo-emud died also reads all-ones), the backend's error says so: a
+/// dead daemon is not a removed card.
+Result<void> check_present(backend::Mmio& m, backend::Device& function, std::uint32_t card) {
+  if (m.read32(regs::global::kMagic) != regs::kMagic) {
+    if (auto conn = function.check_connection(); !conn) return std::unexpected(conn.error());
     return fail(Code::kUnavailable, "card removed: MAGIC does not read 'NPO1'", {.card = card});
+  }
   return {};
 }
 }  // namespace
@@ -336,7 +340,7 @@ Result<std::vector<QueueCounters>> Device::queue_counters() const {
     c.ops_error = m.read64(regs::queue_reg(q, qr::kOpsError));
     c.bytes = m.read64(regs::queue_reg(q, qr::kBytes));
   }
-  if (auto p = check_present(m, impl_->info.index); !p) return std::unexpected(p.error());
+  if (auto p = check_present(m, *impl_->dev, impl_->info.index); !p) return std::unexpected(p.error());
   return out;
 }
 
@@ -345,7 +349,7 @@ Result<CardCounters> Device::card_counters() const {
   CardCounters c;
   c.windows_valid = m.read32(regs::global::kWindowsValid);
   c.mailbox_errors = m.read32(regs::global::kMboxErrors);
-  if (auto p = check_present(m, impl_->info.index); !p) return std::unexpected(p.error());
+  if (auto p = check_present(m, *impl_->dev, impl_->info.index); !p) return std::unexpected(p.error());
   return c;
 }
 

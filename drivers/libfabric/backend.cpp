@@ -1,6 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // libnpo-fi.so: backend choice and the process-wide state -- the in-process System, card
 // counts per npo-emud, endpoint numbers per card (docs/libfabric.md "Backend").
+#include <fcntl.h>
+#include <signal.h>
+
+#include <charconv>
+
 #include "provider.hpp"
 
 namespace npo::fi {
@@ -9,8 +14,10 @@ BackendChoice choose_backend() {
   BackendChoice c;
   if (const char* v = env("NPO_FI_BACKEND")) {
     c.uri = v;
+    c.origin = "NPO_FI_BACKEND";
   } else if (const char* b = env("NPO_BACKEND")) {
     c.uri = b;
+    c.origin = "NPO_BACKEND";
   } else {
     struct stat st {};
     if (::stat("/run/npo-emud", &st) == 0 && S_ISDIR(st.st_mode)) {
@@ -18,12 +25,16 @@ BackendChoice choose_backend() {
     } else {
       c.uri = "vfio:all";
     }
+    // set but empty: the user asked for something; the default is used (count_cards says so)
+    if (std::getenv("NPO_FI_BACKEND")) c.origin = "NPO_FI_BACKEND";
   }
   constexpr std::string_view kRemote = "emu-remote:";
   if (std::string_view(c.uri).starts_with(kRemote)) {
     c.remote = true;
     std::string rest = c.uri.substr(kRemote.size());
-    c.dir = rest.substr(0, rest.find('?'));
+    const auto q = rest.find('?');
+    c.dir = rest.substr(0, q);
+    if (q != std::string::npos) c.query = rest.substr(q + 1);
   }
   return c;
 }
@@ -70,27 +81,181 @@ Result<std::shared_ptr<System>> local_system_locked(Shared& s, const std::string
   return p;
 }
 
+namespace {
+// The card count of the last npo-emud enumerated, for domain_open_failed: read without s.mu,
+// which its caller may hold.
+std::atomic<std::size_t> g_daemon_cards{0};
+
+// Says why the backend offers no card: FI_LOG warn always; once on stderr when NPO_FI_BACKEND
+// chose it (the user wants this provider; libfabric's default log level hides warn).
+void no_cards(const BackendChoice& b, const std::string& why) {
+  std::string what = b.origin.empty() ? "the default backend " + b.uri : b.origin + "=" + b.uri;
+  if (b.origin == "NPO_FI_BACKEND" && !env("NPO_FI_BACKEND")) what = "NPO_FI_BACKEND is empty; the default " + b.uri;
+  const std::string line = "npo: no cards: " + what + ": " + why;
+  if (b.origin == "NPO_FI_BACKEND") {
+    notice_once("backend:" + b.uri, line);
+  } else {
+    warn(FI_LOG_CORE, line);
+  }
+}
+
+// Ranks of this parallel job (its world size), 0 outside one.
+unsigned job_ranks() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"}) {
+    if (const char* v = env(var)) {
+      unsigned n = 0;
+      std::from_chars(v, v + std::strlen(v), n);
+      return n;
+    }
+  }
+  return 0;
+}
+// Ranks of this job on this node, 0 when unknown.
+unsigned local_ranks() {
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"}) {
+    if (const char* v = env(var)) {
+      unsigned n = 0;
+      std::from_chars(v, v + std::strlen(v), n);
+      return n;
+    }
+  }
+  return 0;
+}
+
+// An in-process emulator (emu:...) inside a job of several ranks: every rank would get its own
+// private emulator, whose cards no other rank can reach (the job would fail seconds later on a
+// refused window). Non-empty: why the provider offers no card then.
+std::string private_emulator_in_job(const BackendChoice& b) {
+  if (!std::string_view(b.uri).starts_with("emu:")) return {};
+  const unsigned n = job_ranks();
+  if (n <= 1) return {};
+  return "an in-process emulator is private to each process, and this job has " + std::to_string(n) +
+         " ranks that could not reach each other's cards: share one emulator with `npo-emud --topology " + b.uri +
+         " --socket-dir DIR` and NPO_FI_BACKEND=emu-remote:DIR (docs/libfabric.md \"Backend\")";
+}
+
+// The cards of the npo-emud serving `dir`, counted from its sockets DIR/card-K.sock without
+// connecting (docs/spec/emud-protocol.md §1): a connection would make the daemon attach a
+// read-only observer per card and process. The daemon is alive while the pid in its lock file
+// DIR/npo-emud.lock runs (the lock itself is not tried: holding it even briefly would refuse a
+// daemon starting that moment). 0 with `why` set when nothing serves the directory.
+std::size_t count_daemon_cards(const std::string& dir, std::string& why) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    why = "no directory " + dir + " (is npo-emud running? start it with `npo-emud --topology emu:mesh8 --socket-dir " +
+          dir + "`)";
+    return 0;
+  }
+  const std::string lock = dir + "/npo-emud.lock";
+  const int fd = ::open(lock.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    why = "no npo-emud serves " + dir + " (no " + lock +
+          "; start it with `npo-emud --topology emu:mesh8 --socket-dir " + dir + "`)";
+    return 0;
+  }
+  std::array<char, 32> buf{};
+  const ssize_t got = ::read(fd, buf.data(), buf.size() - 1);
+  ::close(fd);
+  long pid = 0;
+  if (got > 0) std::from_chars(buf.data(), buf.data() + got, pid);
+  if (pid <= 0 || (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)) {
+    why = "npo-emud at " + dir + " is gone (pid " + std::to_string(pid) + " of " + lock +
+          " is not running); restart the daemon";
+    return 0;
+  }
+  std::size_t n = 0;
+  for (;; ++n) {
+    const std::string sock = dir + "/card-" + std::to_string(n) + ".sock";
+    if (::stat(sock.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) break;
+  }
+  if (n == 0) why = "npo-emud at " + dir + " (pid " + std::to_string(pid) + ") serves no card socket (yet)";
+  return n;
+}
+}  // namespace
+
 // Number of cards the chosen backend offers; 0 when nothing is reachable.
 std::size_t count_cards(const BackendChoice& b) {
   auto& s = shared();
   std::lock_guard lk(s.mu);
   configure_logging_locked(s);
   if (b.remote) {
+    if (!b.query.empty()) {
+      no_cards(b, "the provider takes no ?" + b.query +
+                      " (it opens every card of the daemon as domain npoK itself; list one card with FI_NPO_CARD=K)");
+      return 0;
+    }
     if (auto it = s.remote_cards.find(b.dir); it != s.remote_cards.end()) return it->second;
-    struct stat st {};
-    if (::stat(b.dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return 0;
-    auto sys = System::open("emu-remote:" + b.dir + "?mode=ro");
-    const std::size_t n = sys ? (*sys)->device_count() : 0;
-    if (n) s.remote_cards[b.dir] = n;
+    std::string why;
+    const std::size_t n = count_daemon_cards(b.dir, why);
+    if (n) {
+      s.remote_cards[b.dir] = n;
+      g_daemon_cards.store(n, std::memory_order_relaxed);
+    } else {
+      no_cards(b, why);
+    }
     return n;
   }
   if (std::string_view(b.uri).starts_with("vfio")) {
     // Real cards: no VFIO group, no card (cheap, quiet check before opening anything).
     struct stat st {};
-    if (::stat("/dev/vfio", &st) != 0) return 0;
+    if (::stat("/dev/vfio", &st) != 0) {
+      no_cards(b,
+               "no /dev/vfio on this host (no card bound to vfio-pci; for the emulator see docs/libfabric.md "
+               "\"Backend\")");
+      return 0;
+    }
+  }
+  if (const std::string why = private_emulator_in_job(b); !why.empty()) {
+    no_cards(b, why);
+    if (b.origin != "NPO_FI_BACKEND") notice_once("backend:" + b.uri, "npo: no cards: " + b.uri + ": " + why);
+    return 0;
   }
   auto sys = local_system_locked(s, b.uri);
-  return sys ? (*sys)->device_count() : 0;
+  if (!sys) {
+    no_cards(b, sys.error().to_string());
+    return 0;
+  }
+  return (*sys)->device_count();
+}
+
+std::optional<unsigned> card_choice(std::size_t n, const BackendChoice& b) {
+  if (auto c = env_int("FI_NPO_CARD", 0, 65535, "every card (the local rank's inside a parallel job)")) {
+    if (static_cast<std::size_t>(*c) >= n) {
+      notice_once("card:" + std::to_string(*c), "npo: FI_NPO_CARD=" + std::to_string(*c) + " but " + b.uri + " has " +
+                                                    std::to_string(n) + " cards (npo0..npo" + std::to_string(n - 1) +
+                                                    "): fi_getinfo lists none");
+    }
+    return static_cast<unsigned>(*c);
+  }
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "SLURM_LOCALID"}) {
+    if (const char* r = env(var)) {
+      unsigned rank = 0;
+      std::from_chars(r, r + std::strlen(r), rank);
+      return rank % static_cast<unsigned>(n);
+    }
+  }
+  return std::nullopt;
+}
+
+int domain_open_failed(const BackendChoice& b, unsigned card, const Error& e) {
+  const std::string name = "npo" + std::to_string(card);
+  std::string line = "npo: fi_domain " + name + ": cannot open card " + std::to_string(card) + " of " +
+                     (b.remote ? "npo-emud at " + b.dir : b.uri) + ": " + e.message();
+  const bool held = e.message().find(" is open by pid ") != std::string::npos;
+  if (held) {
+    const std::size_t n = g_daemon_cards.load(std::memory_order_relaxed);
+    const unsigned local = local_ranks();
+    if (n && local > n) {
+      line += "; this job runs " + std::to_string(local) + " ranks on this node but there are only " +
+              std::to_string(n) + " cards (one process per card; local rank K drives card K mod " + std::to_string(n) +
+              "): run at most " + std::to_string(n) + " ranks per node";
+    } else if (n) {
+      line += "; the daemon has " + std::to_string(n) +
+              " cards, each served to one process at a time: another process (job) holds this one";
+    }
+  }
+  notice_once("domain", line);
+  return -fi_errno_of(e);
 }
 
 }  // namespace npo::fi

@@ -77,13 +77,14 @@ fi_ops eq_fi_ops{sizeof(fi_ops), eq_close, no_bind, no_control, no_ops_open, no_
 fi_ops_eq eq_ops{sizeof(fi_ops_eq), eq_read, eq_readerr, eq_write, eq_sread, eq_strerror};
 
 constexpr unsigned kEmptyPollsBeforeBackoff = 64;
-// NPO_FI_POLL_BACKOFF: "0" spin; "yield" give the CPU away with sched_yield (no timer); else
-// (default) sleep 1 us (the timer makes it ~50-60 us on these VMs).
+// NPO_FI_POLL_BACKOFF: "0"/"off" spin; "yield" give the CPU away with sched_yield (no timer);
+// "1"/"on" (default; also for a bad value, reported once) sleep 1 us (the timer makes it
+// ~50-60 us on these VMs).
 int backoff_mode() {
   static const int v = [] {
-    const char* e = env("NPO_FI_POLL_BACKOFF");
-    if (e && std::string_view(e) == "0") return 0;
-    if (e && std::string_view(e) == "yield") return 2;
+    const auto e = env_choice("NPO_FI_POLL_BACKOFF", {"0", "off", "yield", "1", "on"}, "the default on (sleep)");
+    if (e == "0" || e == "off") return 0;
+    if (e == "yield") return 2;
     return 1;
   }();
   return v;

@@ -136,10 +136,8 @@ void Ep::poll_rx() {
 
 namespace {
 std::chrono::milliseconds stall_dump_after() {
-  static const std::chrono::milliseconds v{[] {
-    const char* s = env("NPO_FI_STALL_MS");
-    return s ? std::max(0, std::atoi(s)) : 0;
-  }()};
+  static const std::chrono::milliseconds v{
+      [] { return static_cast<int>(env_int("NPO_FI_STALL_MS", 0, 86'400'000, "the default 0 (off)").value_or(0)); }()};
   return v;
 }
 }  // namespace
@@ -739,10 +737,15 @@ int ep_open(fid_domain* f, fi_info* info, fid_ep** out, void* context) {
     e->ep.rma = &rdm_rma_ops;
     e->ep.atomic = &rdm_atomic_ops;
   }
+  // A bad NPO_FI_FAULT / NPO_FI_FAULT_MS / NPO_FI_STALL_MS is reported now, not at the first fault.
+  (void)abort_on_fault();
+  (void)fault_persistence();
+  (void)stall_dump_after();
   // One lane per possible sender (fabric IDs 1..N, kEpsPerCard endpoints each), at least 64.
   e->lanes =
       std::clamp(kEpsPerCard * (static_cast<unsigned>(count_cards(d->fabric->backend)) + 1), kDefaultLanes, 4096u);
-  if (const char* l = env("NPO_FI_RING_LANES")) e->lanes = std::clamp(static_cast<unsigned>(std::atoi(l)), 1u, 4096u);
+  if (auto l = env_int("NPO_FI_RING_LANES", 1, 4096, "the default (4 per card + 4, at least 64)"))
+    e->lanes = static_cast<unsigned>(*l);
   {
     auto& s = shared();
     std::lock_guard lk(s.mu);

@@ -36,7 +36,7 @@ int domain_ops_open(fid*, const char* name, std::uint64_t, void** ops, void*) {
 int domain_close(fid* f) {
   auto* d = reinterpret_cast<Domain*>(f);
   if (d->refs.load() != 0) return -FI_EBUSY;
-  if (env("NPO_FI_STATS")) {
+  if (env_bool("NPO_FI_STATS", "the default off").value_or(false)) {
     // one line per domain, for runtimes the application cannot ask (docs/libfabric.md "Extensions")
     std::fprintf(
         stderr,
@@ -100,10 +100,7 @@ int domain_open(fid_fabric* f, fi_info* info, fid_domain** out, void* context) {
     d->sys = s.remote_sys[uri].lock();
     if (!d->sys) {
       auto sys = System::open(uri);
-      if (!sys) {
-        warn(FI_LOG_DOMAIN, "cannot open card " + std::to_string(*k) + " (" + uri + "): " + sys.error().to_string());
-        return -fi_errno_of(sys.error());
-      }
+      if (!sys) return domain_open_failed(fab->backend, *k, sys.error());
       d->sys = std::shared_ptr<System>(std::move(*sys));
       s.remote_sys[uri] = d->sys;
     }
@@ -113,7 +110,7 @@ int domain_open(fid_fabric* f, fi_info* info, fid_domain** out, void* context) {
     auto& s = shared();
     std::lock_guard lk(s.mu);
     auto sys = local_system_locked(s, fab->backend.uri);
-    if (!sys) return -fi_errno_of(sys.error());
+    if (!sys) return domain_open_failed(fab->backend, *k, sys.error());
     d->sys = *sys;
     if (*k >= d->sys->device_count()) return -FI_ENODEV;
     d->dev = &d->sys->device(*k);
@@ -343,8 +340,7 @@ int getinfo(std::uint32_t, const char*, const char*, std::uint64_t flags, const 
   // providers before a provider it does not know, so `-p npo` would pick "npo;ofi_rxd" first;
   // like efa, shm and psm3 the provider declines layering unless NPO_FI_LAYERING=1 asks for it
   // (to compare against ofi_rxd, docs/libfabric.md "Layering").
-  if ((flags & kCoreProvOnly) && !(env("NPO_FI_LAYERING") && std::string_view(env("NPO_FI_LAYERING")) == "1"))
-    return -FI_ENODATA;
+  if ((flags & kCoreProvOnly) && !env_bool("NPO_FI_LAYERING", "the default off").value_or(false)) return -FI_ENODATA;
   const BackendChoice b = choose_backend();
   const std::size_t n = count_cards(b);
   if (n == 0) return -FI_ENODATA;
@@ -354,16 +350,7 @@ int getinfo(std::uint32_t, const char*, const char*, std::uint64_t flags, const 
   std::optional<unsigned> only;
   const bool named = hints && hints->domain_attr && hints->domain_attr->name;
   if (!named) {
-    if (const char* c = env("FI_NPO_CARD")) {
-      only = static_cast<unsigned>(std::atoi(c));
-    } else {
-      for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "SLURM_LOCALID"}) {
-        if (const char* r = env(var)) {
-          only = static_cast<unsigned>(std::atoi(r)) % static_cast<unsigned>(n);
-          break;
-        }
-      }
-    }
+    only = card_choice(n, b);
   }
   fi_info* head = nullptr;
   fi_info* tail = nullptr;

@@ -10,7 +10,8 @@
 // Only fi_prov_ini is exported (npo-fi.map).
 //
 // This private header holds the ring format, the objects behind each fid and the helpers the
-// sources share: backend.cpp (backend choice, process-wide state), cq_eq.cpp (EQ, CQ),
+// sources share: backend.cpp (backend choice, process-wide state), config.cpp (the environment
+// parser, once-per-process notices; config.hpp), cq_eq.cpp (EQ, CQ),
 // av_mr.cpp (AV, MR), endpoint.cpp (data path, progress, faults), provider.cpp (fabric,
 // domain, getinfo, fi_prov_ini). Thread-safety: every fid of a domain is serialised by the
 // domain's mutex (FI_THREAD_SAFE); the EQ has its own.
@@ -51,6 +52,7 @@
 #include <rdma/providers/fi_log.h>
 #include <rdma/providers/fi_prov.h>
 
+#include "config.hpp"
 #include "fi_npo_ext.h"
 #include "npo/hal/hal.hpp"
 #include "trace.hpp"
@@ -217,11 +219,22 @@ struct BackendChoice {
   std::string uri;      // as configured
   bool remote = false;  // emu-remote:DIR (one System per card)
   std::string dir;      // remote: socket dir
+  std::string query;    // remote: what followed '?' (refused: the provider opens each card itself)
+  std::string origin;   // "NPO_FI_BACKEND", "NPO_BACKEND" or "" (the default)
 };
 
 /// The backend of this process: NPO_FI_BACKEND, else NPO_BACKEND, else emu-remote:/run/npo-emud
 /// when that directory exists, else vfio:all (docs/libfabric.md "Backend").
 BackendChoice choose_backend();
+/// The one card fi_getinfo lists, or nullopt for all `n` (docs/libfabric.md "Picking a card"):
+/// FI_NPO_CARD (a bad value or one >= n is reported once), else inside a parallel job the
+/// local rank modulo n. Call only when the hints name no domain.
+std::optional<unsigned> card_choice(std::size_t n, const BackendChoice& b);
+/// fi_domain of card `card` failed with `e`: prints once per process one stderr line with the
+/// reason (the HAL's message; for a held card also the card count and, when this node runs more
+/// ranks than there are cards, that) and logs it (FI_LOG warn). Returns -errno for fi_domain.
+/// Takes no lock of Shared: callable with s.mu held.
+int domain_open_failed(const BackendChoice& b, unsigned card, const Error& e);
 
 struct Shared {
   std::mutex mu;
@@ -246,7 +259,9 @@ Shared& shared();
 /// Opens (once) the process-wide System of an in-process backend and brings its fabric up.
 /// Caller holds s.mu.
 Result<std::shared_ptr<System>> local_system_locked(Shared& s, const std::string& uri);
-/// Number of cards the backend offers; 0 when nothing is reachable (quietly, quickly).
+/// Number of cards the backend offers; 0 when nothing is reachable (quickly; why is logged at
+/// FI_LOG warn and, when NPO_FI_BACKEND chose the backend, said once on stderr). emu-remote:
+/// counts the daemon's card sockets without connecting (docs/libfabric.md "Backend").
 std::size_t count_cards(const BackendChoice& b);
 
 extern fi_provider g_provider;
@@ -312,7 +327,8 @@ struct Eq;
 // the EQ) only; "abort" also ends the process with the message on stderr, so a parallel job
 // whose runtime swallows core-provider errors (ofi_rxd retries for minutes) ends within
 // seconds, naming the card. Default: abort inside a parallel job (a local-rank variable is
-// set), report otherwise. NPO_FI_FAULT=report|abort overrides.
+// set), report otherwise. NPO_FI_FAULT=report|abort (case ignored) overrides; another value
+// is reported once and the default used.
 inline bool in_parallel_job() {
   for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "SLURM_LOCALID"})
     if (env(var)) return true;
@@ -320,16 +336,19 @@ inline bool in_parallel_job() {
 }
 inline bool abort_on_fault() {
   static const bool v = [] {
-    if (const char* f = env("NPO_FI_FAULT")) return std::string_view(f) == "abort";
-    return in_parallel_job();
+    const bool job = in_parallel_job();
+    if (auto f = env_choice("NPO_FI_FAULT", {"abort", "report"},
+                            job ? "the default abort (inside a parallel job)" : "the default report"))
+      return *f == "abort";
+    return job;
   }();
   return v;
 }
 // A peer unreachable or its window refused for this long is a fault, not a transient (a link
-// retrain or reroute under it is survived). NPO_FI_FAULT_MS overrides (default 5000 ms).
+// retrain or reroute under it is survived). NPO_FI_FAULT_MS overrides (1..86400000 ms; default
+// 5000 ms, also for a bad value, which is reported once).
 inline std::chrono::milliseconds fault_persistence() {
-  if (const char* v = env("NPO_FI_FAULT_MS")) return std::chrono::milliseconds(std::max(0, std::atoi(v)));
-  return std::chrono::milliseconds(5000);
+  return std::chrono::milliseconds(env_int("NPO_FI_FAULT_MS", 1, 86'400'000, "the default 5000").value_or(5000));
 }
 // How often progress checks that the own card still answers (mailbox heartbeat).
 constexpr auto kHeartbeatPeriod = std::chrono::seconds(1);
@@ -708,12 +727,14 @@ struct Ep {
       std::_Exit(1);
     }
   }
-  // Why the own card is gone (removed: its registers read all-ones; or its backend gone), or
-  // empty while it still answers. Register reads, not the mailbox: a firmware slowed down by a
-  // loaded host leaves the mailbox busy for a second (kUnavailable too) on a card that works.
+  // Why the own card is gone (removed: its registers read all-ones; or its backend gone, e.g.
+  // "emu-remote: npo-emud at DIR is gone ..."), or empty while it still answers. Register
+  // reads, not the mailbox: a firmware slowed down by a loaded host leaves the mailbox busy for
+  // a second (kUnavailable too) on a card that works. The HAL's message without its context:
+  // that names the System-local index (0 for an emu-remote card), where() names the card.
   std::optional<std::string> card_gone_reason() {
     auto c = domain->dev->card_counters();
-    if (!c && c.error().code() == Code::kUnavailable) return c.error().to_string();
+    if (!c && c.error().code() == Code::kUnavailable) return c.error().message();
     return std::nullopt;
   }
   bool own_card_gone() { return card_gone_reason().has_value(); }

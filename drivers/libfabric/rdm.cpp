@@ -383,11 +383,15 @@ void Ep::rdm_tx_delivered(const Tx& t) {
 }
 
 void Ep::rdm_tx_failed(Tx t) {
-  const std::string msg = "npo: send of " + std::to_string(t.len + t.data_len) + " B from " + where() +
-                          " to the card with fabric id " + std::to_string(t.dest_fabric) +
-                          " failed: " + std::string(op_status_name(t.worst));
-  const bool transient = is_path_failure(t.worst) ||
-                         ((t.worst == OpStatus::kTimeout || t.worst == OpStatus::kAborted) && !own_card_gone());
+  std::string msg = "npo: send of " + std::to_string(t.len + t.data_len) + " B from " + where() +
+                    " to the card with fabric id " + std::to_string(t.dest_fabric) +
+                    " failed: " + std::string(op_status_name(t.worst));
+  std::optional<std::string> gone;
+  if (t.worst == OpStatus::kTimeout || t.worst == OpStatus::kAborted) gone = card_gone_reason();
+  // the own card (or the daemon behind it) is gone: say that, not only "timeout"
+  if (gone) msg = "npo: " + where() + " is gone: " + *gone + " (" + msg.substr(5) + ")";
+  const bool transient =
+      is_path_failure(t.worst) || ((t.worst == OpStatus::kTimeout || t.worst == OpStatus::kAborted) && !gone);
   if (transient) send_failed(t.dest_key, t.worst, msg);
   if (transient && !fatal_reported) {
     if (trace::on()) trace::tx_failed(*this, t, true, op_status_name(t.worst));

@@ -264,6 +264,51 @@ TEST(Provider, FlowControlReadsTheCounterOfTheLaneInThePeersRing) {
   from.close();
 }
 
+TEST(Provider, ABadRingLanesValueIsReportedOnceAndTheDefaultUsed) {
+  // Issue fix6p point 3: "abc" used to be read as 0 and clamped to 1 lane (ring1x16).
+  use_provider();
+  ::setenv("NPO_FI_RING_LANES", "abc", 1);
+  testing::internal::CaptureStderr();
+  Side a, b;
+  a.open(2, dgram(FI_CQ_FORMAT_DATA));
+  b.open(3, dgram(FI_CQ_FORMAT_DATA));
+  const std::string err = testing::internal::GetCapturedStderr();
+  ::unsetenv("NPO_FI_RING_LANES");
+  ASSERT_FALSE(HasFatalFailure());
+  const std::string line =
+      "npo: NPO_FI_RING_LANES='abc' is not valid (accepted: an integer 1..4096); using the default (4 per card + 4, "
+      "at least 64)\n";
+  EXPECT_NE(err.find(line), std::string::npos) << err;
+  EXPECT_EQ(err.find(line), err.rfind(line)) << "reported twice: " << err;
+  fi_addr_t dest = FI_ADDR_NOTAVAIL;
+  ASSERT_EQ(fi_av_insert(a.av, b.addr.data(), 1, &dest, 0, nullptr), 1);
+  char buf[128];
+  std::size_t len = sizeof buf;
+  fi_av_straddr(a.av, b.addr.data(), buf, &len);
+  EXPECT_NE(std::string(buf).find("ring64x16"), std::string::npos) << buf;  // mesh8: 4 x 9 = 36, at least 64
+  b.close();
+  a.close();
+}
+
+TEST(Provider, ABadFiNpoCardIsReportedAndEveryCardListed) {
+  // Issue fix6p point 3: "abc" used to become card 0.
+  use_provider();
+  ::setenv("FI_NPO_CARD", "abc", 1);
+  testing::internal::CaptureStderr();
+  fi_info* hints = npo_hints();
+  fi_info* info = nullptr;
+  const int rc = fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &info);
+  const std::string err = testing::internal::GetCapturedStderr();
+  ::unsetenv("FI_NPO_CARD");
+  ASSERT_EQ(rc, 0);
+  EXPECT_NE(err.find("npo: FI_NPO_CARD='abc' is not valid (accepted: an integer 0..65535)"), std::string::npos) << err;
+  std::size_t n = 0;
+  for (fi_info* i = info; i; i = i->next) ++n;
+  EXPECT_EQ(n, 8u);
+  fi_freeinfo(info);
+  fi_freeinfo(hints);
+}
+
 TEST_F(ProviderPair, ASendToAFullLaneWaitsForAPeerThatConsumesLateInsteadOfRefusing) {
   // ofi_rxd drops an ACK whose fi_send answers -FI_EAGAIN; the last ACK of a message lost so
   // hung fi_pingpong -e rdm under load (the receiver stopped progressing). A send into a full

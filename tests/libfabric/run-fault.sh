@@ -5,10 +5,14 @@
 # mesh8 with NPO_FI_FAULT=abort (the default inside an MPI job), then
 # `npo-emu fault --kind surprise_removal --card 1`: the process on card 1 must end within 10 s
 # with "npo: fatal: card 1 (npo1, fabric id 2) is gone". (Its peer only waits to receive: in an
-# MPI job the launcher ends it when a rank exits; here the test stops it.)
-# Usage: run-fault.sh NPO_EMUD NPO_EMU PROVIDER_DIR
+# MPI job the launcher ends it when a rank exits; here the test stops it.) The message names
+# the card once: not the System-local `[card=0]` of npo-hal's error context.
+# With MODE daemon_killed (issue fix6p point 1) npo-emud itself is killed (SIGKILL) instead:
+# both processes must end within 10 s saying "npo-emud at DIR is gone", never "card removed"
+# or a bare timeout -- a dead daemon is not a removed card.
+# Usage: run-fault.sh NPO_EMUD NPO_EMU PROVIDER_DIR [removal|daemon_killed]
 set -euo pipefail
-emud="$1" emu="$2" provdir="$3"
+emud="$1" emu="$2" provdir="$3" mode="${4:-removal}"
 if ! command -v fi_pingpong >/dev/null; then
   echo "SKIP: fi_pingpong not installed (package libfabric-bin)"; exit 0
 fi
@@ -21,7 +25,8 @@ cleanup() {
 }
 trap cleanup EXIT
 "${emud}" --topology emu:mesh8 --socket-dir "${dir}/sock" >"${dir}/emud.log" 2>&1 &
-pids+=($!)
+emud_pid=$!
+pids+=("${emud_pid}")
 for _ in $(seq 1 300); do [[ -S "${dir}/sock/card-1.sock" ]] && break; sleep 0.05; done
 [[ -S "${dir}/sock/card-1.sock" ]] || { echo "npo-emud did not come up"; cat "${dir}/emud.log"; exit 1; }
 export FI_PROVIDER_PATH="${provdir}" NPO_FI_BACKEND="emu-remote:${dir}/sock" NPO_FI_FAULT=abort
@@ -43,7 +48,11 @@ grep -q 'connect card=1 pid=[0-9]* mode=owner' "${dir}/emud.log" ||
   { echo "FAIL: the client did not open card 1 within 30 s"; cat "${dir}/client.log"; exit 1; }
 sleep 1
 kill -0 "${cli}" 2>/dev/null || { echo "FAIL: the client ended before the fault"; cat "${dir}/client.log"; exit 1; }
-"${emu}" fault --socket-dir "${dir}/sock" --kind surprise_removal --card 1
+if [[ "${mode}" == daemon_killed ]]; then
+  kill -KILL "${emud_pid}"
+else
+  "${emu}" fault --socket-dir "${dir}/sock" --kind surprise_removal --card 1
+fi
 t0=$(date +%s%N)
 set +e
 wait "${cli}"; cli_rc=$?
@@ -57,4 +66,19 @@ echo "the process on the removed card ended ${cli_ms} ms after the fault (rc ${c
 (( cli_ms < 10000 )) || { echo "FAIL: not within 10 s"; exit 1; }
 grep -q 'npo: fatal: .*card 1 (npo1, fabric id 2)' "${dir}/client.log" ||
   { echo "FAIL: the error does not name card 1"; exit 1; }
+if grep -q '\[card=0\]' "${dir}/client.log"; then
+  echo "FAIL: the message also names card 0 (npo-hal's System-local index)"; exit 1
+fi
+if [[ "${mode}" == daemon_killed ]]; then
+  grep -q "npo: fatal: .*npo-emud at ${dir}/sock is gone" "${dir}/client.log" ||
+    { echo "FAIL: the client does not say that npo-emud is gone"; exit 1; }
+  if grep -q 'card removed' "${dir}/client.log"; then echo "FAIL: a dead daemon reported as a removed card"; exit 1; fi
+  # the server (only waiting to receive) finds it too, by its heartbeat
+  for _ in $(seq 1 200); do kill -0 "${srv}" 2>/dev/null || break; sleep 0.05; done
+  echo "--- server (npo0)"; tail -n 3 "${dir}/server.log"
+  grep -q "npo: fatal: card 0 (npo0, fabric id 1) is gone: .*npo-emud at ${dir}/sock is gone" "${dir}/server.log" ||
+    { echo "FAIL: the server does not say that npo-emud is gone"; exit 1; }
+else
+  grep -q 'card removed' "${dir}/client.log" || { echo "FAIL: the removal is not called one"; exit 1; }
+fi
 echo PASS

@@ -298,7 +298,7 @@ def main():
     ap.add_argument("--min-bytes", type=int, default=1 << 20, help="DMA bytes each card must have moved")
     ap.add_argument("--timeout", type=float, default=120, help="bound on the mpirun run, s")
     ap.add_argument("--expect-text", default="", help="regex the job output must contain")
-    ap.add_argument("--fault", help="fault kind for npo-emu fault")
+    ap.add_argument("--fault", help="fault kind for npo-emu fault, or daemon_kill (SIGKILL npo-emud)")
     ap.add_argument("--card", type=int, default=0)
     ap.add_argument("--port", type=int)
     ap.add_argument("--lane", type=int)
@@ -428,6 +428,12 @@ def main():
                     log(f"FAIL: the job ended (exit {job.proc.returncode}) before the fault at {at} s "
                         f"({' '.join(opts)}); make it run longer:\n{job.text()}")
                     return 1
+                if main_fault and args.fault == "daemon_kill":
+                    # npo-emud itself dies (SIGKILL): a dead daemon, not a removed card
+                    log(f"killing npo-emud (pid {daemon.proc.pid}) at {time.monotonic() - owned_at:.1f} s")
+                    fault_at = time.monotonic()
+                    daemon.proc.kill()
+                    continue
                 fcmd = [args.emu, "fault", "--socket-dir", daemon.dir] + opts
                 log(f"injecting at {time.monotonic() - owned_at:.1f} s: " + " ".join(fcmd))
                 if main_fault:
@@ -459,7 +465,17 @@ def main():
             if took > args.within:
                 log(f"FAIL: the job ended {took:.1f} s after the fault (bound {args.within} s)")
                 return 1
-            if args.port is None:
+            if args.fault == "daemon_kill":
+                # every fatal line says the daemon is gone; none calls it a removed card
+                gone = [l for l in out.splitlines() if re.search(r"npo: fatal: .*npo-emud at " +
+                                                                 re.escape(daemon.dir) + r" is gone", l)]
+                wrong = [l for l in out.splitlines() if "npo: fatal:" in l and "npo-emud at" not in l]
+                if not gone or wrong:
+                    log("FAIL: the ranks do not say that npo-emud is gone" +
+                        (f" (e.g. {wrong[0].strip()})" if wrong else ""))
+                    return 1
+                line = gone[0]
+            elif args.port is None:
                 line = naming_line(out, [(args.card, None)])
                 if line is None:
                     log(f"FAIL: no message names card {args.card} ('card {args.card}' or 'npo{args.card}')")

@@ -167,8 +167,8 @@ class Device {
   /// backend gone). Thread-safety: safe from any thread; the values of one queue are read one
   /// after the other while the engine may complete ops (registers.md §9).
   Result<std::vector<QueueCounters>> queue_counters() const;
-  /// The card-wide counters (registers.md §9): two register reads and GLOBAL.MAGIC. Works on a
-  /// read-only attach. Errors: kUnavailable (card removed). Thread-safety: safe from any thread.
+  /// The card-wide counters (registers.md §9): two register reads and GLOBAL.MAGIC. Works on a read-only attach.
+  /// Errors: kUnavailable (card removed; or its backend gone: its error). Thread-safety: safe from any thread.
   Result<CardCounters> card_counters() const;
 
  private:

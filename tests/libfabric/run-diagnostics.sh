@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# What the provider says when it cannot work (issue fix6p), with unmodified fi_info /
+# fi_pingpong (libfabric-bin) and a private npo-emud mesh8 (docs/libfabric.md "Backend",
+# "Environment variables", "Domains are cards"):
+#  - NPO_FI_BACKEND without a daemon, bogus, empty, with ?card=: rc 61 and one stderr line why;
+#  - emu:mesh8 inside a job of 2 ranks: no cards, the line says to use npo-emud;
+#  - bad values (FI_NPO_CARD, NPO_FI_LAYERING, NPO_FI_FAULT, NPO_FI_FAULT_MS, NPO_FI_RING_LANES,
+#    NPO_FI_POLL_BACKOFF, NPO_FI_STALL_MS, NPO_FI_TRACE_MAX, NPO_FI_TRACE in a missing directory)
+#    are reported once each, naming variable, value and accepted form, and the default is used
+#    (the ping-pong still passes);
+#  - fi_domain on a card another process holds: one stderr line naming the holder's pid, the
+#    card count, and (9 local ranks) that there are more ranks than cards;
+#  - enumerating (fi_info) connects to no card socket (npo-emud logs every connect).
+# Usage: run-diagnostics.sh NPO_EMUD PROVIDER_DIR
+set -euo pipefail
+emud="$1" provdir="$2"
+if ! command -v fi_info >/dev/null || ! command -v fi_pingpong >/dev/null; then
+  echo "SKIP: fi_info / fi_pingpong not installed (package libfabric-bin)"; exit 0
+fi
+dir="$(mktemp -d /tmp/npo-fi-diag.XXXXXX)"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "${dir}"
+}
+trap cleanup EXIT
+export FI_PROVIDER_PATH="${provdir}"
+unset FI_NPO_CARD NPO_BACKEND NPO_FI_FAULT NPO_FI_FAULT_MS NPO_FI_RING_LANES NPO_FI_POLL_BACKOFF NPO_FI_STALL_MS \
+  NPO_FI_LAYERING NPO_FI_TRACE NPO_FI_TRACE_MAX FI_LOG_LEVEL
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# expect_no_cards NAME PATTERN [env assignments...]: fi_info -p npo answers 61 and prints
+# exactly one line of ours matching PATTERN (besides libfabric's "fi_getinfo: -61").
+expect_no_cards() {
+  local name="$1" pat="$2"
+  shift 2
+  set +e
+  local out
+  out="$(env "$@" fi_info -p npo 2>&1)"
+  local rc=$?
+  set -e
+  echo "${name}: rc=${rc}: ${out}"
+  [[ ${rc} -eq 61 ]] || fail "${name}: expected no data (61)"
+  [[ "$(grep -c '^npo: ' <<<"${out}")" -eq 1 ]] || fail "${name}: expected one line of the provider"
+  grep -qE "${pat}" <<<"${out}" || fail "${name}: the line does not match '${pat}'"
+}
+expect_no_cards "no daemon" "^npo: no cards: NPO_FI_BACKEND=emu-remote:${dir}/none: no directory ${dir}/none \(is npo-emud running" \
+  NPO_FI_BACKEND="emu-remote:${dir}/none"
+expect_no_cards "bogus backend" "^npo: no cards: NPO_FI_BACKEND=bogus:xyz: .*bogus" NPO_FI_BACKEND=bogus:xyz
+expect_no_cards "empty backend" "^npo: no cards: NPO_FI_BACKEND is empty; the default (vfio:all|emu-remote:/run/npo-emud)" \
+  NPO_FI_BACKEND=
+expect_no_cards "emu: in a job" "in-process emulator is private to each process, and this job has 2 ranks.*npo-emud --topology emu:mesh8 --socket-dir DIR. and NPO_FI_BACKEND=emu-remote:DIR" \
+  NPO_FI_BACKEND=emu:mesh8 OMPI_COMM_WORLD_SIZE=2
+# stale lock file: a daemon that was killed
+mkdir -p "${dir}/dead"
+echo 999999999 >"${dir}/dead/npo-emud.lock"
+expect_no_cards "dead daemon" "^npo: no cards: .*npo-emud at ${dir}/dead is gone \(pid 999999999" \
+  NPO_FI_BACKEND="emu-remote:${dir}/dead"
+
+"${emud}" --topology emu:mesh8 --socket-dir "${dir}/sock" >"${dir}/emud.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 300); do [[ -S "${dir}/sock/card-7.sock" ]] && break; sleep 0.05; done
+[[ -S "${dir}/sock/card-7.sock" ]] || { echo "npo-emud did not come up"; cat "${dir}/emud.log"; exit 1; }
+export NPO_FI_BACKEND="emu-remote:${dir}/sock"
+expect_no_cards "?card=" "^npo: no cards: NPO_FI_BACKEND=emu-remote:${dir}/sock\?card=9: the provider takes no \?card=9" \
+  NPO_FI_BACKEND="emu-remote:${dir}/sock?card=9"
+
+# enumeration connects to no card (the daemon logs each connect)
+fi_info -p npo >/dev/null
+OMPI_COMM_WORLD_LOCAL_RANK=3 fi_info -p npo >/dev/null
+connects="$(grep -c 'connect card=' "${dir}/emud.log" || true)"
+echo "daemon connect lines after 2 fi_info runs: ${connects}"
+[[ "${connects}" -eq 0 ]] || fail "fi_info connected to the daemon ${connects} times"
+
+# FI_NPO_CARD
+out="$(FI_NPO_CARD=abc fi_info -p npo -t FI_EP_DGRAM 2>&1)"
+echo "${out}" | grep '^npo: ' || true
+grep -q "^npo: FI_NPO_CARD='abc' is not valid (accepted: an integer 0..65535); using every card" <<<"${out}" ||
+  fail "FI_NPO_CARD=abc not reported"
+[[ "$(grep -c 'domain: npo' <<<"${out}")" -eq 8 ]] || fail "FI_NPO_CARD=abc: not every card listed"
+set +e
+out="$(FI_NPO_CARD=99 fi_info -p npo 2>&1)"
+set -e
+echo "${out}" | grep '^npo: ' || true
+grep -q "^npo: FI_NPO_CARD=99 but emu-remote:${dir}/sock has 8 cards (npo0..npo7): fi_getinfo lists none" <<<"${out}" ||
+  fail "FI_NPO_CARD=99 not reported"
+# NPO_FI_LAYERING: yes is a yes; maybe is reported (and off)
+NPO_FI_LAYERING=yes fi_info -p 'npo;ofi_rxd' -t FI_EP_RDM 2>&1 | grep -q 'provider: npo;ofi_rxd' ||
+  fail "NPO_FI_LAYERING=yes did not layer"
+set +e
+out="$(NPO_FI_LAYERING=maybe fi_info -p 'npo;ofi_rxd' -t FI_EP_RDM 2>&1)"
+set -e
+grep -q "^npo: NPO_FI_LAYERING='maybe' is not valid (accepted: 1, on, yes, true or 0, off, no, false); using the default off" \
+  <<<"${out}" || fail "NPO_FI_LAYERING=maybe not reported"
+grep -q 'provider: npo;ofi_rxd' <<<"${out}" && fail "NPO_FI_LAYERING=maybe layered"
+
+# Bad runtime values: reported once each, the defaults used, the ping-pong still passes.
+port=$((20000 + ($$ % 20000)))
+bad=(NPO_FI_FAULT=bogus NPO_FI_FAULT_MS=abc NPO_FI_RING_LANES=5000 NPO_FI_POLL_BACKOFF=maybe NPO_FI_STALL_MS=abc
+  NPO_FI_TRACE_MAX=-5 NPO_FI_TRACE=/nonexistent/dir/t.json)
+env "${bad[@]}" timeout 60 fi_pingpong -p npo -e rdm -S 4096 -I 10 -d npo0 -B "${port}" >"${dir}/srv.log" 2>&1 &
+srv=$!
+pids+=("${srv}")
+sleep 0.3
+set +e
+env "${bad[@]}" timeout 60 fi_pingpong -p npo -e rdm -S 4096 -I 10 -d npo1 -P "${port}" 127.0.0.1 >"${dir}/cli.log" 2>&1
+cli_rc=$?
+wait "${srv}"
+srv_rc=$?
+set -e
+echo "--- client (rc ${cli_rc})"; cat "${dir}/cli.log"
+[[ ${cli_rc} -eq 0 && ${srv_rc} -eq 0 ]] || fail "ping-pong with bad values failed (rc ${cli_rc} / ${srv_rc})"
+for want in "NPO_FI_FAULT='bogus' is not valid (accepted: abort, report); using the default report" \
+  "NPO_FI_FAULT_MS='abc' is not valid (accepted: an integer 1..86400000); using the default 5000" \
+  "NPO_FI_RING_LANES='5000' is not valid (accepted: an integer 1..4096); using the default" \
+  "NPO_FI_POLL_BACKOFF='maybe' is not valid (accepted: 0, off, yield, 1, on); using the default on" \
+  "NPO_FI_STALL_MS='abc' is not valid (accepted: an integer 0..86400000); using the default 0 (off)" \
+  "NPO_FI_TRACE_MAX='-5' is not valid (accepted: an integer 0..1099511627776); using the default 1000000" \
+  "NPO_FI_TRACE: cannot write the trace file /nonexistent/dir/t."; do
+  n="$(grep -cF "npo: ${want}" "${dir}/cli.log" || true)"
+  [[ "${n}" -eq 1 ]] || fail "expected once, saw ${n} times: npo: ${want}"
+done
+# upper case is the word: NPO_FI_FAULT=ABORT is abort (nothing reported)
+if NPO_FI_FAULT=ABORT NPO_FI_FAULT_MS=0 fi_info -p npo 2>&1 | grep -q "NPO_FI_FAULT="; then
+  fail "NPO_FI_FAULT=ABORT reported at getinfo"
+fi
+
+# fi_domain on a held card: one line with the holder, the card count; 9 ranks on 8 cards. The
+# holder is a running ping-pong pair on cards 0 and 1 (fi_pingpong opens its domain only once
+# its peer connected); each second job is a pair whose server asks for card 0.
+timeout 60 fi_pingpong -p npo -e rdm -S 64 -I 100000000 -d npo0 -B "$((port + 1))" >"${dir}/holder.log" 2>&1 &
+pids+=($!)
+sleep 0.3
+timeout 60 fi_pingpong -p npo -e rdm -S 64 -I 100000000 -d npo1 -P "$((port + 1))" 127.0.0.1 >"${dir}/holder1.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 600); do [[ "$(grep -c "^npo-emud: connect card=0 pid=[0-9]* mode=owner" "${dir}/emud.log")" -ge 2 ]] && break; sleep 0.05; done
+# (its pid: fi_pingpong's, a child of timeout)
+holder="$(sed -n 's/.*npo-emud: connect card=0 pid=\([0-9]*\) mode=owner.*/\1/p' "${dir}/emud.log" | tail -1)"
+[[ -n "${holder}" ]] || fail "the holder did not open card 0"
+# second_job PORT [env...]: a ping-pong pair whose server asks for card 0; prints the server's output
+second_job() {
+  local p="$1"
+  shift
+  env "$@" timeout 30 fi_pingpong -p npo -e rdm -S 64 -I 10 -d npo0 -B "${p}" >"${dir}/second.log" 2>&1 &
+  local s=$!
+  sleep 0.3
+  env "$@" timeout 30 fi_pingpong -p npo -e rdm -S 64 -I 10 -d npo2 -P "${p}" 127.0.0.1 >/dev/null 2>&1 || true
+  wait "${s}" || true
+  cat "${dir}/second.log"
+}
+out="$(second_job "$((port + 2))")"
+out9="$(second_job "$((port + 3))" OMPI_COMM_WORLD_LOCAL_SIZE=9)"
+echo "--- second job on card 0: ${out}"
+echo "--- 9 local ranks: ${out9}"
+[[ "$(grep -c '^npo: fi_domain' <<<"${out}")" -eq 1 ]] || fail "held card: not one fi_domain line"
+grep -q "^npo: fi_domain npo0: cannot open card 0 of npo-emud at ${dir}/sock: card 0 is open by pid ${holder} .*; the daemon has 8 cards" \
+  <<<"${out}" || fail "held card: the line does not name the holder and the card count"
+grep -q "^npo: fi_domain npo0: .*is open by pid ${holder} .*this job runs 9 ranks on this node but there are only 8 cards" \
+  <<<"${out9}" || fail "9 ranks: the line does not say there are more ranks than cards"
+
+if ((fails)); then echo "${fails} failure(s)"; exit 1; fi
+echo PASS
