@@ -115,7 +115,7 @@ echo "--- client (rc ${cli_rc})"; cat "${dir}/cli.log"
 for want in "NPO_FI_FAULT='bogus' is not valid (accepted: abort, report); using the default report" \
   "NPO_FI_FAULT_MS='abc' is not valid (accepted: an integer 1..86400000); using the default 5000" \
   "NPO_FI_RING_LANES='5000' is not valid (accepted: an integer 1..4096); using the default" \
-  "NPO_FI_POLL_BACKOFF='maybe' is not valid (accepted: 0, off, yield, 1, on); using the default on" \
+  "NPO_FI_POLL_BACKOFF='maybe' is not valid (accepted: yield, sleep, 0, off, 1, on); using the default yield" \
   "NPO_FI_STALL_MS='abc' is not valid (accepted: an integer 0..86400000); using the default 0 (off)" \
   "NPO_FI_TRACE_MAX='-5' is not valid (accepted: an integer 0..1099511627776); using the default 1000000" \
   "NPO_FI_TRACE: cannot write the trace file /nonexistent/dir/t."; do
