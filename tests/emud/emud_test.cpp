@@ -682,10 +682,26 @@ TEST(Emud, FaultInjectedIntoTheRunningDaemonShowsInTheTools) {
   // socket's; no daemon: unavailable.
   auto nolane =
       npo_test::run_command(emu + " fault --socket-dir " + d.dir() + " --kind lane_loss --card 2 --port 0 2>&1");
-  EXPECT_NE(nolane.status, 0);
+  EXPECT_EQ(nolane.status, 2) << nolane.out;  // a bad command line (tools/README "npo-emu fault")
   EXPECT_NE(nolane.out.find("needs a lane"), std::string::npos) << nolane.out;
   auto badkind = npo_test::run_command(emu + " fault --socket-dir " + d.dir() + " --kind melt --card 2 2>&1");
-  EXPECT_NE(badkind.status, 0);
+  EXPECT_EQ(badkind.status, 2) << badkind.out;
+  // A card or port the daemon does not have is a bad command line too (as npo-link's --card
+  // 8), checked by a read-only look before anything is sent (used to be 1).
+  auto port8 = npo_test::run_command(emu + " fault --socket-dir " + d.dir() +
+                                     " --kind lane_loss --card 2 --port 8 --lane 0 2>&1");
+  EXPECT_EQ(port8.status, 2) << port8.out;
+  EXPECT_NE(port8.out.find("port 8 not present (card 2 has 8 ports)"), std::string::npos) << port8.out;
+  auto card8 = npo_test::run_command(emu + " fault --socket-dir " + d.dir() + " --kind iommu_fault --card 8 2>&1");
+  EXPECT_EQ(card8.status, 2) << card8.out;
+  EXPECT_NE(card8.out.find("serves no card 8"), std::string::npos) << card8.out;
+  // mesh8's port 7 has no module (nothing cabled): a link fault there is refused, like a
+  // module removal (used to be accepted and change nothing).
+  auto port7 = npo_test::run_command(emu + " fault --socket-dir " + d.dir() +
+                                     " --kind lane_loss --card 2 --port 7 --lane 0 2>&1");
+  EXPECT_EQ(port7.status, 1) << port7.out;
+  EXPECT_NE(port7.out.find("card 2 port 7 has no module: a lane_loss there has nothing to act on"), std::string::npos)
+      << port7.out;
   EXPECT_EQ(d.stop(), 0);
   EXPECT_NE(d.output().find("fault lane_loss card=2 port=0 lane=3 injected by pid="), std::string::npos) << d.output();
   auto gone = npo_test::run_command(emu + " fault --socket-dir " + d.dir() + " --kind iommu_fault --card 0 2>&1");
