@@ -1009,4 +1009,55 @@ TEST(Emud, PrbsRefusesAReadOnlyAttachAndSaysWhenTheFarEndWasNotChecked) {
   EXPECT_EQ(d.stop(), 0);
 }
 
+// Newcomer trial D: while a job holds card 0, `npo-link train --card 2 --port 0` used to fail
+// "card 0 is open by pid P" (the owner tools attached every card). On emu-remote they now own
+// the card asked for (URI option owner=K: the others read-only) and its link's far end when
+// free; a held far end is named with its holder, and the link is retrained from this end.
+TEST(Emud, OwnerToolsTakeOnlyTheCardAskedFor) {
+  EmudProcess d;
+  ASSERT_TRUE(d.start(emud_path(), "emu:mesh8")) << d.output();
+  const std::string uri = d.uri();
+  // owner=: card 2 owned, the others watched.
+  {
+    auto sys = npo::System::open(uri + "?owner=2");
+    ASSERT_TRUE(sys.has_value()) << sys.error().to_string();
+    ASSERT_EQ((*sys)->device_count(), 8u);
+    for (std::size_t k = 0; k < 8; ++k) EXPECT_EQ((*sys)->device(k).info().read_only, k != 2) << k;
+    auto bad = npo::System::open(uri + "?owner=9");
+    ASSERT_FALSE(bad.has_value());
+    EXPECT_NE(bad.error().message().find("serves no card 9"), std::string::npos) << bad.error().to_string();
+    auto both = npo::System::open(uri + "?owner=2&mode=ro");
+    ASSERT_FALSE(both.has_value());
+    EXPECT_EQ(both.error().code(), Code::kInvalidArgument);
+  }
+  auto held = npo::System::open(uri + "?card=0");  // the job
+  ASSERT_TRUE(held.has_value()) << held.error().to_string();
+  const std::string pid = std::to_string(::getpid());
+  const std::string link = NPO_LINK;
+  auto train = npo_test::run_command(link + " train --backend " + uri + " --card 2 --port 0 2>&1");
+  EXPECT_EQ(train.status, 0) << train.out;
+  EXPECT_NE(train.out.find("card 2 port 0: OK"), std::string::npos) << train.out;
+  EXPECT_NE(train.out.find("far end card 0 of card 2 port 0 is not available as owner (unavailable: card 0 is open by "
+                           "pid " +
+                           pid),
+            std::string::npos)
+      << train.out;
+  EXPECT_EQ(train.out.find("card 0 port 2: OK"), std::string::npos) << train.out;
+  // A free far end is retrained too (card 3 port 2 <-> card 2 port 2 on mesh8).
+  auto free_far = npo_test::run_command(link + " train --backend " + uri + " --card 3 --port 2 2>&1");
+  EXPECT_EQ(free_far.status, 0) << free_far.out;
+  EXPECT_NE(free_far.out.find("card 3 port 2: OK"), std::string::npos) << free_far.out;
+  EXPECT_NE(free_far.out.find("card 2 port 2: OK"), std::string::npos) << free_far.out;
+  // The card asked for is held: the refusal names it.
+  auto own = npo_test::run_command(link + " train --backend " + uri + " --card 0 --port 1 2>&1");
+  EXPECT_EQ(own.status, 1) << own.out;
+  EXPECT_NE(own.out.find("card 0 is open by pid " + pid), std::string::npos) << own.out;
+  // prbs on a link whose far end is free checks both ends while card 0 is held.
+  auto prbs = npo_test::run_command(link + " prbs --backend " + uri + " --card 2 --port 1 --seconds 0.2 --json 2>&1");
+  EXPECT_EQ(prbs.status, 0) << prbs.out;
+  EXPECT_NE(prbs.out.find("\"far_end_checked\": true"), std::string::npos) << prbs.out;
+  held->reset();
+  EXPECT_EQ(d.stop(), 0);
+}
+
 }  // namespace

@@ -344,7 +344,14 @@ int main(int argc, char** argv) {
     sizes.push_back(v);
   }
   const bool fabric = o.mode == "peer" || o.mode == "matrix";
-  const std::string uri = npo::tools::backend_uri(o.backend);
+  // On emu-remote the cards it runs on are attached as owner, the others read-only (a job
+  // holding them does not stop the benchmark); matrix mode uses every card.
+  std::string uri = npo::tools::backend_uri(o.backend);
+  if (o.mode != "matrix") {
+    std::vector<unsigned> mine{o.card};
+    if (o.mode == "peer") mine.push_back(o.peer < 0 ? o.card + 1 : static_cast<unsigned>(o.peer));
+    uri = npo::tools::owner_uri(uri, mine);
+  }
   auto sys = npo::System::open(uri);
   if (!sys) {
     fail_with("open " + uri, sys.error());
