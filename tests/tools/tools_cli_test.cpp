@@ -131,6 +131,17 @@ TEST(ToolsCli, EmudTopologyErrorsMatchTheOtherTools) {
   }
 }
 
+// Newcomer trial E: a --state filter that matched nothing printed nothing at all (each --watch
+// frame only its header); every view ends with its summary line (tools/README).
+TEST(ToolsCli, FilterMatchingNothingStillEndsWithTheSummary) {
+  for (const std::string sub : {"show", "fec", "health"}) {
+    SCOPED_TRACE(sub);
+    const auto r = npo_test::run_command("timeout 60 " + kLink + " " + sub + " --train --state FAILED" + kBe + " 2>&1");
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("0 ports: 0 HEALTHY, 0 DEGRADED, 0 FAILED, 0 DISABLED"), std::string::npos) << r.out;
+  }
+}
+
 TEST(ToolsCli, CardOrPortThatDoesNotExistIsAnError) {
   // Used to print nothing and exit 0 (npo-dma-bench already said "card 9 not present").
   expect_usage_errors({
