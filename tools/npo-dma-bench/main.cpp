@@ -693,7 +693,11 @@ int main(int argc, char** argv) {
         "size between the same memories (HBM through the BAR2 aperture), same run; RATIO = GB/s / that. host memcpy:\n"
         "memcpy between two host buffers (huge pages), RATIO_H = GB/s / that. The two baselines differ because the\n"
         "emulated HBM is a memfd with 4 KiB pages. HAL ns/op: caller time in enqueue+submit+poll per op, no "
-        "waiting.\n");
+        "waiting.\n"
+        "Header: batch = ops enqueued per doorbell (--batch), queues = DMA queues driven round-robin (--queues),\n"
+        "depth = entries of each submission queue (--depth). Small sizes: RATIO near 0 is expected -- the memcpy\n"
+        "baseline copies the same few bytes again and again from the CPU cache, while every DMA op pays its\n"
+        "descriptor, doorbell share and completion; judge small ops by OPS/s and HAL ns/op, bandwidth from 64K up.\n");
   }
   std::uint64_t errs = 0;
   for (const auto& r : results) errs += r.errors;
