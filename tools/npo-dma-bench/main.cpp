@@ -353,6 +353,12 @@ int main(int argc, char** argv) {
     uri = npo::tools::owner_uri(uri, mine);
   }
   auto sys = npo::System::open(uri);
+  if (!sys && sys.error().code() == npo::Code::kNotFound && uri != npo::tools::backend_uri(o.backend)) {
+    // A --card/--peer the daemon does not serve: open every card, so the check below says
+    // "card N not present" (a bad command line) as on every other backend.
+    uri = npo::tools::backend_uri(o.backend);
+    sys = npo::System::open(uri);
+  }
   if (!sys) {
     fail_with("open " + uri, sys.error());
     return npo::tools::open_failure_status(sys.error());
