@@ -43,7 +43,7 @@ namespace {
 namespace emud = fw::emud;
 namespace pci = fw::pci;
 
-constexpr std::string_view kForms = "emu-remote:DIR, emu-remote:DIR?card=K[,L...][&mode=ro]";
+constexpr std::string_view kForms = "emu-remote:DIR, emu-remote:DIR?card=K[,L...][&mode=ro|&owner=K[,L...]]";
 constexpr int kReplyTimeoutMs = 10'000;
 constexpr std::uint64_t kPage = 4096;
 
@@ -856,6 +856,9 @@ struct Options {
   std::filesystem::path dir;
   std::optional<std::set<std::uint32_t>> cards;
   bool read_only = false;
+  /// owner=K[,L...]: attach only these cards as owner, every other one read-only (a tool
+  /// that changes one card watches the rest without taking them from their jobs).
+  std::optional<std::set<std::uint32_t>> owners;
 };
 
 Result<Options> parse(std::string_view rest) {
@@ -872,8 +875,9 @@ Result<Options> parse(std::string_view rest) {
     const auto eq = kv.find('=');
     const std::string_view k = kv.substr(0, eq);
     const std::string_view v = eq == std::string_view::npos ? std::string_view{} : kv.substr(eq + 1);
-    if (k == "card") {
-      o.cards.emplace();
+    if (k == "card" || k == "owner") {
+      auto& set = k == "card" ? o.cards : o.owners;
+      set.emplace();
       std::string_view list = v;
       while (true) {
         const auto comma = list.find(',');
@@ -882,9 +886,9 @@ Result<Options> parse(std::string_view rest) {
         const auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), n);
         if (item.empty() || ec != std::errc{} || p != item.data() + item.size()) {
           return fail(Code::kInvalidArgument,
-                      fmt::format("emu-remote: card list '{}' is not K[,L...]; forms: {}", v, kForms));
+                      fmt::format("emu-remote: {} list '{}' is not K[,L...]; forms: {}", k, v, kForms));
         }
-        o.cards->insert(n);
+        set->insert(n);
         if (comma == std::string_view::npos) break;
         list = list.substr(comma + 1);
       }
@@ -893,6 +897,10 @@ Result<Options> parse(std::string_view rest) {
     } else {
       return fail(Code::kInvalidArgument, fmt::format("emu-remote: unknown option '{}'; forms: {}", kv, kForms));
     }
+  }
+  if (o.owners && o.read_only) {
+    return fail(Code::kInvalidArgument,
+                fmt::format("emu-remote: owner= and mode=ro contradict each other; forms: {}", kForms));
   }
   return o;
 }
@@ -954,6 +962,14 @@ class RemoteBackend final : public backend::Backend {
       }
       cards = *o_.cards;
     }
+    if (o_.owners) {
+      for (auto k : *o_.owners) {
+        if (cards.count(k) == 0) {
+          return fail(Code::kNotFound, fmt::format("emu-remote: the daemon at {} serves no card {}{}", o_.dir.string(),
+                                                   k, o_.cards ? " among the cards of card=" : ""));
+        }
+      }
+    }
     std::vector<backend::FunctionInfo> out;
     std::lock_guard lock(mu_);
     by_address_.clear();
@@ -997,7 +1013,8 @@ class RemoteBackend final : public backend::Backend {
       undo();
       return std::unexpected(c.error());
     }
-    if (auto h = hello(**c, o_.read_only); !h) {
+    const bool read_only = o_.read_only || (o_.owners && o_.owners->count(*card) == 0);
+    if (auto h = hello(**c, read_only); !h) {
       undo();
       return std::unexpected(Error(h.error()).with({.card = *card}));
     }
@@ -1006,7 +1023,7 @@ class RemoteBackend final : public backend::Backend {
       undo();
       return std::unexpected(ci.error());
     }
-    ci->fi.read_only = o_.read_only;
+    ci->fi.read_only = read_only;
     return std::unique_ptr<backend::Device>(std::make_unique<RemoteDevice>(std::move(*c), std::move(*ci), open_));
   }
 

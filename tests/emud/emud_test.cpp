@@ -682,10 +682,26 @@ TEST(Emud, FaultInjectedIntoTheRunningDaemonShowsInTheTools) {
   // socket's; no daemon: unavailable.
   auto nolane =
       npo_test::run_command(emu + " fault --socket-dir " + d.dir() + " --kind lane_loss --card 2 --port 0 2>&1");
-  EXPECT_NE(nolane.status, 0);
+  EXPECT_EQ(nolane.status, 2) << nolane.out;  // a bad command line (tools/README "npo-emu fault")
   EXPECT_NE(nolane.out.find("needs a lane"), std::string::npos) << nolane.out;
   auto badkind = npo_test::run_command(emu + " fault --socket-dir " + d.dir() + " --kind melt --card 2 2>&1");
-  EXPECT_NE(badkind.status, 0);
+  EXPECT_EQ(badkind.status, 2) << badkind.out;
+  // A card or port the daemon does not have is a bad command line too (as npo-link's --card
+  // 8), checked by a read-only look before anything is sent (used to be 1).
+  auto port8 = npo_test::run_command(emu + " fault --socket-dir " + d.dir() +
+                                     " --kind lane_loss --card 2 --port 8 --lane 0 2>&1");
+  EXPECT_EQ(port8.status, 2) << port8.out;
+  EXPECT_NE(port8.out.find("port 8 not present (card 2 has 8 ports)"), std::string::npos) << port8.out;
+  auto card8 = npo_test::run_command(emu + " fault --socket-dir " + d.dir() + " --kind iommu_fault --card 8 2>&1");
+  EXPECT_EQ(card8.status, 2) << card8.out;
+  EXPECT_NE(card8.out.find("serves no card 8"), std::string::npos) << card8.out;
+  // mesh8's port 7 has no module (nothing cabled): a link fault there is refused, like a
+  // module removal (used to be accepted and change nothing).
+  auto port7 = npo_test::run_command(emu + " fault --socket-dir " + d.dir() +
+                                     " --kind lane_loss --card 2 --port 7 --lane 0 2>&1");
+  EXPECT_EQ(port7.status, 1) << port7.out;
+  EXPECT_NE(port7.out.find("card 2 port 7 has no module: a lane_loss there has nothing to act on"), std::string::npos)
+      << port7.out;
   EXPECT_EQ(d.stop(), 0);
   EXPECT_NE(d.output().find("fault lane_loss card=2 port=0 lane=3 injected by pid="), std::string::npos) << d.output();
   auto gone = npo_test::run_command(emu + " fault --socket-dir " + d.dir() + " --kind iommu_fault --card 0 2>&1");
@@ -991,6 +1007,57 @@ TEST(Emud, PrbsRefusesAReadOnlyAttachAndSaysWhenTheFarEndWasNotChecked) {
       npo_test::run_command(emu + " fault --socket-dir " + d.dir() + " --kind module_removal --card 0 --port 7 2>&1");
   EXPECT_EQ(empty.status, 1) << empty.out;
   EXPECT_NE(empty.out.find("card 0 port 7 has no module: nothing to remove"), std::string::npos) << empty.out;
+  EXPECT_EQ(d.stop(), 0);
+}
+
+// Newcomer trial D: while a job holds card 0, `npo-link train --card 2 --port 0` used to fail
+// "card 0 is open by pid P" (the owner tools attached every card). On emu-remote they now own
+// the card asked for (URI option owner=K: the others read-only) and its link's far end when
+// free; a held far end is named with its holder, and the link is retrained from this end.
+TEST(Emud, OwnerToolsTakeOnlyTheCardAskedFor) {
+  EmudProcess d;
+  ASSERT_TRUE(d.start(emud_path(), "emu:mesh8")) << d.output();
+  const std::string uri = d.uri();
+  // owner=: card 2 owned, the others watched.
+  {
+    auto sys = npo::System::open(uri + "?owner=2");
+    ASSERT_TRUE(sys.has_value()) << sys.error().to_string();
+    ASSERT_EQ((*sys)->device_count(), 8u);
+    for (std::size_t k = 0; k < 8; ++k) EXPECT_EQ((*sys)->device(k).info().read_only, k != 2) << k;
+    auto bad = npo::System::open(uri + "?owner=9");
+    ASSERT_FALSE(bad.has_value());
+    EXPECT_NE(bad.error().message().find("serves no card 9"), std::string::npos) << bad.error().to_string();
+    auto both = npo::System::open(uri + "?owner=2&mode=ro");
+    ASSERT_FALSE(both.has_value());
+    EXPECT_EQ(both.error().code(), Code::kInvalidArgument);
+  }
+  auto held = npo::System::open(uri + "?card=0");  // the job
+  ASSERT_TRUE(held.has_value()) << held.error().to_string();
+  const std::string pid = std::to_string(::getpid());
+  const std::string link = NPO_LINK;
+  auto train = npo_test::run_command(link + " train --backend " + uri + " --card 2 --port 0 2>&1");
+  EXPECT_EQ(train.status, 0) << train.out;
+  EXPECT_NE(train.out.find("card 2 port 0: OK"), std::string::npos) << train.out;
+  EXPECT_NE(train.out.find("far end card 0 of card 2 port 0 is not available as owner (unavailable: card 0 is open by "
+                           "pid " +
+                           pid),
+            std::string::npos)
+      << train.out;
+  EXPECT_EQ(train.out.find("card 0 port 2: OK"), std::string::npos) << train.out;
+  // A free far end is retrained too (card 3 port 2 <-> card 2 port 2 on mesh8).
+  auto free_far = npo_test::run_command(link + " train --backend " + uri + " --card 3 --port 2 2>&1");
+  EXPECT_EQ(free_far.status, 0) << free_far.out;
+  EXPECT_NE(free_far.out.find("card 3 port 2: OK"), std::string::npos) << free_far.out;
+  EXPECT_NE(free_far.out.find("card 2 port 2: OK"), std::string::npos) << free_far.out;
+  // The card asked for is held: the refusal names it.
+  auto own = npo_test::run_command(link + " train --backend " + uri + " --card 0 --port 1 2>&1");
+  EXPECT_EQ(own.status, 1) << own.out;
+  EXPECT_NE(own.out.find("card 0 is open by pid " + pid), std::string::npos) << own.out;
+  // prbs on a link whose far end is free checks both ends while card 0 is held.
+  auto prbs = npo_test::run_command(link + " prbs --backend " + uri + " --card 2 --port 1 --seconds 0.2 --json 2>&1");
+  EXPECT_EQ(prbs.status, 0) << prbs.out;
+  EXPECT_NE(prbs.out.find("\"far_end_checked\": true"), std::string::npos) << prbs.out;
+  held->reset();
   EXPECT_EQ(d.stop(), 0);
 }
 

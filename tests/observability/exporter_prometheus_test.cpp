@@ -329,7 +329,7 @@ TEST_F(ExporterPrometheusTest, PrometheusScrapesAndTheExporterSurvivesFaults) {
   m = scrape_until(
       exporter, port, [](auto& s) { return s["npo_up"] == 0; }, 20);
   EXPECT_EQ(m["npo_up"], 0);
-  EXPECT_EQ(count_value(m, "npo_card_up", 1), 0);  // the scrape that saw them gone says 0, later ones omit them
+  EXPECT_EQ(count_value(m, "npo_card_up", 1), 0);  // every card seen before is reported at 0 while down
   m = scrape_until(
       exporter, port, [](auto& s) { return s["npo_up"] == 0; }, 1);  // still answering while down
   EXPECT_EQ(m["npo_up"], 0);
@@ -349,6 +349,94 @@ TEST_F(ExporterPrometheusTest, PrometheusScrapesAndTheExporterSurvivesFaults) {
   // and the card removal is among them with its card number.
   EXPECT_GE(check_json_lines(exporter.output()), 1) << exporter.output();
   EXPECT_NE(exporter.output().find(R"("card":3)"), std::string::npos) << exporter.output();
+}
+
+/// Starts an exporter on 127.0.0.1:0 and returns the port it printed (-1: none in 10 s).
+int start_exporter(ChildProcess& exporter, const std::string& backend) {
+  if (!exporter.start({NPO_EXPORTER, "--backend", backend, "--listen", "127.0.0.1:0"})) return -1;
+  if (!exporter.wait_for("listening on 127.0.0.1:", 10000) || !exporter.wait_for("\n", 2000)) return -1;
+  const auto at = exporter.output().find("listening on 127.0.0.1:");
+  return std::stoi(exporter.output().substr(at + 23));
+}
+
+// Two exporters must not share a port (cpp-httplib's default SO_REUSEPORT let the second bind
+// it too and take every other scrape): the second fails with the reason, exit 1, and the
+// first keeps every scrape. A port held by another program gives the same reason.
+TEST_F(ExporterPrometheusTest, SecondExporterOnTheSamePortFailsWithTheReason) {
+  ChildProcess first;
+  const int port = start_exporter(first, "emu:mesh8");
+  ASSERT_GT(port, 0) << first.output();
+  const std::string addr = "127.0.0.1:" + std::to_string(port);
+
+  ChildProcess second;
+  ASSERT_TRUE(second.start({NPO_EXPORTER, "--backend", "emu:mesh8", "--listen", addr}));
+  EXPECT_TRUE(second.wait_for("cannot listen", 10000)) << second.output();
+  EXPECT_EQ(second.stop(10000), 1) << second.output();
+  EXPECT_NE(second.output().find("npo-exporter: cannot listen on " + addr + ": address already in use"),
+            std::string::npos)
+      << second.output();
+  EXPECT_EQ(second.output().find("listening on"), std::string::npos) << second.output();
+  // Every scrape reaches the first one (its scrape counter counts each of them).
+  for (int i = 1; i <= 4; ++i) {
+    const Scrape s = get(port, "/metrics");
+    ASSERT_EQ(s.status, 200);
+    EXPECT_EQ(parse_samples(s.body)["npo_exporter_scrapes_total"], i);
+  }
+  EXPECT_EQ(first.stop(10000), 0) << first.output();
+
+  // A port another program listens on (SO_REUSEADDR only, like most servers).
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  const int yes = 1;
+  ASSERT_EQ(::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes), 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(fd, 4), 0);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const std::string held = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  ChildProcess third;
+  ASSERT_TRUE(third.start({NPO_EXPORTER, "--backend", "emu:mesh8", "--listen", held}));
+  EXPECT_TRUE(third.wait_for("cannot listen", 10000)) << third.output();
+  EXPECT_EQ(third.stop(10000), 1) << third.output();
+  ::close(fd);
+  EXPECT_NE(third.output().find("cannot listen on " + held + ": address already in use"), std::string::npos)
+      << third.output();
+}
+
+// The daemon dies between scrapes: every later scrape says npo_up 0 and keeps one npo_card_up
+// series per card seen before, at 0 with the same labels (the NpoCardDown alert fires and
+// holds), and the exposition stays valid (no family twice).
+TEST_F(ExporterPrometheusTest, CardsStayAtZeroWhileTheDaemonIsGone) {
+  EmudProcess emud;
+  ASSERT_TRUE(emud.start(NPO_EMUD, "emu:mesh8")) << emud.output();
+  ChildProcess exporter;
+  const int port = start_exporter(exporter, emud.uri());
+  ASSERT_GT(port, 0) << exporter.output();
+  auto m = scrape_until(
+      exporter, port, [](auto& s) { return s["npo_up"] == 1; }, 20);
+  ASSERT_EQ(m["npo_up"], 1);
+  EXPECT_EQ(count_value(m, "npo_card_up", 1), 8);
+
+  emud.kill();
+  for (int i = 0; i < 3; ++i) {
+    const Scrape s = get(port, "/metrics");
+    ASSERT_EQ(s.status, 200) << exporter.output();
+    m = parse_samples(s.body);
+    EXPECT_EQ(m["npo_up"], 0) << s.body;
+    EXPECT_EQ(count_value(m, "npo_card_up", 0), 8) << "scrape " << i << " after the daemon died:\n" << s.body;
+    EXPECT_EQ(count_value(m, "npo_card_up", 1), 0);
+    for (int c = 0; c < 8; ++c) EXPECT_EQ(m.count("npo_card_up{card=\"" + std::to_string(c) + "\"}"), 1u) << c;
+    EXPECT_EQ(m.count(R"(npo_port_link_up{card="0",port="0"})"), 0u);  // no port of an unreachable card
+    const fs::path f = tmp_ / ("down-" + std::to_string(i) + ".txt");
+    { std::ofstream(f) << s.body; }
+    const auto lint = npo_test::run_command("promtool check metrics < " + f.string() + " 2>&1");
+    EXPECT_EQ(lint.status, 0) << lint.out;
+    EXPECT_EQ(lint.out, "") << lint.out;
+  }
+  EXPECT_EQ(exporter.stop(10000), 0) << exporter.output();
 }
 
 }  // namespace

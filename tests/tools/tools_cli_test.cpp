@@ -87,6 +87,61 @@ TEST(ToolsCli, EmuAndEmudNameWhatIsMissingOrWrong) {
   });
 }
 
+// Newcomer trial B: a fault request that cannot be right whatever the daemon holds is a bad
+// command line (2), refused before anything is sent (no daemon needed); used to exit 1 with
+// the daemon's reply, or say "too large" for a negative duration.
+TEST(ToolsCli, EmuFaultBadFieldsExit2BeforeAnythingIsSent) {
+  const std::string f = kEmu + " fault --socket-dir /nonexistent-npo-dir";
+  expect_usage_errors({
+      {f + " --kind bogus --card 0", "npo-emu fault: unknown fault kind 'bogus' (accepted: iommu_fault"},
+      {f + " --kind lane_loss --card 0 --port 0 --lane 9", "npo-emu fault: --lane: 9 outside 0..7"},
+      {f + " --kind lane_loss --card 0 --port 0", "--lane: lane_loss needs a lane"},
+      {f + " --kind ber_ramp --card 0 --port 0 --value -1", "--value: (final pre-FEC BER) -1 must be in (0, 0.5)"},
+      {f + " --kind ber_ramp --card 0 --port 0 --value 5", "--value: (final pre-FEC BER) 5 must be in (0, 0.5)"},
+      {f + " --kind ber_ramp --card 0 --port 0 --value nan", "--value: nan must be finite"},
+      {f + " --kind ber_ramp --card 0 --port 0 --value 1e-4 --duration-ms -5",
+       "--duration-ms -5: must be a finite number >= 0", "too large"},
+      {f + " --kind iommu_fault --card 0 --delay-ms 1e300", "--delay-ms 1e+300: too large"},
+      {f + " --kind engine_hang --card 0 --engine 4", "--engine: engine 4 outside 0..3"},
+      {f + " --kind iommu_fault --card 0 --count 0", "--count: must be >= 1"},
+      {f + " --kind flap_storm --card 0", "--port: flap_storm needs a port"},
+  });
+  // Well-formed: it gets as far as the (missing) daemon, a tool error.
+  const auto r = npo_test::run_command(f + " --kind iommu_fault --card 0 2>&1");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("unavailable"), std::string::npos) << r.out;
+}
+
+// npo-emud --topology: malformed is 2 like npo-smi --backend emu:mesh9 (used to be 1); a
+// topology file that does not exist is named as such, exit 1 (used to say "unknown emulator
+// URI 'emu:nofile.yaml'").
+TEST(ToolsCli, EmudTopologyErrorsMatchTheOtherTools) {
+  expect_usage_errors({
+      {kEmud + " --topology emu:mesh9 --socket-dir /nonexistent-npo-dir/s", "unknown emulator URI 'emu:mesh9'"},
+      {kSmi + " --backend emu:mesh9", "unknown emulator URI 'emu:mesh9'"},
+      {kEmud + " --topology 'emu:mesh8?clock=virtual' --socket-dir /nonexistent-npo-dir/s",
+       "npo-emud runs the real-time clock"},
+  });
+  for (const std::string t : {"nofile.yaml", "/nonexistent-npo-dir/plan.json", "emu:file=nofile.yaml"}) {
+    SCOPED_TRACE(t);
+    const auto r = npo_test::run_command(kEmud + " --topology " + t + " --socket-dir /nonexistent-npo-dir/s 2>&1");
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_NE(r.out.find("No such file or directory"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("unknown emulator URI"), std::string::npos) << r.out;
+  }
+}
+
+// Newcomer trial E: a --state filter that matched nothing printed nothing at all (each --watch
+// frame only its header); every view ends with its summary line (tools/README).
+TEST(ToolsCli, FilterMatchingNothingStillEndsWithTheSummary) {
+  for (const std::string sub : {"show", "fec", "health"}) {
+    SCOPED_TRACE(sub);
+    const auto r = npo_test::run_command("timeout 60 " + kLink + " " + sub + " --train --state FAILED" + kBe + " 2>&1");
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("0 ports: 0 HEALTHY, 0 DEGRADED, 0 FAILED, 0 DISABLED"), std::string::npos) << r.out;
+  }
+}
+
 TEST(ToolsCli, CardOrPortThatDoesNotExistIsAnError) {
   // Used to print nothing and exit 0 (npo-dma-bench already said "card 9 not present").
   expect_usage_errors({

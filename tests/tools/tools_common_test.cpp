@@ -15,6 +15,18 @@
 
 namespace {
 
+TEST(ToolsBackend, OwnerUriOwnsOnlyTheCardsAskedForOnEmuRemote) {
+  using npo::tools::owner_uri;
+  EXPECT_EQ(owner_uri("emu-remote:/tmp/d", {2}), "emu-remote:/tmp/d?owner=2");
+  EXPECT_EQ(owner_uri("emu-remote:/tmp/d", {2, 0}), "emu-remote:/tmp/d?owner=2,0");
+  // The user's choice stands: a mode, an owner list, a card list (its indices renumber).
+  EXPECT_EQ(owner_uri("emu-remote:/tmp/d?mode=rw", {2}), "emu-remote:/tmp/d?mode=rw");
+  EXPECT_EQ(owner_uri("emu-remote:/tmp/d?owner=1", {2}), "emu-remote:/tmp/d?owner=1");
+  EXPECT_EQ(owner_uri("emu-remote:/tmp/d?card=2,3", {0}), "emu-remote:/tmp/d?card=2,3");
+  EXPECT_EQ(owner_uri("emu-remote:/tmp/d", {}), "emu-remote:/tmp/d");
+  EXPECT_EQ(owner_uri("emu:mesh8", {2}), "emu:mesh8");
+}
+
 using npo::tools::Column;
 using npo::tools::Table;
 

@@ -23,6 +23,21 @@ std::string observer_uri(const std::string& uri) {
   return uri + (q == std::string::npos ? "?mode=ro" : "&mode=ro");
 }
 
+std::string owner_uri(const std::string& uri, const std::vector<unsigned>& cards) {
+  if (!uri.starts_with("emu-remote:") || cards.empty()) return uri;
+  const auto q = uri.find('?');
+  if (q != std::string::npos) {
+    for (const char* k : {"mode=", "owner=", "card="}) {
+      if (uri.find(std::string("?") + k, q) != std::string::npos ||
+          uri.find(std::string("&") + k, q) != std::string::npos)
+        return uri;
+    }
+  }
+  std::string list;
+  for (unsigned k : cards) list += (list.empty() ? "" : ",") + std::to_string(k);
+  return uri + (q == std::string::npos ? "?owner=" : "&owner=") + list;
+}
+
 CLI::Option* add_backend_option(CLI::App& app, std::optional<std::string>& given, const std::string& names,
                                 const std::string& help) {
   return app.add_option(names, given, help);

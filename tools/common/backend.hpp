@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -25,6 +26,13 @@ inline constexpr const char* kBackendEnv = "NPO_BACKEND";
 /// processes own without taking them (docs/spec/emud-protocol.md §2); `mode=rw` asks for the
 /// owner's attach. Other URIs are returned unchanged.
 [[nodiscard]] std::string observer_uri(const std::string& uri);
+
+/// The URI a tool that changes some cards (npo-link train/prbs/--train, npo-dma-bench) opens:
+/// an `emu-remote:` URI without `mode=`, `owner=` or `card=` gets `owner=K,L...` for `cards`, so only
+/// those are attached as owner and the others read-only (a job holding them does not stop the
+/// tool; the daemon's refusal names the card asked for). `cards` empty, or another backend:
+/// `uri` unchanged. Thread-safety: pure function.
+[[nodiscard]] std::string owner_uri(const std::string& uri, const std::vector<unsigned>& cards);
 
 /// Adds the backend option `names` (e.g. "--backend" or "-b,--backend") with `help` to `app`,
 /// bound to `given`; backend_uri(given) then resolves the URI after parsing.

@@ -9,8 +9,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -183,13 +185,76 @@ int main(int argc, char** argv) {
   }
 
   if (flt->parsed()) {
+    // Exit status (tools/README "npo-emu fault"): 2 for a request that cannot be right
+    // whatever the daemon holds (unknown kind, a field out of its range, a missing field) or
+    // names a card or port the daemon does not have, checked before anything is sent; 1 when
+    // the daemon is not there or refuses a well-formed request (a link fault on a port
+    // without a module: nothing there to act on).
+    auto usage = [](const std::string& what) {
+      std::fprintf(stderr, "npo-emu fault: %s\n", what.c_str());
+      return npo::tools::kExitUsage;
+    };
     auto kind = npo::emu::parse_fault_kind(fkind);
-    if (!kind) return die(kind.error());
+    if (!kind) return usage(kind.error().message());
     // ber_ramp's magnitude has no default: without --value the daemon would refuse "value 0".
     if (*kind == npo::emu::FaultKind::kBerRamp && flt->count("--value") == 0) {
-      std::fprintf(stderr,
-                   "npo-emu fault: --kind ber_ramp needs --value (the final pre-FEC BER, in (0, 0.5), e.g. 1e-4)\n");
-      return 2;
+      return usage("--kind ber_ramp needs --value (the final pre-FEC BER, in (0, 0.5), e.g. 1e-4)");
+    }
+    // Times: finite, >= 0, at most 2^62 ns (the protocol's bound, docs/spec/emud-protocol.md).
+    constexpr double kMaxMs = static_cast<double>(1ULL << 62) / 1e6;
+    for (auto [name, v] : {std::pair{"--duration-ms", fduration_ms}, std::pair{"--delay-ms", fdelay_ms}}) {
+      if (!std::isfinite(v) || v < 0) return usage(fmt::format("{} {}: must be a finite number >= 0", name, v));
+      if (v > kMaxMs) return usage(fmt::format("{} {}: too large (at most {:.0f} ms)", name, v, kMaxMs));
+    }
+    // Every other field as the emulator checks a scenario entry (range, finite value, the
+    // fields the kind needs); the port against the daemon's card below.
+    {
+      npo::FabricSpec one;
+      const unsigned card = std::min(fcard, 1023u);  // the card's existence is the daemon's (below)
+      one.cards = card + 1;
+      one.ports = 16;
+      npo::FabricFault e;
+      e.kind = fkind;
+      e.card = card;
+      e.engine = fengine;
+      e.queue = fqueue;
+      e.port = fport ? std::optional<unsigned>(std::min(*fport, 15u)) : std::nullopt;
+      e.lane = flane;
+      e.count = fcount;
+      e.value = fvalue;
+      one.faults.push_back(e);
+      if (auto r = npo::emu::check_scenario(one); !r) {
+        std::string m = r.error().message();
+        if (m.starts_with("faults[0].")) m = "--" + m.substr(10);
+        return usage(m);
+      }
+    }
+    // The card as a read-only observer (it takes nothing from the card's owner): does the
+    // daemon have the card and the port, and is there a module for a link fault to act on.
+    {
+      auto sys = npo::System::open(fmt::format("emu-remote:{}?card={}&mode=ro", sock_dir, fcard));
+      if (!sys) {
+        if (sys.error().code() == npo::Code::kNotFound) return usage(sys.error().message());
+        return die(sys.error());
+      }
+      if ((*sys)->device_count() == 1 && fport) {
+        const unsigned nports = (*sys)->device(0).port_count();
+        if (*fport >= nports) {
+          return usage(fmt::format("port {} not present (card {} has {} ports)", *fport, fcard, nports));
+        }
+        auto ps = npo::read_port((*sys)->device(0), *fport);
+        if (ps && !ps->module_present) {
+          if (*kind == npo::emu::FaultKind::kModuleRemoval) {
+            std::fprintf(stderr, "npo-emu fault: card %u port %u has no module: nothing to remove\n", fcard, *fport);
+          } else {
+            std::fprintf(stderr,
+                         "npo-emu fault: card %u port %u has no module: a %s there has nothing to act on (no "
+                         "module, no cable, no link)\n",
+                         fcard, *fport, fkind.c_str());
+          }
+          return 1;
+        }
+      }
     }
     namespace emud = npo::fw::emud;
     namespace f = emud::fault;
@@ -208,18 +273,6 @@ int main(int argc, char** argv) {
     emud::store<std::uint32_t>(b, f::kCount, fcount);
     emud::store<double>(b, f::kValue, fvalue);
     emud::store<std::uint64_t>(b, f::kDurationNs, static_cast<std::uint64_t>(fduration_ms * 1e6));
-    // A module removal needs a module: look at the port as a read-only observer first (the
-    // daemon would accept it and change nothing).
-    if (*kind == npo::emu::FaultKind::kModuleRemoval && fport) {
-      auto sys = npo::System::open(fmt::format("emu-remote:{}?card={}&mode=ro", sock_dir, fcard));
-      if (sys && (*sys)->device_count() == 1 && *fport < (*sys)->device(0).port_count()) {
-        auto ps = npo::read_port((*sys)->device(0), *fport);
-        if (ps && !ps->module_present) {
-          std::fprintf(stderr, "npo-emu fault: card %u port %u has no module: nothing to remove\n", fcard, *fport);
-          return 1;
-        }
-      }
-    }
     auto r = send_fault(sock_dir, fcard, m);
     if (!r) return die(r.error());
     std::printf("injected %s into card %u of %s\n", fkind.c_str(), fcard, sock_dir.c_str());

@@ -78,7 +78,13 @@ std::string topology_rest(std::string t) {
   if (t.starts_with("emu:")) return t.substr(4);
   std::error_code ec;
   const auto q = t.find('?');
-  if (std::filesystem::is_regular_file(t.substr(0, q), ec)) return "file=" + t;
+  const std::string path = t.substr(0, q);
+  if (std::filesystem::is_regular_file(path, ec)) return "file=" + t;
+  // A name that looks like a file (a '/' or a topology file's extension) but is none: read
+  // it as one, so the error says the file is missing, not "unknown emulator URI".
+  if (path.find('/') != std::string::npos || path.ends_with(".yaml") || path.ends_with(".yml") ||
+      path.ends_with(".json"))
+    return "file=" + t;
   return t;
 }
 
@@ -176,10 +182,16 @@ int main(int argc, char** argv) {
     }
   }
   auto cfg = npo::emu::parse_uri(topology_rest(topology));
-  if (!cfg) return npo::tools::fail("npo-emud", cfg.error());
+  if (!cfg) {
+    // A malformed topology is a bad command line (2, as npo-smi --backend emu:mesh9); a file
+    // that is missing or cannot be read is 1, as for every tool's backend.
+    (void)npo::tools::fail("npo-emud", cfg.error());
+    return npo::tools::open_failure_status(cfg.error());
+  }
   if (cfg->clock != npo::emu::ClockMode::kRealtime) {
-    return npo::tools::fail(
+    (void)npo::tools::fail(
         "npo-emud", npo::Error(npo::Code::kInvalidArgument, "npo-emud runs the real-time clock: drop clock=virtual"));
+    return npo::tools::kExitUsage;
   }
   cfg->hbm_fd_per_card = true;  // a client's aperture fd reaches its own card only
   cfg->inline_doorbells = engine == "inline";

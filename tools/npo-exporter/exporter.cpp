@@ -113,6 +113,8 @@ constexpr std::array<PortState, 4> kPortStates = {PortState::kHealthy, PortState
                                                   PortState::kDisabled};
 constexpr std::array<LaneHealth, 4> kLaneVerdicts = {LaneHealth::kGood, LaneHealth::kDegraded, LaneHealth::kFailing,
                                                      LaneHealth::kDown};
+constexpr std::string_view kCardUpHelp =
+    "Whether the card answers (0: removed, its registers read all ones, or the backend is unreachable).";
 /// PORT.TRAIN_RESULT codes (TrainResultReg::code, registers.md §7.2).
 constexpr std::array<std::string_view, 9> kTrainResults = {"NONE",
                                                            "OK",
@@ -223,7 +225,7 @@ Result<bool> Collector::collect(std::string& out) {
                     escape_label(d.firmware.firmware), escape_label(d.driver));
     w.sample("npo_card_info", labels, std::uint64_t{1});
   }
-  w.family("npo_card_up", "gauge", "Whether the card answers (0: removed, or its registers read all ones).");
+  w.family("npo_card_up", "gauge", kCardUpHelp);
   for (const auto& cp : snap->cards)
     w.sample("npo_card_up", card_labels_[cp.card], std::uint64_t{cp.removed ? 0u : 1u});
   w.family("npo_card_hbm_bytes", "gauge", "Device memory (HBM) of the card, bytes.");
@@ -427,6 +429,7 @@ std::string Exporter::scrape() {
         if (auto f = tools::bring_up(*system_); !f) last_error_ = f.error().error.to_string();
       }
       collector_ = std::make_unique<Collector>(*system_);
+      cards_seen_ = system_->device_count();
     }
   }
   if (collector_) {
@@ -466,6 +469,14 @@ std::string Exporter::scrape() {
       w.sample("npo_exporter_last_error_info", fmt::format("error=\"{}\"", escape_label(last_error_)),
                std::uint64_t{1});
     }
+  }
+  if (body.empty() && cards_seen_ != 0) {
+    // The backend is down (the collector wrote nothing): every card seen before is reported
+    // not answering, with the labels it had, so `npo_card_up == 0` alerts fire and hold.
+    Writer w(out);
+    w.family("npo_card_up", "gauge", kCardUpHelp);
+    for (std::size_t c = 0; c < cards_seen_; ++c)
+      w.sample("npo_card_up", fmt::format("card=\"{}\"", c), std::uint64_t{0});
   }
   out += body;
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -91,9 +91,9 @@ class Exporter {
   Exporter& operator=(const Exporter&) = delete;
 
   /// One full exposition: `npo_up`, `npo_exporter_*` and, when the backend is up, every
-  /// card/port/lane family. Never fails: an unreachable backend gives `npo_up 0` and the
-  /// reason in `npo_exporter_last_error_info`. Time: one System::open when reconnecting
-  /// (bounded by the backend's own timeouts), else one snapshot.
+  /// card/port/lane family. Never fails: an unreachable backend gives `npo_up 0`, the
+  /// reason in `npo_exporter_last_error_info` and `npo_card_up 0` for every card seen before. Time: one System::open
+  /// when reconnecting (bounded by the backend's own timeouts), else one snapshot.
   std::string scrape();
 
  private:
@@ -103,6 +103,9 @@ class Exporter {
   std::uint64_t scrapes_ = 0;
   std::uint64_t reconnects_ = 0;
   std::string last_error_;
+  /// Cards of the last System that was open: while the backend is down every scrape reports
+  /// each of them with `npo_card_up 0` (same labels), so a per-card alert keeps firing.
+  std::size_t cards_seen_ = 0;
 };
 
 /// Escapes a label value for the text format (backslash, double quote, line feed).

@@ -5,9 +5,15 @@
 // running npo-emud without taking any card from its owner. docs/observability.md lists the
 // metrics. HTTP: Debian's cpp-httplib (libcpp-httplib-dev), loopback by default.
 #include <httplib.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cctype>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -38,6 +44,49 @@ bool split_listen(const std::string& s, std::string& host, int& port) {
     return false;
   }
   return port >= 0 && port <= 65535;
+}
+
+/// SO_REUSEADDR only (a restarted exporter binds at once over TIME_WAIT). cpp-httplib's
+/// default also sets SO_REUSEPORT, which lets a second exporter bind the same port and take
+/// every other scrape: that one must fail instead.
+void listen_socket_options(int fd) {
+  const int yes = 1;
+  (void)::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+}
+
+/// Why binding HOST:PORT fails: one bind attempt with the server's socket options, its errno
+/// as lower-case text ("address already in use"), or "" when it binds now.
+std::string bind_failure(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  const std::string service = std::to_string(port);
+  if (const int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &res); rc != 0) {
+    return fmt::format("cannot resolve '{}': {}", host, ::gai_strerror(rc));
+  }
+  int err = 0;
+  for (const addrinfo* a = res; a != nullptr; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      err = errno;
+      continue;
+    }
+    listen_socket_options(fd);
+    const bool ok = ::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 1) == 0;
+    if (!ok) err = errno;
+    ::close(fd);
+    if (ok) {
+      err = 0;
+      break;
+    }
+  }
+  ::freeaddrinfo(res);
+  if (err == 0) return {};
+  std::string text = std::strerror(err);
+  if (!text.empty()) text[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(text[0])));
+  return text;
 }
 
 }  // namespace
@@ -77,6 +126,7 @@ int main(int argc, char** argv) {
   std::mutex mu;  // one scrape at a time (LinkMonitor is single-threaded)
 
   httplib::Server server;
+  server.set_socket_options(listen_socket_options);
   server.set_read_timeout(5, 0);
   server.set_write_timeout(5, 0);
   server.set_keep_alive_timeout(2);
@@ -99,7 +149,9 @@ int main(int argc, char** argv) {
     bound = -1;
   }
   if (bound < 0) {
-    std::fprintf(stderr, "%s: cannot listen on %s\n", kTool.data(), listen.c_str());
+    const std::string why = bind_failure(host, port);
+    std::fprintf(stderr, "%s: cannot listen on %s:%d%s%s\n", kTool.data(), host.c_str(), port, why.empty() ? "" : ": ",
+                 why.c_str());
     return 1;
   }
   std::printf("listening on %s:%d\n", host.c_str(), bound);

@@ -43,8 +43,10 @@ int fec_once(System& sys, LinkMonitor& mon, const Common& c) {
         }
       });
   if (rows == 0 && hidden == 0 && !c.filtered()) say_if_empty(rows);
+  // A filter that matches nothing still ends with the summary line (tools/README).
+  if (sum.ports == 0 && sum.removed_cards.empty() && c.filtered()) fmt::print("no selected port matches\n");
   if (hidden != 0) fmt::print("({} HEALTHY ports not listed; --full lists every port)\n", hidden);
-  if (sum.ports != 0 || !sum.removed_cards.empty()) fmt::print("\n{}\n", sum.line());
+  if (sum.ports != 0 || !sum.removed_cards.empty() || c.filtered()) fmt::print("\n{}\n", sum.line());
   return sum.exit_status();
 }
 

@@ -73,7 +73,7 @@ int health_once(System& sys, LinkMonitor& mon, const Common& c, double interval)
                   {"summary", sum.to_json()}});
   } else {
     if (hidden != 0) fmt::print("({} HEALTHY ports not listed; --full lists every port)\n", hidden);
-    if (sum.ports != 0 || !sum.removed_cards.empty()) fmt::print("\n{}\n", sum.line());
+    if (sum.ports != 0 || !sum.removed_cards.empty() || c.filtered()) fmt::print("\n{}\n", sum.line());
   }
   return sum.exit_status();
 }

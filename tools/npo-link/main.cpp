@@ -213,11 +213,49 @@ int main(int argc, char** argv) {
   // owns) unless they train (--train) or the URI says mode=rw; prbs and train need the owner.
   const bool reads_only = !c.train && !prbs->parsed() && !train->parsed();
   std::string uri = npo::tools::backend_uri(c.backend);
-  if (reads_only) uri = npo::tools::observer_uri(uri);
+  const std::string given_uri = uri;
+  const bool one_link = (train->parsed() && (card || port)) || prbs->parsed();
+  if (reads_only) {
+    uri = npo::tools::observer_uri(uri);
+  } else if (one_link) {
+    // Owner of the card asked for only (prbs: card 0 by default); the others are watched
+    // read-only, so a job holding them does not stop the tool and a refusal names this card
+    // (tools/common owner_uri). The link's far end is added below when it is free.
+    uri = npo::tools::owner_uri(uri, {card.value_or(0)});
+  } else if (!train->parsed()) {
+    uri = npo::tools::owner_uri(uri, c.cards);  // --train with --card
+  }
   auto sys = npo::System::open(uri);
   if (!sys) {
     link::report(sys.error(), uri);
     return npo::tools::open_failure_status(sys.error());  // 2: a malformed URI
+  }
+  if (one_link && uri != given_uri) {
+    // The far end of the link (learned in its last training): owned too when no other
+    // process holds it (prbs checks it, train retrains both ends); else say who holds it and
+    // go on from this end.
+    const unsigned ci = card.value_or(0), pi = port.value_or(0);
+    if (ci < (*sys)->device_count() && pi < (*sys)->device(ci).port_count()) {
+      auto ps = npo::read_port((*sys)->device(ci), pi);
+      const auto far = ps ? link::card_of(**sys, ps->neighbor_fabric_id) : std::nullopt;
+      if (far && *far != ci) {
+        // The first attach ends before the second asks for the far end (a card has one owner).
+        const std::string both = npo::tools::owner_uri(given_uri, {ci, *far});
+        sys->reset();
+        auto wide = npo::System::open(both);
+        if (wide) {
+          sys = std::move(wide);
+        } else {
+          std::fprintf(stderr, "npo-link %s: far end card %u of card %u port %u is not available as owner (%s)\n", sub,
+                       *far, ci, pi, wide.error().to_string().c_str());
+          sys = npo::System::open(uri);
+          if (!sys) {
+            link::report(sys.error(), uri);
+            return npo::tools::open_failure_status(sys.error());
+          }
+        }
+      }
+    }
   }
   npo::System& s = **sys;
   // A card or port that does not exist is a bad command line, not an empty selection.

@@ -70,7 +70,9 @@ int show_once(System& sys, LinkMonitor& mon, const Common& c) {
                         ber_text(worst_ber(ps, h)), h.reason);
       });
   if (rows == 0 && hidden == 0 && !c.filtered()) say_if_empty(rows);
-  if (sum.ports != 0 || !sum.removed_cards.empty()) {
+  // A filter that matches nothing still ends with the summary line (tools/README).
+  if (sum.ports == 0 && sum.removed_cards.empty() && c.filtered()) fmt::print("no selected port matches\n");
+  if (sum.ports != 0 || !sum.removed_cards.empty() || c.filtered()) {
     if (hidden != 0) fmt::print("({} HEALTHY ports not listed; --full lists every port)\n", hidden);
     fmt::print("\n{}\n", sum.line());
     print_legend_once(c, kLegend);

@@ -93,7 +93,17 @@ int train_once(System& sys, const Common& c, std::optional<unsigned> card, std::
     ports.push_back({ci, pi});
     // Both ends of the link: the far end learned in the last training, if any.
     if (auto ps = read_port(sys.device(ci), pi); ps && ps->neighbor_fabric_id) {
-      if (auto nc = card_of(sys, ps->neighbor_fabric_id)) ports.push_back({*nc, ps->neighbor_port.value_or(0)});
+      if (auto nc = card_of(sys, ps->neighbor_fabric_id)) {
+        if (sys.device(*nc).info().read_only) {
+          // emu-remote with owner=: the far end is watched, not owned (its job may hold it).
+          std::fprintf(stderr,
+                       "npo-link train: far end card %u port %u is attached read-only: retraining from card %u's "
+                       "end only\n",
+                       *nc, ps->neighbor_port.value_or(0), ci);
+        } else {
+          ports.push_back({*nc, ps->neighbor_port.value_or(0)});
+        }
+      }
     }
   }
   auto res = train_ports(sys, ports, {}, 20'000'000'000ULL, true);
