@@ -83,7 +83,7 @@ constexpr unsigned kEmptyPollsBeforeBackoff = 64;
 // once and the caller is back as soon as nothing else is runnable; "sleep": 1 us of timed
 // sleep (the core may idle; a woken caller waits for the timer); "0"/"off": spin. Measured
 // with npo-emud's inline engine on 2 cores (README "Open MPI over npo"): yield beat sleep on
-// the 8-rank MPI_Allreduce 8-10x and on 1 MiB ping-pong bandwidth.
+// the 8-rank MPI_Allreduce ~15x (median) and on 1 MiB ping-pong bandwidth.
 enum class Backoff { kSpin, kSleep, kYield };
 Backoff backoff_mode() {
   static const Backoff v = [] {
