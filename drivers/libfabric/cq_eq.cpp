@@ -77,13 +77,18 @@ fi_ops eq_fi_ops{sizeof(fi_ops), eq_close, no_bind, no_control, no_ops_open, no_
 fi_ops_eq eq_ops{sizeof(fi_ops_eq), eq_read, eq_readerr, eq_write, eq_sread, eq_strerror};
 
 constexpr unsigned kEmptyPollsBeforeBackoff = 64;
+// How long an empty run yields before it sleeps (kYield mode): longer than the waits inside a
+// collective (the 8-rank allreduce of 1 MiB took 14-15 ms with 2 ms here, 8.8-10 with 20 ms).
+constexpr auto kYieldFor = std::chrono::milliseconds(20);
 // NPO_FI_POLL_BACKOFF (docs/libfabric.md "Progress"): what a caller polling an empty CQ does
-// after 64 empty polls. "yield" (the default; also "1"/"on"): sched_yield, so a thread the CPU
-// is needed for (npo-emud's session thread running the card's engine, another rank) runs at
-// once and the caller is back as soon as nothing else is runnable; "sleep": 1 us of timed
-// sleep (the core may idle; a woken caller waits for the timer); "0"/"off": spin. Measured
-// with npo-emud's inline engine on 2 cores (README "Open MPI over npo"): yield beat sleep on
-// the 8-rank MPI_Allreduce ~15x (median) and on 1 MiB ping-pong bandwidth.
+// after 64 empty polls. "yield" (the default; also "1"/"on"): sched_yield for the first 20 ms
+// of the empty run, so a thread the CPU is needed for (npo-emud's session thread running the
+// card's engine, another rank) runs at once and the caller is back as soon as nothing else is
+// runnable; after that, 1 us sleeps, so a rank that waits long (a peer computing, a barrier
+// with a dead peer, an idle server) stops competing for the cores. "sleep": 1 us sleeps from
+// the start (the core may idle; a woken caller waits for the timer); "0"/"off": spin.
+// Measured with npo-emud's inline engine on 2 cores (README "Open MPI over npo"): yield beat
+// sleep ~15x (median) on the 8-rank MPI_Allreduce and on 1 MiB ping-pong bandwidth.
 enum class Backoff { kSpin, kSleep, kYield };
 Backoff backoff_mode() {
   static const Backoff v = [] {
@@ -149,8 +154,10 @@ ssize_t cq_readfrom(fid_cq* f, void* buf, std::size_t count, fi_addr_t* src) {
     // cores (the emulator's engines are threads); after a burst of empty polls, give the
     // CPU away briefly (NPO_FI_POLL_BACKOFF=0 disables it).
     if (++q->empty_polls > kEmptyPollsBeforeBackoff && backoff_mode() != Backoff::kSpin) {
+      const auto now = std::chrono::steady_clock::now();
+      if (q->empty_polls == kEmptyPollsBeforeBackoff + 1) q->empty_since = now;
       q->domain->mu.unlock();
-      if (backoff_mode() == Backoff::kYield) {
+      if (backoff_mode() == Backoff::kYield && now - q->empty_since < kYieldFor) {
         std::this_thread::yield();
       } else {
         precise_sleeps();

@@ -474,6 +474,7 @@ struct Cq {
   std::string last_msg;
   std::vector<Ep*> eps;  // endpoints bound (progressed on read)
   unsigned empty_polls = 0;
+  std::chrono::steady_clock::time_point empty_since;  // when the back-off of this empty run began
   std::atomic<unsigned> refs{0};
 
   void push(const Comp& c) { comps.push_back(c); }

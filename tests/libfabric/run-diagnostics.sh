@@ -14,6 +14,8 @@
 #  - enumerating (fi_info) connects to no card socket (npo-emud logs every connect).
 # Usage: run-diagnostics.sh NPO_EMUD PROVIDER_DIR
 set -euo pipefail
+# shellcheck source=wait-listen.sh
+source "$(dirname "${BASH_SOURCE[0]}")/wait-listen.sh"
 emud="$1" provdir="$2"
 if ! command -v fi_info >/dev/null || ! command -v fi_pingpong >/dev/null; then
   echo "SKIP: fi_info / fi_pingpong not installed (package libfabric-bin)"; exit 0
@@ -103,7 +105,7 @@ bad=(NPO_FI_FAULT=bogus NPO_FI_FAULT_MS=abc NPO_FI_RING_LANES=5000 NPO_FI_POLL_B
 env "${bad[@]}" timeout 60 fi_pingpong -p npo -e rdm -S 4096 -I 10 -d npo0 -B "${port}" >"${dir}/srv.log" 2>&1 &
 srv=$!
 pids+=("${srv}")
-sleep 0.3
+wait_listen "${port}" "${srv}" || { echo "FAIL: the fi_pingpong server did not listen on port ${port} within 30 s"; cat "${dir}"/s*.log; exit 1; }
 set +e
 env "${bad[@]}" timeout 60 fi_pingpong -p npo -e rdm -S 4096 -I 10 -d npo1 -P "${port}" 127.0.0.1 >"${dir}/cli.log" 2>&1
 cli_rc=$?
@@ -132,7 +134,7 @@ fi
 # its peer connected); each second job is a pair whose server asks for card 0.
 timeout 60 fi_pingpong -p npo -e rdm -S 64 -I 100000000 -d npo0 -B "$((port + 1))" >"${dir}/holder.log" 2>&1 &
 pids+=($!)
-sleep 0.3
+wait_listen "$((port + 1))" "$!" || fail "the holder's fi_pingpong server did not listen within 30 s"
 timeout 60 fi_pingpong -p npo -e rdm -S 64 -I 100000000 -d npo1 -P "$((port + 1))" 127.0.0.1 >"${dir}/holder1.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 600); do [[ "$(grep -c "^npo-emud: connect card=0 pid=[0-9]* mode=owner" "${dir}/emud.log")" -ge 2 ]] && break; sleep 0.05; done
@@ -145,7 +147,7 @@ second_job() {
   shift
   env "$@" timeout 30 fi_pingpong -p npo -e rdm -S 64 -I 10 -d npo0 -B "${p}" >"${dir}/second.log" 2>&1 &
   local s=$!
-  sleep 0.3
+  wait_listen "${p}" "${s}" || true  # a server refused its card may end at once: its output says why
   env "$@" timeout 30 fi_pingpong -p npo -e rdm -S 64 -I 10 -d npo2 -P "${p}" 127.0.0.1 >/dev/null 2>&1 || true
   wait "${s}" || true
   cat "${dir}/second.log"

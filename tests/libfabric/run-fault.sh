@@ -12,6 +12,8 @@
 # or a bare timeout -- a dead daemon is not a removed card.
 # Usage: run-fault.sh NPO_EMUD NPO_EMU PROVIDER_DIR [removal|daemon_killed]
 set -euo pipefail
+# shellcheck source=wait-listen.sh
+source "$(dirname "${BASH_SOURCE[0]}")/wait-listen.sh"
 emud="$1" emu="$2" provdir="$3" mode="${4:-removal}"
 if ! command -v fi_pingpong >/dev/null; then
   echo "SKIP: fi_pingpong not installed (package libfabric-bin)"; exit 0
@@ -36,7 +38,7 @@ port=$((20000 + ($$ % 20000)))
 timeout 60 fi_pingpong -p npo -e dgram -S 64 -I 100000000 -d npo0 -B "${port}" >"${dir}/server.log" 2>&1 &
 srv=$!
 pids+=("${srv}")
-sleep 0.3
+wait_listen "${port}" "${srv}" || { echo "FAIL: the fi_pingpong server did not listen on port ${port} within 30 s"; cat "${dir}"/s*.log; exit 1; }
 timeout 60 fi_pingpong -p npo -e dgram -S 64 -I 100000000 -d npo1 -P "${port}" 127.0.0.1 >"${dir}/client.log" 2>&1 &
 cli=$!
 pids+=("${cli}")

@@ -5,6 +5,8 @@
 # (card SRV_CARD) and client (card CLI_CARD) with bounded waits, stops everything it started.
 # Usage: run-pingpong.sh NPO_EMUD PROVIDER_DIR TOPOLOGY SRV_CARD CLI_CARD -- fi_pingpong args...
 set -euo pipefail
+# shellcheck source=wait-listen.sh
+source "$(dirname "${BASH_SOURCE[0]}")/wait-listen.sh"
 emud="$1" provdir="$2" topo="$3" srv_card="$4" cli_card="$5"
 shift 5
 [[ "${1:-}" == "--" ]] && shift
@@ -41,7 +43,7 @@ port=$((20000 + ($$ % 20000)))
 timeout 200 fi_pingpong "$@" -d "npo${srv_card}" -B "${port}" >"${dir}/server.log" 2>&1 &
 srv=$!
 pids+=("${srv}")
-sleep 0.3
+wait_listen "${port}" "${srv}" || { echo "FAIL: the fi_pingpong server did not listen on port ${port} within 30 s"; cat "${dir}"/s*.log; exit 1; }
 set +e
 timeout 200 fi_pingpong "$@" -d "npo${cli_card}" -P "${port}" 127.0.0.1 >"${dir}/client.log" 2>&1
 cli_rc=$?
