@@ -184,30 +184,6 @@ std::string err_text(std::uint64_t err) {
   }
 }
 
-// Same checks as an RMA (rma.cpp): key, access, range. Returns 0 and the region, or an FI_ errno.
-std::uint64_t check(Ep& e, std::uint64_t key, std::uint64_t addr, std::uint64_t len, std::uint64_t need,
-                    const Domain::MrRegion** out) {
-  auto it = e.domain->mrs.find(key);
-  if (it == e.domain->mrs.end()) return FI_EKEYREJECTED;
-  const Domain::MrRegion& r = it->second;
-  if ((r.access & need) != need) return FI_EACCES;
-  if (addr < r.offset || addr - r.offset > r.len || len > r.len - (addr - r.offset)) return FI_EINVAL;
-  *out = &r;
-  return 0;
-}
-
-bool learn_peer(Ep& e, std::uint64_t src_key, fi_addr_t src, const WireAddr& w) {
-  if (e.peers.count(src_key)) return true;
-  if (e.av && src != FI_ADDR_NOTAVAIL && src < e.av->table.size() && e.av->table[src].valid) {
-    e.peers[src_key] = e.av->table[src];
-    return true;
-  }
-  auto a = decode_addr(*e.domain, &w);
-  if (!a) return false;
-  e.peers[src_key] = *a;
-  return true;
-}
-
 // Target: execute the request, queue the answer.
 void target_request(Ep& e, const SlotHeader& h, const std::byte* payload, fi_addr_t src, std::uint64_t src_key) {
   AtomicReq rq{};
@@ -234,7 +210,7 @@ void target_request(Ep& e, const SlotHeader& h, const std::byte* payload, fi_add
   if (rq.aop != FI_ATOMIC_READ) need |= FI_REMOTE_WRITE;
   if (kind != kPlain) need |= FI_REMOTE_READ;
   const Domain::MrRegion* mr = nullptr;
-  if (!err) err = check(e, rq.key, rq.addr, bytes, need, &mr);
+  if (!err) err = mr_check(e, rq.key, rq.addr, bytes, need, &mr);
   Ep::Ctrl c{src_key, kAtomicResp, {rq.op, err, 0}};
   if (err) {
     warn(FI_LOG_EP_DATA, "npo: " + e.where() + " refuses an atomic (op " + std::to_string(rq.aop) + ", datatype " +

@@ -844,6 +844,14 @@ void rma_recv_done(Ep& e, Ep::RecvReq& r);
 void rma_stage_chunk(Ep& e, Ep::SendReq& q, std::uint64_t msg_off, std::byte* dst, std::uint64_t len);
 // The ring write of RMA op `id` failed for good: its error completion.
 void rma_fail(Ep& e, std::uint64_t id, int err, const std::string& msg);
+// Target side of an RMA or atomic: may `len` bytes at remote address `addr` of MR `key` be
+// accessed with every access bit of `need` (FI_REMOTE_READ / FI_REMOTE_WRITE)? 0 and the
+// region, or FI_EKEYREJECTED (no such key), FI_EACCES (access), FI_EINVAL (range).
+std::uint64_t mr_check(Ep& e, std::uint64_t key, std::uint64_t addr, std::uint64_t len, std::uint64_t need,
+                       const Domain::MrRegion** out);
+// The sender of a request `src_key`, to answer it: from the AV when known, else decoded from
+// its wire address `w`. False when neither works.
+bool learn_peer(Ep& e, std::uint64_t src_key, fi_addr_t src, const WireAddr& w);
 // atomic.cpp: FI_ATOMIC of the RDM endpoint (docs/libfabric.md "Atomics")
 extern fi_ops_atomic rdm_atomic_ops;
 // A ring message kAtomicReq (target: execute, queue the answer) or kAtomicResp (initiator).

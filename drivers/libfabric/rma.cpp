@@ -37,32 +37,6 @@ std::string err_text(std::uint64_t err) {
   }
 }
 
-// Checks an access of `len` bytes at remote address `addr` of MR `key` with access `need`
-// (FI_REMOTE_READ / FI_REMOTE_WRITE). Returns 0 and the region, or an FI_ errno.
-std::uint64_t check(Ep& e, std::uint64_t key, std::uint64_t addr, std::uint64_t len, std::uint64_t need,
-                    const Domain::MrRegion** out) {
-  auto it = e.domain->mrs.find(key);
-  if (it == e.domain->mrs.end()) return FI_EKEYREJECTED;
-  const Domain::MrRegion& r = it->second;
-  if (!(r.access & need)) return FI_EACCES;
-  if (addr < r.offset || addr - r.offset > r.len || len > r.len - (addr - r.offset)) return FI_EINVAL;
-  *out = &r;
-  return 0;
-}
-
-// The sender of a request, to answer it: from the AV when known, else its address.
-bool learn_peer(Ep& e, std::uint64_t src_key, fi_addr_t src, const WireAddr& w) {
-  if (e.peers.count(src_key)) return true;
-  if (e.av && src != FI_ADDR_NOTAVAIL && src < e.av->table.size() && e.av->table[src].valid) {
-    e.peers[src_key] = e.av->table[src];
-    return true;
-  }
-  auto a = decode_addr(*e.domain, &w);
-  if (!a) return false;
-  e.peers[src_key] = *a;
-  return true;
-}
-
 void ack(Ep& e, std::uint64_t src_key, std::uint64_t op, std::uint64_t err) {
   e.ctrl_out.push_back(Ep::Ctrl{src_key, kRmaAck, {op, err}});
 }
@@ -105,7 +79,7 @@ void target_request(Ep& e, const SlotHeader& h, const std::byte* payload, fi_add
   }
   const bool write = h.kind != kRmaReadReq;
   const Domain::MrRegion* mr = nullptr;
-  std::uint64_t err = check(e, rq.key, rq.addr, rq.len, write ? FI_REMOTE_WRITE : FI_REMOTE_READ, &mr);
+  std::uint64_t err = mr_check(e, rq.key, rq.addr, rq.len, write ? FI_REMOTE_WRITE : FI_REMOTE_READ, &mr);
   if (err)
     warn(FI_LOG_EP_DATA, "npo: " + e.where() + " refuses a remote " + (write ? "write" : "read") + " of " +
                              std::to_string(rq.len) + " B at " + std::to_string(rq.addr) + " with key " +
@@ -214,7 +188,7 @@ void rma_place_chunk(Ep& e, Ep::RecvReq& r, std::uint64_t msg_off, const std::by
   if (r.rma_err) return;
   const Domain::MrRegion* mr = nullptr;
   // checked again: the region may have been closed since the request was accepted
-  if (const std::uint64_t err = check(e, r.rma_key, r.rma_addr + msg_off, len, FI_REMOTE_WRITE, &mr)) {
+  if (const std::uint64_t err = mr_check(e, r.rma_key, r.rma_addr + msg_off, len, FI_REMOTE_WRITE, &mr)) {
     r.rma_err = err;
     return;
   }
@@ -232,7 +206,7 @@ void rma_recv_done(Ep& e, Ep::RecvReq& r) {
 
 void rma_stage_chunk(Ep& e, Ep::SendReq& q, std::uint64_t msg_off, std::byte* dst, std::uint64_t len) {
   const Domain::MrRegion* mr = nullptr;
-  if (!q.rma_err) q.rma_err = check(e, q.rma_key, q.base_off + msg_off, len, FI_REMOTE_READ, &mr);
+  if (!q.rma_err) q.rma_err = mr_check(e, q.rma_key, q.base_off + msg_off, len, FI_REMOTE_READ, &mr);
   if (q.rma_err) {
     std::memset(dst, 0, len);  // the region went away: nothing of it leaves; the FIN says why
     return;
@@ -412,5 +386,28 @@ ssize_t r_injectdata(fid_ep* f, const void* buf, std::size_t len, std::uint64_t 
 
 fi_ops_rma rdm_rma_ops{sizeof(fi_ops_rma), r_read,     r_readv,  r_readmsg,   r_write,
                        r_writev,           r_writemsg, r_inject, r_writedata, r_injectdata};
+
+std::uint64_t mr_check(Ep& e, std::uint64_t key, std::uint64_t addr, std::uint64_t len, std::uint64_t need,
+                       const Domain::MrRegion** out) {
+  auto it = e.domain->mrs.find(key);
+  if (it == e.domain->mrs.end()) return FI_EKEYREJECTED;
+  const Domain::MrRegion& r = it->second;
+  if ((r.access & need) != need) return FI_EACCES;
+  if (addr < r.offset || addr - r.offset > r.len || len > r.len - (addr - r.offset)) return FI_EINVAL;
+  *out = &r;
+  return 0;
+}
+
+bool learn_peer(Ep& e, std::uint64_t src_key, fi_addr_t src, const WireAddr& w) {
+  if (e.peers.count(src_key)) return true;
+  if (e.av && src != FI_ADDR_NOTAVAIL && src < e.av->table.size() && e.av->table[src].valid) {
+    e.peers[src_key] = e.av->table[src];
+    return true;
+  }
+  auto a = decode_addr(*e.domain, &w);
+  if (!a) return false;
+  e.peers[src_key] = *a;
+  return true;
+}
 
 }  // namespace npo::fi
