@@ -303,6 +303,16 @@ struct Call {
   bool inject = false, completion = true;
   std::uint64_t data = 0;
   bool has_data = false;
+  // The target and operation of the non-msg entry points.
+  void to(fi_addr_t d, std::uint64_t a, std::uint64_t k, int t, int o, void* c, Kind kd) {
+    dest = d;
+    addr = a;
+    key = k;
+    dt = t;
+    op = o;
+    ctx = c;
+    kind = kd;
+  }
 };
 
 ssize_t start(Ep& e, const Call& c) {
@@ -388,12 +398,7 @@ ssize_t a_write(fid_ep* f, const void* buf, std::size_t count, void*, fi_addr_t 
   Call c;
   c.src = &ioc;
   c.src_n = 1;
-  c.dest = dest;
-  c.addr = addr;
-  c.key = key;
-  c.dt = dt;
-  c.op = op;
-  c.ctx = ctx;
+  c.to(dest, addr, key, dt, op, ctx, kPlain);
   return run(f, c);
 }
 ssize_t a_writev(fid_ep* f, const fi_ioc* iov, void**, std::size_t count, fi_addr_t dest, std::uint64_t addr,
@@ -401,12 +406,7 @@ ssize_t a_writev(fid_ep* f, const fi_ioc* iov, void**, std::size_t count, fi_add
   Call c;
   c.src = iov;
   c.src_n = count;
-  c.dest = dest;
-  c.addr = addr;
-  c.key = key;
-  c.dt = dt;
-  c.op = op;
-  c.ctx = ctx;
+  c.to(dest, addr, key, dt, op, ctx, kPlain);
   return run(f, c);
 }
 // The target of a *msg call: one remote ioc whose count matches.
@@ -414,12 +414,7 @@ bool msg_target(const fi_msg_atomic* m, Call& c) {
   if (!m || m->rma_iov_count != 1 || !m->rma_iov) return false;
   c.src = m->msg_iov;
   c.src_n = m->iov_count;
-  c.dest = m->addr;
-  c.addr = m->rma_iov[0].addr;
-  c.key = m->rma_iov[0].key;
-  c.dt = m->datatype;
-  c.op = m->op;
-  c.ctx = m->context;
+  c.to(m->addr, m->rma_iov[0].addr, m->rma_iov[0].key, m->datatype, m->op, m->context, kPlain);
   c.data = m->data;
   return true;
 }
@@ -434,11 +429,7 @@ ssize_t a_inject(fid_ep* f, const void* buf, std::size_t count, fi_addr_t dest, 
   Call c;
   c.src = &ioc;
   c.src_n = 1;
-  c.dest = dest;
-  c.addr = addr;
-  c.key = key;
-  c.dt = dt;
-  c.op = op;
+  c.to(dest, addr, key, dt, op, nullptr, kPlain);
   c.inject = true;
   c.completion = false;
   return run(f, c, false);
@@ -452,13 +443,7 @@ ssize_t a_readwrite(fid_ep* f, const void* buf, std::size_t count, void*, void* 
   c.src_n = buf ? 1 : 0;
   c.res = &res;
   c.res_n = 1;
-  c.dest = dest;
-  c.addr = addr;
-  c.key = key;
-  c.dt = dt;
-  c.op = op;
-  c.ctx = ctx;
-  c.kind = kFetch;
+  c.to(dest, addr, key, dt, op, ctx, kFetch);
   return run(f, c);
 }
 ssize_t a_readwritev(fid_ep* f, const fi_ioc* iov, void**, std::size_t count, fi_ioc* resultv, void**,
@@ -469,13 +454,7 @@ ssize_t a_readwritev(fid_ep* f, const fi_ioc* iov, void**, std::size_t count, fi
   c.src_n = count;
   c.res = resultv;
   c.res_n = result_count;
-  c.dest = dest;
-  c.addr = addr;
-  c.key = key;
-  c.dt = dt;
-  c.op = op;
-  c.ctx = ctx;
-  c.kind = kFetch;
+  c.to(dest, addr, key, dt, op, ctx, kFetch);
   return run(f, c);
 }
 ssize_t a_readwritemsg(fid_ep* f, const fi_msg_atomic* m, fi_ioc* resultv, void**, std::size_t result_count,
@@ -500,13 +479,7 @@ ssize_t a_compwrite(fid_ep* f, const void* buf, std::size_t count, void*, const 
   c.cmp_n = 1;
   c.res = &res;
   c.res_n = 1;
-  c.dest = dest;
-  c.addr = addr;
-  c.key = key;
-  c.dt = dt;
-  c.op = op;
-  c.ctx = ctx;
-  c.kind = kCompare;
+  c.to(dest, addr, key, dt, op, ctx, kCompare);
   return run(f, c);
 }
 ssize_t a_compwritev(fid_ep* f, const fi_ioc* iov, void**, std::size_t count, const fi_ioc* comparev, void**,
@@ -519,13 +492,7 @@ ssize_t a_compwritev(fid_ep* f, const fi_ioc* iov, void**, std::size_t count, co
   c.cmp_n = compare_count;
   c.res = resultv;
   c.res_n = result_count;
-  c.dest = dest;
-  c.addr = addr;
-  c.key = key;
-  c.dt = dt;
-  c.op = op;
-  c.ctx = ctx;
-  c.kind = kCompare;
+  c.to(dest, addr, key, dt, op, ctx, kCompare);
   return run(f, c);
 }
 ssize_t a_compwritemsg(fid_ep* f, const fi_msg_atomic* m, const fi_ioc* comparev, void**, std::size_t compare_count,
