@@ -14,20 +14,13 @@
 #  - enumerating (fi_info) connects to no card socket (npo-emud logs every connect).
 # Usage: run-diagnostics.sh NPO_EMUD PROVIDER_DIR
 set -euo pipefail
-# shellcheck source=wait-listen.sh
-source "$(dirname "${BASH_SOURCE[0]}")/wait-listen.sh"
+# shellcheck source=fi-script.sh
+source "$(dirname "${BASH_SOURCE[0]}")/fi-script.sh"
 emud="$1" provdir="$2"
 if ! command -v fi_info >/dev/null || ! command -v fi_pingpong >/dev/null; then
   echo "SKIP: fi_info / fi_pingpong not installed (package libfabric-bin)"; exit 0
 fi
-dir="$(mktemp -d /tmp/npo-fi-diag.XXXXXX)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "${dir}"
-}
-trap cleanup EXIT
+fi_workdir npo-fi-diag
 export FI_PROVIDER_PATH="${provdir}"
 unset FI_NPO_CARD NPO_BACKEND NPO_FI_FAULT NPO_FI_FAULT_MS NPO_FI_RING_LANES NPO_FI_POLL_BACKOFF NPO_FI_STALL_MS \
   NPO_FI_LAYERING NPO_FI_TRACE NPO_FI_TRACE_MAX FI_LOG_LEVEL

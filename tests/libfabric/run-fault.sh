@@ -12,20 +12,13 @@
 # or a bare timeout -- a dead daemon is not a removed card.
 # Usage: run-fault.sh NPO_EMUD NPO_EMU PROVIDER_DIR [removal|daemon_killed]
 set -euo pipefail
-# shellcheck source=wait-listen.sh
-source "$(dirname "${BASH_SOURCE[0]}")/wait-listen.sh"
+# shellcheck source=fi-script.sh
+source "$(dirname "${BASH_SOURCE[0]}")/fi-script.sh"
 emud="$1" emu="$2" provdir="$3" mode="${4:-removal}"
 if ! command -v fi_pingpong >/dev/null; then
   echo "SKIP: fi_pingpong not installed (package libfabric-bin)"; exit 0
 fi
-dir="$(mktemp -d /tmp/npo-fi-fault.XXXXXX)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "${dir}"
-}
-trap cleanup EXIT
+fi_workdir npo-fi-fault
 "${emud}" --topology emu:mesh8 --socket-dir "${dir}/sock" >"${dir}/emud.log" 2>&1 &
 emud_pid=$!
 pids+=("${emud_pid}")

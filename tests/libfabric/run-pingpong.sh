@@ -5,8 +5,8 @@
 # (card SRV_CARD) and client (card CLI_CARD) with bounded waits, stops everything it started.
 # Usage: run-pingpong.sh NPO_EMUD PROVIDER_DIR TOPOLOGY SRV_CARD CLI_CARD -- fi_pingpong args...
 set -euo pipefail
-# shellcheck source=wait-listen.sh
-source "$(dirname "${BASH_SOURCE[0]}")/wait-listen.sh"
+# shellcheck source=fi-script.sh
+source "$(dirname "${BASH_SOURCE[0]}")/fi-script.sh"
 emud="$1" provdir="$2" topo="$3" srv_card="$4" cli_card="$5"
 shift 5
 [[ "${1:-}" == "--" ]] && shift
@@ -14,14 +14,7 @@ if ! command -v fi_pingpong >/dev/null; then
   echo "SKIP: fi_pingpong not installed (package libfabric-bin)"
   exit 0
 fi
-dir="$(mktemp -d /tmp/npo-fi-pp.XXXXXX)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "${dir}"
-}
-trap cleanup EXIT
+fi_workdir npo-fi-pp
 
 "${emud}" --topology "${topo}" --socket-dir "${dir}/sock" >"${dir}/emud.log" 2>&1 &
 pids+=($!)
