@@ -190,6 +190,34 @@ class HostRegion final : public MemoryRegion {
   bool owned_;
 };
 
+/// User virtual addresses a ProcessMemoryMap covers: [4 KiB, 2^47), x86-64 and arm64 with
+/// 4-level page tables (5-level ones hand out higher addresses only when asked).
+constexpr std::uint64_t kProcessFirst = 0x1000;
+constexpr std::uint64_t kProcessEnd = std::uint64_t{1} << 47;
+
+class ProcessMap final : public ProcessMemoryMap {
+ public:
+  ProcessMap(DeviceImpl& dev, std::uint64_t iova, bool writable) : dev_(dev), iova_(iova), writable_(writable) {}
+  ~ProcessMap() override {
+    const std::uint64_t len = kProcessEnd - kProcessFirst;
+    if (auto r = dev_.dev->dma_unmap(iova_, len); !r) {
+      npo::log::get(npo::log::Subsystem::kMemory)
+          .warn("dma_unmap of the process memory map at IOVA 0x{:x}: {}", iova_, r.error().to_string());
+    }
+    dev_.mem.iova.free(iova_, len);
+  }
+  std::uint64_t iova_of(const void* p) const noexcept override {
+    const auto a = reinterpret_cast<std::uintptr_t>(p);
+    return a >= kProcessFirst && a < kProcessEnd ? iova_ + (a - kProcessFirst) : 0;
+  }
+  bool writable() const noexcept override { return writable_; }
+
+ private:
+  DeviceImpl& dev_;
+  std::uint64_t iova_;
+  bool writable_;
+};
+
 std::once_flag g_huge_note;
 
 /// Whether shared memory (memfd) gets transparent huge pages on MADV_HUGEPAGE.
@@ -321,6 +349,26 @@ Result<std::unique_ptr<MemoryRegion>> register_host_memory(Device& device, std::
   if (!iova) return std::unexpected(iova.error());
   return std::unique_ptr<MemoryRegion>(
       std::make_unique<HostRegion>(impl, base, len, addr - first, bytes.size(), *iova, PageKind::kUser, -1, -1, false));
+}
+
+Result<std::unique_ptr<ProcessMemoryMap>> map_process_memory(Device& device, bool writable) {
+  auto& impl = impl_of(device);
+  const ErrorContext ctx{.card = impl.info.index};
+  const std::uint64_t len = kProcessEnd - kProcessFirst;
+  auto iova = impl.mem.iova.alloc(len, std::uint64_t{4096});
+  if (!iova) {
+    return fail(
+        Code::kResourceExhausted,
+        fmt::format("IOVA space of card {} has no free block of 128 TiB for the process memory map", impl.info.index),
+        ctx);
+  }
+  auto r = impl.dev->dma_map_process(kProcessFirst, *iova, len,
+                                     writable ? backend::DmaAccess::kReadWrite : backend::DmaAccess::kRead);
+  if (!r) {
+    impl.mem.iova.free(*iova, len);
+    return std::unexpected(Error(r.error()).with(ctx));
+  }
+  return std::unique_ptr<ProcessMemoryMap>(std::make_unique<ProcessMap>(impl, *iova, writable));
 }
 
 MemoryBudget memory_budget(Device& device) {

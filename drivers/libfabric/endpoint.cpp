@@ -228,10 +228,11 @@ Result<void> enqueue_tx(Ep& e, Ep::Tx& t) {
     if (!first_set) t.first = op;
     first_set = true;
   };
-  if (t.rndv_chunk >= 0 && t.data_len) {
-    auto op = e.queue->enqueue_remote_write(
-        DmaAddress::host(e.rndv_staging->iova() + std::uint64_t(t.rndv_chunk) * kRndvChunk), t.handle, t.land_off,
-        static_cast<std::uint32_t>(t.data_len));
+  if ((t.rndv_chunk >= 0 || t.rndv_src != 0) && t.data_len) {
+    const std::uint64_t src =
+        t.rndv_src != 0 ? t.rndv_src : e.rndv_staging->iova() + std::uint64_t(t.rndv_chunk) * kRndvChunk;
+    auto op = e.queue->enqueue_remote_write(DmaAddress::host(src), t.handle, t.land_off,
+                                            static_cast<std::uint32_t>(t.data_len));
     if (!op) return std::unexpected(op.error());
     if (trace::on()) trace::op_enqueued(e, *op, t.data_len, trace::Role::kChunk, t.dest_fabric);
     mark(*op);
@@ -252,7 +253,11 @@ Result<void> enqueue_tx(Ep& e, Ep::Tx& t) {
   t.last = *hop;
   t.done = false;
   t.worst = OpStatus::kOk;
-  if (auto sub = e.queue->submit(); !sub) return std::unexpected(sub.error());
+  if (e.defer_submit) {
+    e.submit_pending = true;
+  } else if (auto sub = e.queue->submit(); !sub) {
+    return std::unexpected(sub.error());
+  }
   if (trace::on()) trace::submitted(e, &t);
   return {};
 }
@@ -300,6 +305,7 @@ ssize_t post_slot(Ep& e, const Av::Entry& peer, Ep::Dest& d, std::uint64_t key, 
   t.cq_data = data;
   t.send_id = meta.send_id;
   t.rndv_chunk = meta.rndv_chunk;
+  t.rndv_src = meta.rndv_src;
   t.land_off = meta.land_off;
   t.data_len = meta.data_len;
   t.lane = lane;

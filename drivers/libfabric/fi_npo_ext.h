@@ -41,6 +41,12 @@ struct fi_npo_op_counters {
   uint64_t target_rma_writes; /**< RMA writes accepted as target */
   uint64_t target_rma_reads;  /**< RMA reads answered as target */
   uint64_t target_atomics;    /**< atomics executed as target */
+  /** Rendezvous payload bytes the card read straight from the sender's buffer (zero-copy,
+   *  through the process memory map; docs/libfabric.md "Native RDM"). */
+  uint64_t rndv_zero_copy_bytes;
+  /** Rendezvous payload bytes copied into staging memory first (no process memory map, a
+   *  chunk spanning two iov entries, RMA read answers). */
+  uint64_t rndv_staged_bytes;
 };
 
 /** Domain extension ops. Thread-safety: as the domain (FI_THREAD_SAFE). */

@@ -125,10 +125,10 @@ enum MsgKind : std::uint8_t {
 };
 constexpr std::size_t kEagerMax = kMaxMsg;                        // RDM payloads up to this go eager
 constexpr std::uint64_t kRdmMaxMsg = 1ull << 40;                  // max_msg_size of the RDM endpoint
-constexpr std::size_t kRndvChunk = 512 * 1024;                    // rendezvous chunk (one grant, one FIN)
-constexpr unsigned kLandingChunks = 8;                            // landing zone: 8 chunks = 4 MiB of HBM
-constexpr unsigned kRndvStagingChunks = 4;                        // sender: chunks in flight per endpoint
-constexpr unsigned kGrantsPerRecv = 8;                            // chunks granted ahead per message
+constexpr std::size_t kRndvChunk = 256 * 1024;                    // rendezvous chunk (one grant, one FIN)
+constexpr unsigned kLandingChunks = 16;                           // landing zone: 16 chunks = 4 MiB of HBM
+constexpr unsigned kRndvStagingChunks = 8;                        // sender: chunks in flight per endpoint
+constexpr unsigned kGrantsPerRecv = 16;                           // chunks granted ahead per message
 constexpr std::size_t kUnexpMax = 64ull << 20;                    // buffered unexpected eager bytes
 constexpr auto kRetryBackoff = std::chrono::milliseconds(1);      // RDM: first resend of a write the fabric failed
 constexpr auto kRetryBackoffMax = std::chrono::milliseconds(64);  // doubling up to this (a retrain takes seconds)
@@ -270,6 +270,11 @@ extern fi_provider g_provider;
 inline void warn(fi_log_subsys sub, const std::string& msg) {
   if (fi_log_enabled(&g_provider, FI_LOG_WARN, sub))
     fi_log(&g_provider, FI_LOG_WARN, sub, "npo", __LINE__, "%s\n", msg.c_str());
+}
+
+inline void info(fi_log_subsys sub, const std::string& msg) {
+  if (fi_log_enabled(&g_provider, FI_LOG_INFO, sub))
+    fi_log(&g_provider, FI_LOG_INFO, sub, "npo", __LINE__, "%s\n", msg.c_str());
 }
 
 // ---- Small helpers ------------------------------------------------------------------------
@@ -417,6 +422,12 @@ struct Domain {
   // one-sided operations (fi_npo_op_counters): started as initiator, executed as target
   std::atomic<std::uint64_t> rma_writes{0}, rma_reads{0}, atomics{0};
   std::atomic<std::uint64_t> target_rma_writes{0}, target_rma_reads{0}, target_atomics{0};
+  // rendezvous payload bytes the card read straight from the user's buffer / from staging
+  std::atomic<std::uint64_t> rndv_zero_copy_bytes{0}, rndv_staged_bytes{0};
+  // The process's memory mapped for the card (zero-copy rendezvous sources), made by the first
+  // RDM endpoint; null when the backend cannot (VFIO) or NPO_FI_ZERO_COPY=0. Guarded by mu.
+  std::unique_ptr<ProcessMemoryMap> process_map;
+  bool process_map_tried = false;
   // Memory regions open to remote access (FI_REMOTE_READ / FI_REMOTE_WRITE), by key; guarded by mu.
   struct MrRegion {
     std::array<iovec, kIovLimit> iov{};
@@ -556,8 +567,9 @@ struct Ep {
     // RDM: what a resend needs (the staging slot keeps header and payload until delivered)
     std::uint8_t msg_kind = kEager;
     std::uint64_t tag = 0, cq_data = 0;
-    std::uint64_t send_id = 0;  // the rendezvous send this FIN (or RTS) belongs to; 0: none
-    int rndv_chunk = -1;        // FIN: the sender staging chunk whose data goes first
+    std::uint64_t send_id = 0;   // the rendezvous send this FIN (or RTS) belongs to; 0: none
+    int rndv_chunk = -1;         // FIN: the sender staging chunk whose data goes first
+    std::uint64_t rndv_src = 0;  // FIN without a staging chunk: the IOVA of the user's data (zero-copy)
     std::uint64_t land_off = 0, data_len = 0;
     unsigned lane = 0, slots = 0, lanes = 0;  // the peer ring's geometry
     WindowHandle handle{};
@@ -580,7 +592,10 @@ struct Ep {
   bool rdm = false;
   bool directed_recv = false;  // FI_DIRECTED_RECV asked for: a receive's source address counts
   bool progressing = false;    // progress() is not re-entered from inside itself
-  struct Posted {              // a posted receive
+  // enqueue_tx leaves the doorbell to flush_submit (rendezvous chunks: one doorbell for all of
+  // a progress pass, so the card moves them back to back without a round trip each)
+  bool defer_submit = false, submit_pending = false;
+  struct Posted {  // a posted receive
     void* ctx = nullptr;
     std::array<iovec, kIovLimit> iov{};
     std::size_t count = 0;
@@ -797,6 +812,7 @@ struct SlotMeta {
   std::uint64_t cq_flags = FI_SEND | FI_MSG;
   std::uint64_t send_id = 0;
   int rndv_chunk = -1;
+  std::uint64_t rndv_src = 0;  // zero-copy FIN: IOVA of the chunk in the user's buffer (ProcessMemoryMap)
   std::uint64_t land_off = 0, data_len = 0;
 };
 

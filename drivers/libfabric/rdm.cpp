@@ -187,6 +187,20 @@ void discard_unexp(Ep& e, std::list<Ep::Unexp>::iterator u) {
   e.unexp.erase(u);
 }
 
+// The IOVA of message bytes [off, off+len) of `q` in the process memory map, when they lie in
+// one iov entry (the card reads them there: no staging copy); 0 otherwise.
+std::uint64_t zero_copy_src(const Ep& e, const Ep::SendReq& q, std::uint64_t off, std::uint64_t len) {
+  if (!e.domain->process_map) return 0;
+  for (std::size_t i = 0; i < q.count; ++i) {
+    if (off < q.iov[i].iov_len) {
+      if (len > q.iov[i].iov_len - off) return 0;
+      return e.domain->process_map->iova_of(static_cast<const std::byte*>(q.iov[i].iov_base) + off);
+    }
+    off -= q.iov[i].iov_len;
+  }
+  return 0;
+}
+
 void fail_send_req(Ep& e, std::map<std::uint64_t, Ep::SendReq>::iterator s, int err, const std::string& msg) {
   if (e.tx_cq && s->second.completion)
     e.tx_cq->push_error(s->second.ctx, s->second.cq_flags, 0, 0, err, msg, s->second.tag);
@@ -196,6 +210,29 @@ void fail_send_req(Ep& e, std::map<std::uint64_t, Ep::SendReq>::iterator s, int 
 }  // namespace
 
 int rdm_setup(Ep& e) {
+  {
+    Domain& d = *e.domain;
+    std::lock_guard lk(d.mu);
+    if (!d.process_map_tried) {
+      d.process_map_tried = true;
+      if (env_bool("NPO_FI_ZERO_COPY", "the default on").value_or(true)) {
+        auto pm = map_process_memory(*d.dev, false);
+        if (pm) {
+          d.process_map = std::move(*pm);
+        } else {
+          // VFIO has none (a real IOMMU maps pinned pages): expected. Anything else is worth a warning.
+          const std::string msg = "npo" + std::to_string(d.card) +
+                                  ": rendezvous sources are staged (no process memory map: " + pm.error().to_string() +
+                                  ")";
+          if (pm.error().code() == Code::kUnimplemented) {
+            info(FI_LOG_DOMAIN, msg);
+          } else {
+            warn(FI_LOG_DOMAIN, msg);
+          }
+        }
+      }
+    }
+  }
   auto st = allocate_host_memory(*e.domain->dev, std::size_t{kRndvStagingChunks} * kRndvChunk);
   if (!st) return -fi_errno_of(st.error());
   e.rndv_staging = std::move(*st);
@@ -482,29 +519,41 @@ void Ep::rdm_progress() {
     if (send_to(*this, *peer, &iov, 1, nullptr, 0, false, true, false, m, std::chrono::milliseconds(0)) != 0) break;
     ctrl_out.pop_front();
   }
-  // 3. rendezvous data: one staging chunk per granted chunk, written with its FIN behind it
-  for (auto s = sends.begin(); s != sends.end() && !rndv_free.empty();) {
+  // 3. rendezvous data: each granted chunk written with its FIN behind it, straight from the
+  // user's buffer when the process memory map covers it (zero-copy), else from a staging chunk;
+  // one doorbell for all of them
+  defer_submit = true;
+  for (auto s = sends.begin(); s != sends.end();) {
     SendReq& q = s->second;
     bool blocked = false;
-    while (!q.grants.empty() && !rndv_free.empty()) {
+    while (!q.grants.empty()) {
       if (free_slots.empty() || queue->outstanding() + 6 > queue->depth()) {
         blocked = true;
         break;
       }
       const SendReq::Grant g = q.grants.front();
-      const unsigned chunk = rndv_free.back();
-      std::byte* stage = rndv_staging->bytes().data() + std::size_t{chunk} * kRndvChunk;
-      if (q.rma_src) {
-        rma_stage_chunk(*this, q, g.msg_off, stage, g.len);
-      } else {
-        copy_from_iov(q.iov.data(), q.count, g.msg_off, stage, g.len);
+      const std::uint64_t zsrc = q.rma_src ? 0 : zero_copy_src(*this, q, g.msg_off, g.len);
+      if (zsrc == 0 && rndv_free.empty()) {
+        blocked = true;
+        break;
+      }
+      int chunk = -1;
+      if (zsrc == 0) {
+        chunk = static_cast<int>(rndv_free.back());
+        std::byte* stage = rndv_staging->bytes().data() + std::size_t(chunk) * kRndvChunk;
+        if (q.rma_src) {
+          rma_stage_chunk(*this, q, g.msg_off, stage, g.len);
+        } else {
+          copy_from_iov(q.iov.data(), q.count, g.msg_off, stage, g.len);
+        }
       }
       FinBody b{q.recv_id, g.msg_off, g.land_off, g.len, q.rma_err};
       iovec iov{&b, sizeof b};
       SlotMeta m;
       m.kind = kFin;
       m.send_id = s->first;
-      m.rndv_chunk = static_cast<int>(chunk);
+      m.rndv_chunk = chunk;
+      m.rndv_src = zsrc;
       m.land_off = g.land_off;
       m.data_len = g.len;
       m.cq_flags = q.cq_flags;
@@ -514,11 +563,20 @@ void Ep::rdm_progress() {
         break;
       }
       // (send_to reaps completions, which may have pushed freed chunks meanwhile)
-      rndv_free.erase(std::find(rndv_free.begin(), rndv_free.end(), chunk));
+      if (chunk >= 0) rndv_free.erase(std::find(rndv_free.begin(), rndv_free.end(), static_cast<unsigned>(chunk)));
+      (zsrc != 0 ? domain->rndv_zero_copy_bytes : domain->rndv_staged_bytes).fetch_add(g.len);
       q.grants.pop_front();
     }
     if (blocked) break;
     ++s;
+  }
+  defer_submit = false;
+  if (submit_pending) {
+    submit_pending = false;
+    if (auto sub = queue->submit(); !sub) {
+      report_fatal("npo: rendezvous data from " + where() + " failed: " + sub.error().to_string(),
+                   fi_errno_of(sub.error()));
+    }
   }
   // 4. receives waiting for landing chunks
   if (!land_free.empty())

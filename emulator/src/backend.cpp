@@ -2,6 +2,7 @@
 // The emulator as a backend::Backend: enumerate cards, open them, and expose config space,
 // BAR MMIO, the HBM aperture, DMA mapping through the IOMMU model, MSI-X eventfds and FLR.
 #include <fcntl.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <mutex>
@@ -206,6 +207,13 @@ class EmuDevice final : public backend::Device {
                        backend::DmaAccess access) override {
     if (card_.removed()) return fail(Code::kUnavailable, "card removed", {.card = card_.index()});
     auto r = card_.iommu().map(vaddr, iova, length, access);
+    if (!r) r.error().with({.card = card_.index()});
+    return r;
+  }
+  Result<void> dma_map_process(std::uint64_t vaddr, std::uint64_t iova, std::uint64_t length,
+                               backend::DmaAccess access) override {
+    if (card_.removed()) return fail(Code::kUnavailable, "card removed", {.card = card_.index()});
+    auto r = card_.iommu().map_process(static_cast<int>(::getpid()), vaddr, iova, length, access);
     if (!r) r.error().with({.card = card_.index()});
     return r;
   }

@@ -2,8 +2,11 @@
 // The DMA engine model: fetches descriptors from the host submission ring through the
 // IOMMU, executes them, and writes 16-byte completions with the phase bit into the host
 // completion ring (docs/spec/dma.md, docs/spec/registers.md §5).
+#include <sys/uio.h>
+
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -203,14 +206,37 @@ void QueueModel::inject_hang(std::uint64_t now) {
   hung_.store(true);
 }
 
-Status QueueModel::check_range(std::uint64_t iova, std::uint64_t len, bool write, std::uint64_t* info) {
+namespace {
+
+// Copies `len` bytes between the daemon's `local` and address `addr` of process `pid` (a
+// mapping made by Iommu::map_process): process_vm_writev when `to_process`, else readv. The
+// kernel checks the address: false when any byte of it is not mapped (or writable) in that
+// process, or the process is gone; bytes before the failing page may have moved.
+bool process_copy(int pid, std::uint64_t addr, std::byte* local, std::uint64_t len, bool to_process) {
+  while (len > 0) {
+    iovec l{local, len};
+    iovec r{reinterpret_cast<void*>(addr), len};
+    const ssize_t n = to_process ? ::process_vm_writev(pid, &l, 1, &r, 1, 0) : ::process_vm_readv(pid, &l, 1, &r, 1, 0);
+    if (n <= 0) return false;
+    local += n;
+    addr += static_cast<std::uint64_t>(n);
+    len -= static_cast<std::uint64_t>(n);
+  }
+  return true;
+}
+
+}  // namespace
+
+Status QueueModel::check_range(std::uint64_t iova, std::uint64_t len, bool write, std::uint64_t* info, bool data) {
   // Every page of [iova, iova+len) must be mapped with the access right; the first hole or
   // missing right is recorded as the fault (registers.md §3.4) and nothing is accessed.
+  // Another process's memory (Iommu::map_process) is reachable for data only.
   auto& mmu = card_.iommu();
+  int pid = 0;
   for (std::uint64_t done = 0; done < len;) {
     std::byte* host = nullptr;
     std::uint64_t contig = 0, fault = 0;
-    const auto r = xlate_.translate(mmu, iova + done, len - done, write, &host, &contig, &fault);
+    const auto r = xlate_.translate(mmu, iova + done, len - done, write, &host, &contig, &fault, data ? &pid : nullptr);
     if (r != XlateResult::kOk) {
       *info = fault;
       card_.record_iommu_fault(fault, index_, write, r == XlateResult::kPermission);
@@ -232,13 +258,21 @@ Status QueueModel::host_access(std::uint64_t iova, std::uint64_t len, bool write
     card_.record_iommu_fault(iova, index_, write, false);
     return Status::kIommuFault;
   }
-  // Pre-check the whole range so a fault in the middle leaves memory untouched.
-  if (const auto st = check_range(iova, len, write, info); st != Status::kOk) return st;
+  // Pre-check the whole range so a fault in the middle leaves memory untouched (the IOMMU's
+  // part; process memory is checked page by page by the kernel as it is copied).
+  if (const auto st = check_range(iova, len, write, info, !ring); st != Status::kOk) return st;
   for (std::uint64_t done = 0; done < len;) {
     std::byte* host = nullptr;
     std::uint64_t contig = 0, fault = 0;
-    (void)xlate_.translate(mmu, iova + done, len - done, write, &host, &contig, &fault);
-    if (write) {
+    int pid = 0;
+    (void)xlate_.translate(mmu, iova + done, len - done, write, &host, &contig, &fault, ring ? nullptr : &pid);
+    if (pid != 0) {
+      if (!process_copy(pid, reinterpret_cast<std::uint64_t>(host), local + done, contig, write)) {
+        *info = iova + done;
+        card_.record_iommu_fault(iova + done, index_, write, false);
+        return Status::kIommuFault;
+      }
+    } else if (write) {
       std::memcpy(host, local + done, contig);
     } else {
       std::memcpy(local + done, host, contig);
@@ -373,8 +407,8 @@ Status QueueModel::execute(const dma::Descriptor& d, std::uint64_t* info) {
         if (st != Status::kOk) return st;
       } else {  // host -> host: check both ranges first, then copy mapping by mapping
         auto& mmu = card_.iommu();
-        if (const auto st = check_range(d.src(), len, false, info); st != Status::kOk) return st;
-        if (const auto st = check_range(d.dst(), len, true, info); st != Status::kOk) return st;
+        if (const auto st = check_range(d.src(), len, false, info, true); st != Status::kOk) return st;
+        if (const auto st = check_range(d.dst(), len, true, info, true); st != Status::kOk) return st;
         if (card_.take_injected_iommu_fault()) {
           *info = d.src();
           card_.record_iommu_fault(d.src(), index_, false, false);
@@ -383,10 +417,27 @@ Status QueueModel::execute(const dma::Descriptor& d, std::uint64_t* info) {
         for (std::uint64_t done = 0; done < len;) {
           std::byte *hs = nullptr, *hd = nullptr;
           std::uint64_t cs = 0, cd = 0, f = 0;
-          (void)xlate_.translate(mmu, d.src() + done, len - done, false, &hs, &cs, &f);
-          (void)xlate_.translate(mmu, d.dst() + done, len - done, true, &hd, &cd, &f);
-          const std::uint64_t n = std::min(cs, cd);
-          std::memmove(hd, hs, n);
+          int ps = 0, pd = 0;
+          (void)xlate_.translate(mmu, d.src() + done, len - done, false, &hs, &cs, &f, &ps);
+          (void)xlate_.translate(mmu, d.dst() + done, len - done, true, &hd, &cd, &f, &pd);
+          std::uint64_t n = std::min(cs, cd);
+          bool ok = true;
+          if (ps == 0 && pd == 0) {
+            std::memmove(hd, hs, n);
+          } else if (ps == 0 || pd == 0) {  // one side in another process: one copy
+            ok = ps != 0 ? process_copy(ps, reinterpret_cast<std::uint64_t>(hs), hd, n, false)
+                         : process_copy(pd, reinterpret_cast<std::uint64_t>(hd), hs, n, true);
+          } else {  // both: through a bounce buffer of the engine
+            n = std::min<std::uint64_t>(n, kChunk);
+            std::vector<std::byte> bounce(n);
+            ok = process_copy(ps, reinterpret_cast<std::uint64_t>(hs), bounce.data(), n, false) &&
+                 process_copy(pd, reinterpret_cast<std::uint64_t>(hd), bounce.data(), n, true);
+          }
+          if (!ok) {
+            *info = d.src() + done;
+            card_.record_iommu_fault(d.src() + done, index_, false, false);
+            return Status::kIommuFault;
+          }
           done += n;
         }
       }

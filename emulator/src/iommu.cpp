@@ -16,6 +16,27 @@ Result<void> Iommu::map(const void* vaddr, std::uint64_t iova, std::uint64_t len
     return fail(Code::kOutOfRange, fmt::format("dma_map: IOVA range 0x{:x}+{} outside [0x{:x}, 0x{:x}]", iova, length,
                                                kIovaFirst, kIovaLast));
   }
+  return insert(iova, Mapping{length, reinterpret_cast<std::byte*>(va), access});
+}
+
+Result<void> Iommu::map_process(int pid, std::uint64_t vaddr, std::uint64_t iova, std::uint64_t length,
+                                backend::DmaAccess access) {
+  if (pid <= 0) return fail(Code::kInvalidArgument, fmt::format("dma_map: process memory of pid {}", pid));
+  if (length == 0 || (vaddr % kPage) != 0 || (iova % kPage) != 0 || (length % kPage) != 0 || vaddr + length < vaddr) {
+    return fail(Code::kInvalidArgument,
+                fmt::format("dma_map: process vaddr 0x{:x}, iova 0x{:x} and length {} must be non-zero multiples of "
+                            "4 KiB",
+                            vaddr, iova, length));
+  }
+  if (iova < kIovaFirst || iova > kIovaLast || length - 1 > kIovaLast - iova) {
+    return fail(Code::kOutOfRange, fmt::format("dma_map: IOVA range 0x{:x}+{} outside [0x{:x}, 0x{:x}]", iova, length,
+                                               kIovaFirst, kIovaLast));
+  }
+  return insert(iova, Mapping{length, reinterpret_cast<std::byte*>(vaddr), access, pid});
+}
+
+Result<void> Iommu::insert(std::uint64_t iova, Mapping m) {
+  const std::uint64_t length = m.length;
   std::unique_lock lock(mu_);
   auto next = maps_.lower_bound(iova);
   if (next != maps_.end() && next->first < iova + length) {
@@ -29,7 +50,7 @@ Result<void> Iommu::map(const void* vaddr, std::uint64_t iova, std::uint64_t len
                   fmt::format("dma_map: IOVA 0x{:x}+{} overlaps the mapping at 0x{:x}", iova, length, prev->first));
     }
   }
-  maps_.emplace(iova, Mapping{length, reinterpret_cast<std::byte*>(va), access});
+  maps_.emplace(iova, m);
   return {};
 }
 
@@ -58,18 +79,18 @@ bool Iommu::find(std::uint64_t iova, MappingView* out) const {
   if (it == maps_.begin()) return false;
   --it;
   if (iova - it->first >= it->second.length) return false;
-  *out = MappingView{it->first, it->second.length, it->second.host, it->second.access};
+  *out = MappingView{it->first, it->second.length, it->second.host, it->second.access, it->second.pid};
   return true;
 }
 
 XlateResult Iommu::translate(std::uint64_t iova, std::uint64_t length, bool write, std::byte** host,
-                             std::uint64_t* contiguous, std::uint64_t* fault_iova) const {
+                             std::uint64_t* contiguous, std::uint64_t* fault_iova, int* pid) const {
   MappingView m;
   if (!find(iova, &m)) {
     *fault_iova = iova;
     return XlateResult::kUnmapped;
   }
-  return resolve(m, iova, length, write, host, contiguous, fault_iova);
+  return resolve(m, iova, length, write, host, contiguous, fault_iova, pid);
 }
 
 }  // namespace npo::emu

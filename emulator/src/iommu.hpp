@@ -16,8 +16,9 @@
 
 namespace npo::emu {
 
-/// Result of translating one access.
-enum class XlateResult : std::uint8_t { kOk, kUnmapped, kPermission };
+/// Result of translating one access. kForeign: the IOVA is mapped to another process's memory
+/// (Iommu::map_process) and the caller asked for an address it can dereference.
+enum class XlateResult : std::uint8_t { kOk, kUnmapped, kPermission, kForeign };
 
 /// One card's IOMMU domain: IOVA -> host virtual address mappings with access rights.
 /// Thread-safety: map/unmap take the lock exclusively and so wait for in-flight device
@@ -31,6 +32,13 @@ class Iommu {
   static constexpr std::uint64_t kPage = 4096;
 
   Result<void> map(const void* vaddr, std::uint64_t iova, std::uint64_t length, backend::DmaAccess access);
+  /// Maps [iova, iova+length) to the virtual addresses [vaddr, vaddr+length) of process `pid`
+  /// (npo-emud: a client's own memory, DMA_MAP flag PROCESS_MEMORY, emud-protocol.md §5.2;
+  /// in-process: this process). The engine reaches such memory with process_vm_readv/writev
+  /// only, for data (copy, gather and remote-op sources and destinations); rings, completions,
+  /// fills and statistics blocks there fault (kForeign). Same errors as map(); pid > 0.
+  Result<void> map_process(int pid, std::uint64_t vaddr, std::uint64_t iova, std::uint64_t length,
+                           backend::DmaAccess access);
   Result<void> unmap(std::uint64_t iova, std::uint64_t length);
   /// Drops every mapping (device close).
   void clear();
@@ -44,8 +52,10 @@ class Iommu {
   /// (a range spanning two mappings with non-contiguous host addresses is split by the caller
   /// via `*contiguous`, the number of bytes valid from `*host`). `*fault_iova` gets the first
   /// faulting IOVA on failure.
+  /// `pid` null: a mapping of another process is kForeign. Non-null: it gets the pid of such
+  /// a mapping (then `*host` is an address in that process, not to be dereferenced) or 0.
   XlateResult translate(std::uint64_t iova, std::uint64_t length, bool write, std::byte** host,
-                        std::uint64_t* contiguous, std::uint64_t* fault_iova) const;
+                        std::uint64_t* contiguous, std::uint64_t* fault_iova, int* pid = nullptr) const;
 
   /// One mapping as translate() sees it: IOVAs [first, first + length) at `host`.
   struct MappingView {
@@ -53,13 +63,20 @@ class Iommu {
     std::uint64_t length = 0;
     std::byte* host = nullptr;
     backend::DmaAccess access{};
+    int pid = 0;  ///< > 0: `host` is an address in that process (map_process)
   };
   /// The mapping that contains `iova`; false when none does. Caller holds guard().
   bool find(std::uint64_t iova, MappingView* out) const;
   /// translate() against the mapping `m` that contains `iova` (found by find()): the same
   /// permission check and results.
   static XlateResult resolve(const MappingView& m, std::uint64_t iova, std::uint64_t length, bool write,
-                             std::byte** host, std::uint64_t* contiguous, std::uint64_t* fault_iova) noexcept {
+                             std::byte** host, std::uint64_t* contiguous, std::uint64_t* fault_iova,
+                             int* pid = nullptr) noexcept {
+    if (m.pid != 0 && pid == nullptr) {
+      *fault_iova = iova;
+      return XlateResult::kForeign;
+    }
+    if (pid != nullptr) *pid = m.pid;
     const auto need = write ? backend::DmaAccess::kWrite : backend::DmaAccess::kRead;
     if ((static_cast<unsigned>(m.access) & static_cast<unsigned>(need)) == 0) {
       *fault_iova = iova;
@@ -76,7 +93,9 @@ class Iommu {
     std::uint64_t length;
     std::byte* host;
     backend::DmaAccess access;
+    int pid = 0;
   };
+  Result<void> insert(std::uint64_t iova, Mapping m);
   mutable std::shared_mutex mu_;
   std::map<std::uint64_t, Mapping> maps_;  // key: first IOVA
 };
@@ -91,10 +110,10 @@ class IommuCache {
   void clear() noexcept { used_ = 0; }
   /// Iommu::translate() through the cache. Caller holds mmu.guard() since the last clear().
   XlateResult translate(const Iommu& mmu, std::uint64_t iova, std::uint64_t length, bool write, std::byte** host,
-                        std::uint64_t* contiguous, std::uint64_t* fault_iova) {
+                        std::uint64_t* contiguous, std::uint64_t* fault_iova, int* pid = nullptr) {
     for (unsigned i = 0; i < used_; ++i) {
       if (iova - e_[i].first < e_[i].length) {
-        return Iommu::resolve(e_[i], iova, length, write, host, contiguous, fault_iova);
+        return Iommu::resolve(e_[i], iova, length, write, host, contiguous, fault_iova, pid);
       }
     }
     Iommu::MappingView m;
@@ -103,7 +122,7 @@ class IommuCache {
       return XlateResult::kUnmapped;
     }
     e_[used_ < e_.size() ? used_++ : (next_++ % e_.size())] = m;
-    return Iommu::resolve(m, iova, length, write, host, contiguous, fault_iova);
+    return Iommu::resolve(m, iova, length, write, host, contiguous, fault_iova, pid);
   }
 
  private:

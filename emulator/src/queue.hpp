@@ -55,7 +55,8 @@ class QueueModel final : public Runnable {
   /// GATHER (out of line, like fill_host: its SG list buffer).
   [[gnu::noinline]] fw::dma::Status gather(const fw::dma::Descriptor& d, std::uint64_t* info);
   /// Checks that [iova, iova+len) is mapped for the access; records the first fault.
-  fw::dma::Status check_range(std::uint64_t iova, std::uint64_t len, bool write, std::uint64_t* info);
+  fw::dma::Status check_range(std::uint64_t iova, std::uint64_t len, bool write, std::uint64_t* info,
+                              bool data = false);
   /// Copies between host memory at `iova` and `local` through the IOMMU. `ring`: a
   /// descriptor fetch (injected IOMMU faults apply to data accesses only).
   fw::dma::Status host_access(std::uint64_t iova, std::uint64_t len, bool write, bool ring, std::byte* local,

@@ -459,8 +459,12 @@ TEST(Emud, UnsealedMemoryIsMappedGuardedAndItsShrinkingCannotKillTheDaemon) {
     ASSERT_EQ(::ftruncate(fd, 4096), 0);
     auto msg = dma_map_msg(0x100000, 4096, 0);
     EXPECT_EQ(r.call(msg, std::span(&fd, 1)), static_cast<int>(Code::kInvalidArgument)) << "no flag: refused";
-    emud::store<std::uint32_t>(std::span(msg).subspan(emud::hdr::kBytes), emud::dma_map::kFlags, 2);
+    emud::store<std::uint32_t>(std::span(msg).subspan(emud::hdr::kBytes), emud::dma_map::kFlags, 4);
     EXPECT_EQ(r.call(msg, std::span(&fd, 1)), static_cast<int>(Code::kInvalidArgument)) << "unknown flag bit";
+    emud::store<std::uint32_t>(std::span(msg).subspan(emud::hdr::kBytes), emud::dma_map::kFlags,
+                               emud::dma_map::kFlagProcessMemory);
+    EXPECT_EQ(r.call(msg, std::span(&fd, 1)), static_cast<int>(Code::kInvalidArgument))
+        << "PROCESS_MEMORY carries an address, not an fd";
     emud::store<std::uint32_t>(std::span(msg).subspan(emud::hdr::kBytes), emud::dma_map::kFlags,
                                emud::dma_map::kFlagUnsealed);
     EXPECT_EQ(r.call(msg, std::span(&fd, 1)), 0) << "UNSEALED: mapped, guarded";

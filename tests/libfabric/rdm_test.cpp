@@ -103,10 +103,10 @@ TEST(RdmInfo, OpenMpiHintsSelectTheNativeEndpointFirst) {
 
 TEST_F(Rdm, TaggedEverySizeClassArrivesIntactWithNullDescriptors) {
   // 0, eager, eager limit, first rendezvous size, one chunk, chunk+1, several chunks, more
-  // chunks than the landing zone holds at once (8 x 512 KiB).
+  // chunks than the landing zone holds at once (16 x 256 KiB).
   for (std::size_t n :
-       {std::size_t{0}, std::size_t{1}, kEager - 1, kEager, kEager + 1, std::size_t{65536}, std::size_t{512 * 1024},
-        std::size_t{512 * 1024 + 1}, std::size_t{(1 << 20) + 13}, std::size_t{9 << 20}}) {
+       {std::size_t{0}, std::size_t{1}, kEager - 1, kEager, kEager + 1, std::size_t{65536}, std::size_t{256 * 1024},
+        std::size_t{256 * 1024 + 1}, std::size_t{(1 << 20) + 13}, std::size_t{9 << 20}}) {
     SCOPED_TRACE("size " + std::to_string(n));
     const auto tx = pattern(n, static_cast<unsigned>(n));
     std::vector<std::uint8_t> rx(n + 64, 0xee);
@@ -264,6 +264,62 @@ TEST_F(Rdm, RendezvousIntoAShortBufferIsTruncated) {
   EXPECT_EQ(r.err.len, rx.size());
   EXPECT_EQ(r.err.olen, tx.size() - rx.size());
   EXPECT_TRUE(std::equal(rx.begin(), rx.end(), tx.begin())) << "the part that fits is delivered";
+}
+
+// Rendezvous payload bytes the card read from the sender's buffer in place / from staging
+// (fi_npo_op_counters).
+std::pair<std::uint64_t, std::uint64_t> rndv_bytes(fid_domain* d) {
+  fi_npo_domain_ops* ops = nullptr;
+  fi_npo_op_counters c{};
+  EXPECT_EQ(fi_open_ops(&d->fid, FI_NPO_DOMAIN_OPS_NAME, 0, reinterpret_cast<void**>(&ops), nullptr), 0);
+  if (ops) {
+    EXPECT_EQ(ops->op_counters(d, &c), 0);
+  }
+  return {c.rndv_zero_copy_bytes, c.rndv_staged_bytes};
+}
+
+TEST_F(Rdm, RendezvousReadsTheSendersBufferInPlace) {
+  // One buffer: every chunk read where it is (process memory map), nothing staged.
+  const std::size_t n = (3 << 20) + 13;
+  const auto tx = pattern(n, 5);
+  std::vector<std::uint8_t> rx(n);
+  const Entry r = transfer(tx, rx, 11);
+  ASSERT_FALSE(r.error) << r.err.err;
+  EXPECT_TRUE(rx == tx);
+  EXPECT_EQ(rndv_bytes(a_.domain), std::make_pair(std::uint64_t{n}, std::uint64_t{0}));
+
+  // Two iov entries split at 100 KiB: the 256 KiB chunk that spans the split is staged, the
+  // others are read in place; all bytes arrive.
+  const std::size_t first = 100 * 1024;
+  std::vector<std::uint8_t> rx2(n);
+  iovec iov[2] = {{const_cast<std::uint8_t*>(tx.data()), first},
+                  {const_cast<std::uint8_t*>(tx.data()) + first, n - first}};
+  int sctx = 0, rctx = 0;
+  ASSERT_EQ(fi_trecv(b_.ep, rx2.data(), rx2.size(), nullptr, FI_ADDR_UNSPEC, 12, 0, &rctx), 0);
+  ASSERT_EQ(fi_tsendv(a_.ep, iov, nullptr, 2, a_to_b_, 12, &sctx), 0);
+  EXPECT_FALSE(wait_entry(b_, {&a_}).error);
+  EXPECT_FALSE(wait_entry(a_, {&b_}).error);
+  EXPECT_TRUE(rx2 == tx);
+  const auto [zc, staged] = rndv_bytes(a_.domain);
+  EXPECT_EQ(staged, 256u * 1024) << "exactly the chunk across the split";
+  EXPECT_EQ(zc, 2 * n - 256 * 1024);
+}
+
+// NPO_FI_ZERO_COPY=0 (read when the domain's first endpoint opens): every chunk is staged.
+struct ZeroCopyOff {
+  ZeroCopyOff() { ::setenv("NPO_FI_ZERO_COPY", "0", 1); }
+  ~ZeroCopyOff() { ::unsetenv("NPO_FI_ZERO_COPY"); }
+};
+class RdmStaged : private ZeroCopyOff, public Rdm {};
+
+TEST_F(RdmStaged, WithZeroCopyOffEveryChunkIsStagedAndArrivesIntact) {
+  const std::size_t n = (1 << 20) + 13;
+  const auto tx = pattern(n, 6);
+  std::vector<std::uint8_t> rx(n);
+  const Entry r = transfer(tx, rx, 13);
+  ASSERT_FALSE(r.error) << r.err.err;
+  EXPECT_TRUE(rx == tx);
+  EXPECT_EQ(rndv_bytes(a_.domain), std::make_pair(std::uint64_t{0}, std::uint64_t{n}));
 }
 
 TEST_F(Rdm, ThousandsOfUnexpectedEagerMessagesAreBufferedNotDropped) {

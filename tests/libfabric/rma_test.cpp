@@ -419,8 +419,8 @@ TEST_F(Rma, MrClosedUnderALargeWriteOrReadStopsItWithAnErrorAndNothingOutsideCha
   std::vector<std::uint8_t> buf(10 * kMiB, 0);
   std::uint8_t* region = buf.data() + kMiB;
   const auto tx = pattern(8 * kMiB, 12);
-  // write: close the region once its first chunk was placed (16 chunks of 512 KiB; the
-  // landing zone takes 8 at a time, so most are still to come)
+  // write: close the region once its first chunk was placed (32 chunks of 256 KiB; the
+  // landing zone takes 16 at a time, so most are still to come)
   fid_mr* mr = reg_b(region, 8 * kMiB, FI_REMOTE_WRITE | FI_REMOTE_READ, 9);
   int ctx = 0;
   issue([&] { return fi_write(a_.ep, tx.data(), tx.size(), nullptr, a_to_b_, 0, 9, &ctx); });

@@ -80,7 +80,7 @@ TEST(FiTrace, DmaOpsAndMessagesOfAnRdmEndpoint) {
   const fi_addr_t to_b = a.insert(b);
   (void)b.insert(a);
 
-  // eager (8 B, 4 KiB) and rendezvous (64 KiB, 1 MiB, 3 MiB: several 512 KiB chunks) a -> b
+  // eager (8 B, 4 KiB) and rendezvous (64 KiB, 1 MiB, 3 MiB: several 256 KiB chunks) a -> b
   const std::vector<std::size_t> sizes = {8, 4096, 65536, 1 << 20, 3 << 20};
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     std::vector<std::uint8_t> tx(sizes[i]), rx(sizes[i]);
@@ -205,9 +205,9 @@ TEST(FiTrace, DmaOpsAndMessagesOfAnRdmEndpoint) {
   EXPECT_GT(kinds["eager write"], 0u);
   EXPECT_GT(kinds["rts write"], 0u);
   EXPECT_GT(kinds["cts write"], 0u);
-  EXPECT_EQ(kinds["rendezvous chunk"], 1u + 2u + 6u);  // 64 KiB, 1 MiB, 3 MiB in 512 KiB chunks
-  EXPECT_EQ(kinds["fin write"], 9u);
-  EXPECT_GE(nested, 2u * 2u + 3u * 2u + 9u * 3u);  // eager: payload, header; rts: the same; fin: chunk too
+  EXPECT_EQ(kinds["rendezvous chunk"], 1u + 4u + 12u);  // 64 KiB, 1 MiB, 3 MiB in 256 KiB chunks
+  EXPECT_EQ(kinds["fin write"], 17u);
+  EXPECT_GE(nested, 2u * 2u + 3u * 2u + 17u * 3u);  // eager: payload, header; rts: the same; fin: chunk too
   // The bytes the card reported moved (every ok completion), op by op in the trace.
   EXPECT_EQ(ok_bytes[0], ca.bytes_moved);
   EXPECT_EQ(ok_bytes[1], cb.bytes_moved);

@@ -46,7 +46,8 @@ Result<ParsedCommand> parse_command(std::span<const std::byte> msg, std::size_t 
   }
   const std::size_t fds_expected = [&]() -> std::size_t {
     switch (c.command) {
-      case emud::Command::kDmaMap: return 1;
+      case emud::Command::kDmaMap:  // process memory crosses as an address, not an fd (§5.2)
+        return (load<std::uint32_t>(body, emud::dma_map::kFlags) & emud::dma_map::kFlagProcessMemory) != 0 ? 0 : 1;
       case emud::Command::kSetIrqs:
         return static_cast<std::size_t>(std::popcount(load<std::uint64_t>(body, emud::irqs::kFdMask)));
       default: return 0;
@@ -71,7 +72,7 @@ Result<ParsedCommand> parse_command(std::span<const std::byte> msg, std::size_t 
       c.dma_access = load<std::uint32_t>(body, emud::dma_map::kAccess);
       if (c.dma_access < 1 || c.dma_access > 3) return bad(fmt::format("DMA access {} is not 1, 2 or 3", c.dma_access));
       c.dma_flags = load<std::uint32_t>(body, emud::dma_map::kFlags);
-      if ((c.dma_flags & ~emud::dma_map::kFlagUnsealed) != 0)
+      if ((c.dma_flags & ~emud::dma_map::kFlagsKnown) != 0)
         return bad(fmt::format("DMA_MAP flags 0x{:x} has unknown bits", c.dma_flags));
       if (c.fd_offset % kPage != 0) return bad("DMA_MAP fd offset must be 4 KiB aligned");
       if (c.fd_offset > (1ULL << 47) || c.size > (1ULL << 47)) return bad("DMA_MAP offset or size too large");

@@ -12,6 +12,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -459,7 +460,39 @@ class Session {
     }
   }
 
+  /// DMA_MAP with flag PROCESS_MEMORY (spec §5.2 "Process memory"): the client's own
+  /// addresses, reached with process_vm_readv/writev on its pid; nothing is mapped here.
+  void dma_map_process(const ParsedCommand& c) {
+    if (pid_ <= 0) {
+      return reply_error(c, Error(Code::kFailedPrecondition, "DMA_MAP PROCESS_MEMORY: the client's pid is unknown"));
+    }
+    if (c.size % 4096 != 0 || c.iova % 4096 != 0) {
+      return reply_error(c, Error(Code::kInvalidArgument, "DMA_MAP: iova and size must be 4 KiB aligned"));
+    }
+    // The kernel checks ptrace access (PTRACE_MODE_ATTACH) before it looks at the address, so
+    // a one-byte read tells "may not" (EPERM) from "not mapped there" (EFAULT, fine here).
+    std::byte probe{};
+    iovec l{&probe, 1};
+    iovec r{reinterpret_cast<void*>(c.fd_offset), 1};
+    if (::process_vm_readv(pid_, &l, 1, &r, 1, 0) < 0 && errno != EFAULT) {
+      const int err = errno;
+      return reply_error(
+          c, Error(errno_code(err),
+                   fmt::format("DMA_MAP PROCESS_MEMORY: npo-emud (pid {}) may not read the memory of pid {}: {} (run "
+                               "both as the same user; with Yama ptrace_scope 1 the client must name the daemon "
+                               "with prctl(PR_SET_PTRACER))",
+                               ::getpid(), pid_, std::strerror(err))));
+    }
+    if (card().removed()) return reply_error(c, Error(Code::kUnavailable, "card removed"));
+    auto r2 =
+        card().iommu().map_process(pid_, c.fd_offset, c.iova, c.size, static_cast<backend::DmaAccess>(c.dma_access));
+    if (!r2) return reply_error(c, r2.error());
+    maps_[c.iova] = Mapping{nullptr, c.size, -1};
+    reply_ok(c);
+  }
+
   void dma_map(const ParsedCommand& c, std::vector<int>& fds) {
+    if ((c.dma_flags & emud::dma_map::kFlagProcessMemory) != 0) return dma_map_process(c);
     const int fd = fds.at(0);
     struct stat st {};
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -528,7 +561,7 @@ class Session {
                       "the card saw zero pages there since (SIGBUS guard)",
                       card_, pid_, iova, m.size));
     }
-    ::munmap(m.addr, m.size);
+    if (m.addr != nullptr) ::munmap(m.addr, m.size);  // process memory: nothing mapped here
   }
 
   void dma_unmap(const ParsedCommand& c) {

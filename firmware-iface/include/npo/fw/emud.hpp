@@ -16,7 +16,8 @@ namespace npo::fw::emud {
 
 /// Protocol version (spec §2). A major mismatch is refused; minors are compatible.
 inline constexpr std::uint16_t kVersionMajor = 1;
-inline constexpr std::uint16_t kVersionMinor = 2;  ///< 1: MAILBOX_OBSERVE; 2: DMA_MAP kFlagUnsealed
+inline constexpr std::uint16_t kVersionMinor =
+    3;  ///< 1: MAILBOX_OBSERVE; 2: DMA_MAP kFlagUnsealed; 3: kFlagProcessMemory
 
 /// Largest message either side sends or accepts, header included (spec §1).
 inline constexpr std::uint32_t kMaxMessage = 8192;
@@ -103,6 +104,13 @@ static_assert(kFlags + 4 == kBytes);
 /// anyway, guarded against SIGBUS (spec §5.2 "Unsealed memory"). Without this bit such a
 /// memfd is refused.
 inline constexpr std::uint32_t kFlagUnsealed = 1u << 0;
+/// Protocol 1.3: no fd; map the client's own virtual addresses [fd_offset, fd_offset + size)
+/// (kFdOffset carries the address) at iova. The daemon reaches them with process_vm_readv /
+/// process_vm_writev on the client's pid (SO_PEERCRED), so the memory is neither shared nor
+/// pinned: every access sees what the client has mapped there at that moment, and an address
+/// the client has not mapped is an IOMMU fault (spec §5.2 "Process memory").
+inline constexpr std::uint32_t kFlagProcessMemory = 1u << 1;
+inline constexpr std::uint32_t kFlagsKnown = kFlagUnsealed | kFlagProcessMemory;
 }  // namespace dma_map
 namespace dma_unmap {
 inline constexpr std::size_t kIova = 0;  ///< u64

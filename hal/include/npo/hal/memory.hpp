@@ -53,6 +53,30 @@ Result<std::unique_ptr<MemoryRegion>> allocate_host_memory(Device& device, std::
 Result<std::unique_ptr<MemoryRegion>> register_host_memory(Device& device, std::span<std::byte> bytes,
                                                            bool writable = true);
 
+/// This process's user address space, [4 KiB, 128 TiB), mapped for one card's DMA in one
+/// piece without pinning or sharing it (backend::Device::dma_map_process): the card reaches
+/// virtual address p at iova_of(p), whatever the process has mapped there at the time of the
+/// access; an address it has not mapped (or a write to read-only memory) completes the op
+/// IOMMU_FAULT and touches nothing else. A zero-copy data path uses it to DMA from and to any
+/// user buffer with no registration per buffer (drivers/libfabric: rendezvous sources). It
+/// costs no pinned-memory or IOVA budget. Not for rings and completion queues (they fault).
+/// Thread-safety: immutable; destroying it unmaps the range (no DMA to it may be in flight).
+class ProcessMemoryMap {
+ public:
+  virtual ~ProcessMemoryMap() = default;
+  /// IOVA of virtual address `p`; 0 (never mapped: always a fault) outside the mapped range.
+  [[nodiscard]] virtual std::uint64_t iova_of(const void* p) const noexcept = 0;
+  [[nodiscard]] virtual bool writable() const noexcept = 0;  ///< the card may write too
+};
+
+/// Maps this process's address space for `device` (see ProcessMemoryMap), read-only unless
+/// `writable`. Offered by the emulator backends only (npo-emud reads the client with
+/// process_vm_readv: emud-protocol.md §5.2 "Process memory").
+/// Errors: kUnimplemented (VFIO: a real IOMMU maps pinned pages; use register_host_memory),
+/// kPermissionDenied (npo-emud may not read this process: ptrace rules), kResourceExhausted
+/// (no 128 TiB hole left in the card's IOVA space), kUnavailable (card removed, daemon gone).
+Result<std::unique_ptr<ProcessMemoryMap>> map_process_memory(Device& device, bool writable = false);
+
 /// Per-card accounting of host memory registered for DMA.
 struct MemoryBudget {
   std::uint64_t pinned_limit = 0;  ///< bytes

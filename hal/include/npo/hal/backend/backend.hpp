@@ -140,6 +140,22 @@ class Device {
   /// RLIMIT_MEMLOCK), kPermissionDenied. Guarantee: after return, device accesses to the
   /// range translate to the memory; nothing is mapped on error.
   virtual Result<void> dma_map(const void* vaddr, std::uint64_t iova, std::uint64_t length, DmaAccess access) = 0;
+  /// Maps this process's virtual addresses [vaddr, vaddr+length) at `iova` WITHOUT sharing or
+  /// pinning the memory: each device access reaches whatever the process has mapped at that
+  /// address at that moment, and an address it has not mapped is an IOMMU fault (the op
+  /// completes IOMMU_FAULT; nothing crashes). Meant for large ranges (a whole address space)
+  /// that a zero-copy data path uses without registering each buffer. Rings and completion
+  /// queues must not live there (their accesses fault). Alignment and IOVA rules as dma_map;
+  /// remove it with dma_unmap(iova, length).
+  /// Offered by the emulator: in-process it copies with process_vm_readv/writev on its own pid,
+  /// npo-emud on the client's (emud-protocol.md §5.2 "Process memory", ptrace rules apply).
+  /// Errors: kUnimplemented (VFIO: a real IOMMU needs pinned pages; use dma_map), those of
+  /// dma_map, kPermissionDenied (the daemon may not read this process).
+  virtual Result<void> dma_map_process(std::uint64_t vaddr, std::uint64_t iova, std::uint64_t length,
+                                       DmaAccess access) {
+    (void)vaddr, (void)iova, (void)length, (void)access;
+    return fail(Code::kUnimplemented, "dma_map_process: this backend maps pinned memory only (dma_map)");
+  }
   /// Removes the mapping that starts at `iova` with exactly `length` bytes.
   /// Errors: kNotFound if no such mapping. Guarantee: after return the device can no longer
   /// reach the memory (in-flight accesses have finished or faulted).
