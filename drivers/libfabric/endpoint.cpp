@@ -290,6 +290,15 @@ ssize_t post_slot(Ep& e, const Av::Entry& peer, Ep::Dest& d, std::uint64_t key, 
   hdr.tag = meta.tag;
   hdr.src_window = e.window ? e.window->handle().window_id : 0;
   hdr.kind = meta.kind;
+  if (e.rdm && e.window) {
+    // piggybacked credits: how many of the peer's messages we consumed (docs/libfabric.md
+    // "Data path"), so its sends need no remote read of our consumer counter
+    if (auto it = e.lane_of_src.find(src_key_of(h.fabric_id, h.window_id)); it != e.lane_of_src.end()) {
+      hdr.flags |= kFlagAck;
+      hdr.ack = e.rx_consumed[it->second];
+      hdr.src_generation = e.window->handle().generation;
+    }
+  }
   std::memcpy(st, &hdr, sizeof hdr);
   Ep::Tx t;
   t.ctx = ctx;
@@ -381,6 +390,7 @@ ssize_t send_to(Ep& e, const Av::Entry& peer, const iovec* iov, std::size_t coun
     if (!wait_a_bit()) return -FI_EAGAIN;
   const unsigned slots = peer.wire.slots;
   while (d.next_seq - 1 - d.consumed >= slots) {
+    e.domain->credit_reads.fetch_add(1, std::memory_order_relaxed);
     auto c = refresh_consumed(e, h, e.my_lane % peer.wire.lanes);
     if (!c) {
       if (c.error().code() == Code::kDeadlineExceeded) {

@@ -47,6 +47,10 @@ struct fi_npo_op_counters {
   /** Rendezvous payload bytes copied into staging memory first (no process memory map, a
    *  chunk spanning two iov entries, RMA read answers). */
   uint64_t rndv_staged_bytes;
+  /** Remote reads of a peer's ring consumer counter (flow control) the domain's endpoints
+   *  made: only when no message of that peer brought its credits (docs/libfabric.md
+   *  "Data path and ring format"). */
+  uint64_t credit_reads;
 };
 
 /** Domain extension ops. Thread-safety: as the domain (FI_THREAD_SAFE). */

@@ -27,6 +27,7 @@ int op_counters(fid_domain* f, fi_npo_op_counters* out) {
   out->target_atomics = d->target_atomics.load();
   out->rndv_zero_copy_bytes = d->rndv_zero_copy_bytes.load();
   out->rndv_staged_bytes = d->rndv_staged_bytes.load();
+  out->credit_reads = d->credit_reads.load();
   return 0;
 }
 fi_npo_domain_ops npo_domain_ops{sizeof(fi_npo_domain_ops), dma_counters, op_counters};
@@ -44,7 +45,7 @@ int domain_close(fid* f) {
         stderr,
         "npo: stats pid %d domain npo%u (fabric id %u): started rma_write=%llu rma_read=%llu atomic=%llu; "
         "executed as target rma_write=%llu rma_read=%llu atomic=%llu; dma ops=%llu bytes=%llu; "
-        "rendezvous zero_copy_bytes=%llu staged_bytes=%llu\n",
+        "rendezvous zero_copy_bytes=%llu staged_bytes=%llu; credit_reads=%llu\n",
         static_cast<int>(::getpid()), d->card, d->fabric_id, static_cast<unsigned long long>(d->rma_writes.load()),
         static_cast<unsigned long long>(d->rma_reads.load()), static_cast<unsigned long long>(d->atomics.load()),
         static_cast<unsigned long long>(d->target_rma_writes.load()),
@@ -52,7 +53,8 @@ int domain_close(fid* f) {
         static_cast<unsigned long long>(d->target_atomics.load()), static_cast<unsigned long long>(d->ops_ok.load()),
         static_cast<unsigned long long>(d->bytes_moved.load()),
         static_cast<unsigned long long>(d->rndv_zero_copy_bytes.load()),
-        static_cast<unsigned long long>(d->rndv_staged_bytes.load()));
+        static_cast<unsigned long long>(d->rndv_staged_bytes.load()),
+        static_cast<unsigned long long>(d->credit_reads.load()));
     std::fflush(stderr);
   }
   delete d;

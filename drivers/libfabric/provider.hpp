@@ -93,11 +93,18 @@ struct SlotHeader {
   std::uint64_t tag;         // RDM: the tag of a tagged message (kFlagTagged)
   std::uint16_t src_window;  // RDM: the sender's ring window ID (with src_fabric_id: who sent it)
   std::uint8_t kind;         // RDM: MsgKind; 0 on the DGRAM core
-  std::uint8_t pad[13];
+  std::uint8_t pad0;
+  std::uint16_t src_generation;  // RDM: the generation of the sender's ring window (with kFlagAck)
+  std::uint8_t pad1[2];
+  std::uint64_t ack;  // RDM, kFlagAck: messages of the receiver the sender consumed from its own ring
 };
+static_assert(sizeof(SlotHeader) == 64 && offsetof(SlotHeader, ack) == 56);
 constexpr std::uint32_t kFlagData = 1;    // data is valid
 constexpr std::uint32_t kFlagSkip = 2;    // tombstone: the message of this seq was lost, skip the slot
 constexpr std::uint32_t kFlagTagged = 4;  // RDM: a tagged message (FI_TAGGED), tag is valid
+// RDM: `ack` is valid: the sender's consumer counter of the lane the receiver writes in the
+// sender's ring -- the receiver's credits toward the sender, without a remote read
+constexpr std::uint32_t kFlagAck = 8;
 
 // ---- RDM protocol (docs/libfabric.md "Native RDM") ----------------------------------------
 // Kinds of ring messages of an RDM endpoint. Eager: the payload is the message. RTS: a
@@ -424,6 +431,7 @@ struct Domain {
   std::atomic<std::uint64_t> target_rma_writes{0}, target_rma_reads{0}, target_atomics{0};
   // rendezvous payload bytes the card read straight from the user's buffer / from staging
   std::atomic<std::uint64_t> rndv_zero_copy_bytes{0}, rndv_staged_bytes{0};
+  std::atomic<std::uint64_t> credit_reads{0};  // remote reads of a peer's consumer counter
   // The process's memory mapped for the card (zero-copy rendezvous sources), made by the first
   // RDM endpoint; null when the backend cannot (VFIO) or NPO_FI_ZERO_COPY=0. Guarded by mu.
   std::unique_ptr<ProcessMemoryMap> process_map;
@@ -523,9 +531,10 @@ struct Ep {
   bool enabled = false;
   unsigned ep_no = 0;
   unsigned lanes = kDefaultLanes;
-  unsigned slots = kSlotsPerLane;         // slots per lane of the own ring
-  std::vector<std::uint64_t> lane_owner;  // per lane: src_key_of() of the one sender seen on it
-  unsigned my_lane = 0;                   // lane this endpoint writes in every peer's ring
+  unsigned slots = kSlotsPerLane;                           // slots per lane of the own ring
+  std::vector<std::uint64_t> lane_owner;                    // per lane: src_key_of() of the one sender seen on it
+  std::unordered_map<std::uint64_t, unsigned> lane_of_src;  // src_key_of() -> its lane in the own ring
+  unsigned my_lane = 0;                                     // lane this endpoint writes in every peer's ring
 
   // resources on the card
   HbmRange hbm{};
@@ -685,7 +694,10 @@ struct Ep {
   // second sender on a lane would overwrite the first one's slots. Fatal when seen.
   bool lane_shared(unsigned lane, std::uint32_t src_fabric_id, std::uint16_t src_window) {
     const std::uint64_t k = src_key_of(src_fabric_id, src_window) + 1;
-    if (lane_owner[lane] == 0) lane_owner[lane] = k;
+    if (lane_owner[lane] == 0) {
+      lane_owner[lane] = k;
+      lane_of_src[k - 1] = lane;
+    }
     if (lane_owner[lane] == k) return false;
     report_fatal("npo: two senders write lane " + std::to_string(lane) + " of the ring of " + where() +
                      " (fabric ids " + std::to_string((lane_owner[lane] - 1) >> 16) + " and " +

@@ -266,6 +266,12 @@ void Ep::rdm_poll_rx() {
         continue;
       }
       const std::uint64_t src_key = src_key_of(h.src_fabric_id, h.src_window);
+      if (h.flags & kFlagAck) {  // the sender's credits toward it, piggybacked (see post_slot)
+        const std::uint64_t dkey =
+            (std::uint64_t{h.src_fabric_id} << 32) | (std::uint64_t{h.src_window} << 16) | h.src_generation;
+        if (auto d = dests.find(dkey); d != dests.end() && h.ack <= d->second.next_seq - 1)
+          d->second.consumed = std::max(d->second.consumed, h.ack);
+      }
       fi_addr_t src = FI_ADDR_NOTAVAIL;
       if (av) {
         if (auto it = av->by_src.find(src_key); it != av->by_src.end()) src = it->second;

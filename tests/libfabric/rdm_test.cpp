@@ -305,6 +305,51 @@ TEST_F(Rdm, RendezvousReadsTheSendersBufferInPlace) {
   EXPECT_EQ(zc, 2 * n - 256 * 1024);
 }
 
+std::uint64_t credit_reads(fid_domain* d) {
+  fi_npo_domain_ops* ops = nullptr;
+  fi_npo_op_counters c{};
+  EXPECT_EQ(fi_open_ops(&d->fid, FI_NPO_DOMAIN_OPS_NAME, 0, reinterpret_cast<void**>(&ops), nullptr), 0);
+  if (ops) {
+    EXPECT_EQ(ops->op_counters(d, &c), 0);
+  }
+  return c.credit_reads;
+}
+
+TEST_F(Rdm, PingPongCarriesItsCreditsAndNeedsNoRemoteReads) {
+  // A 300 KiB message takes 3 slots of the peer's lane (RTS and 2 FINs); a lane has 16, so
+  // 30 messages one way would run out of credits every 5 messages. In a ping-pong each side's
+  // messages bring the other its credits (slot header `ack`): no remote read of a consumer
+  // counter at all. One way only, the sender must read them.
+  const std::size_t n = 300 * 1024;
+  for (unsigned i = 0; i < 30; ++i) {
+    const auto tx = pattern(n, i);
+    std::vector<std::uint8_t> rx(n);
+    const Entry r = transfer(tx, rx, 100 + i);
+    ASSERT_FALSE(r.error) << r.err.err;
+    ASSERT_TRUE(rx == tx) << i;
+    int sctx = 0, rctx = 0;  // and back, b -> a
+    std::vector<std::uint8_t> back(n);
+    ASSERT_EQ(fi_trecv(a_.ep, back.data(), back.size(), nullptr, FI_ADDR_UNSPEC, 200 + i, 0, &rctx), 0);
+    ASSERT_EQ(fi_tsend(b_.ep, rx.data(), rx.size(), nullptr, b_to_a_, 200 + i, &sctx), 0);
+    ASSERT_FALSE(wait_entry(a_, {&b_}).error);
+    ASSERT_FALSE(wait_entry(b_, {&a_}).error);
+    ASSERT_TRUE(back == tx) << i;
+  }
+  EXPECT_EQ(credit_reads(a_.domain), 0u);
+  EXPECT_EQ(credit_reads(b_.domain), 0u);
+  // Eager messages one way (a rendezvous is answered by CTS messages, which carry credits):
+  // 40 of 1 KiB, one slot each, fill the lane twice.
+  for (unsigned i = 0; i < 40; ++i) {
+    const auto tx = pattern(1024, i + 7);
+    std::vector<std::uint8_t> rx(1024);
+    const Entry r = transfer(tx, rx, 300 + i);
+    ASSERT_FALSE(r.error) << r.err.err;
+    ASSERT_TRUE(rx == tx) << i;
+  }
+  EXPECT_GE(credit_reads(a_.domain), 2u) << "a one-way stream reads the peer's counter";
+  EXPECT_EQ(credit_reads(b_.domain), 0u);
+}
+
 // NPO_FI_ZERO_COPY=0 (read when the domain's first endpoint opens): every chunk is staged.
 struct ZeroCopyOff {
   ZeroCopyOff() { ::setenv("NPO_FI_ZERO_COPY", "0", 1); }

@@ -38,7 +38,7 @@ counted per card over the owner sessions ("daemon_traffic": card -> dma_ops, dma
 
 Usage: mpi-bench.py --emud NPO-EMUD --provider-dir DIR --pingpong NPO-MPI-PINGPONG
                     [--provider P]... [--seconds S] [--allreduce-bytes N] [--allreduce-ranks N]
-                    [--skip-peers] [--trace FILE]
+                    [--skip-peers] [--trace FILE] [--emud-arg ARG]...
 """
 import argparse
 import datetime
@@ -148,10 +148,10 @@ class Transport:
         return self.pingpong is None or self.allreduce is None
 
 
-def start_daemon(emud, sockdir, trace=None):
+def start_daemon(emud, sockdir, trace=None, extra=()):
     log = open(os.path.join(sockdir, "npo-emud.log"), "w+")  # a file: the daemon never blocks on a pipe
     proc = subprocess.Popen([emud, "--topology", "emu:mesh8", "--socket-dir", os.path.join(sockdir, "s")] +
-                            (["--trace", trace] if trace else []), stdout=log, stderr=subprocess.STDOUT)
+                            (["--trace", trace] if trace else []) + list(extra), stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:
         with open(log.name) as f:
@@ -187,6 +187,8 @@ def main():
     ap.add_argument("--allreduce-ranks", type=int, default=8)
     ap.add_argument("--skip-peers", action="store_true", help="measure only the npo provider(s)")
     ap.add_argument("--mpirun", default="mpirun")
+    ap.add_argument("--emud-arg", action="append", default=[], metavar="ARG",
+                    help="one more npo-emud argument (repeat it), e.g. --emud-arg=--doorbell-poll-us=200")
     ap.add_argument("--pin-card", action="store_true", help="npo: each rank sets FI_NPO_CARD to its local rank")
     ap.add_argument("--trace", metavar="FILE",
                     help="write one Chrome/Perfetto trace-event JSON file of the npo jobs' ranks (NPO_FI_TRACE) and "
@@ -208,7 +210,8 @@ def main():
     if trace_dir:
         os.mkdir(trace_dir)
     npo_env = dict(env, FI_PROVIDER_PATH=args.provider_dir, NPO_FI_BACKEND=f"emu-remote:{sockdir}/s")
-    transports = [Transport(p, f"`{p}` on npo-emud (mtl ofi)", ofi + ["--mca", "mtl_ofi_provider_include", p],
+    emud_desc = " ".join(["npo-emud"] + args.emud_arg)
+    transports = [Transport(p, f"`{p}` on {emud_desc} (mtl ofi)", ofi + ["--mca", "mtl_ofi_provider_include", p],
                             dict(npo_env, NPO_FI_LAYERING="1") if "ofi_rxd" in p else npo_env,
                             expect_provider=p, pin=args.pin_card, trace_dir=trace_dir, index=i)
                   for i, p in enumerate(providers)]
@@ -222,7 +225,7 @@ def main():
     for t in peers:
         t.measure(args)
     daemon_trace = os.path.join(trace_dir, "npo-emud.trace") if trace_dir else None
-    daemon, log = start_daemon(args.emud, sockdir, daemon_trace)
+    daemon, log = start_daemon(args.emud, sockdir, daemon_trace, args.emud_arg)
     trace_failed = None
     try:
         for t in transports:
