@@ -534,7 +534,9 @@ struct Ep {
   unsigned slots = kSlotsPerLane;                           // slots per lane of the own ring
   std::vector<std::uint64_t> lane_owner;                    // per lane: src_key_of() of the one sender seen on it
   std::unordered_map<std::uint64_t, unsigned> lane_of_src;  // src_key_of() -> its lane in the own ring
-  unsigned my_lane = 0;                                     // lane this endpoint writes in every peer's ring
+  std::vector<unsigned> hot_lanes;  // RDM: lanes with a sender, scanned on every poll (rdm_poll_rx)
+  unsigned rx_polls = 0;            // RDM: polls so far; every 16th scans every lane
+  unsigned my_lane = 0;             // lane this endpoint writes in every peer's ring
 
   // resources on the card
   HbmRange hbm{};
@@ -697,6 +699,7 @@ struct Ep {
     if (lane_owner[lane] == 0) {
       lane_owner[lane] = k;
       lane_of_src[k - 1] = lane;
+      hot_lanes.push_back(lane);
     }
     if (lane_owner[lane] == k) return false;
     report_fatal("npo: two senders write lane " + std::to_string(lane) + " of the ring of " + where() +

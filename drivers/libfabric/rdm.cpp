@@ -245,8 +245,12 @@ int rdm_setup(Ep& e) {
 void Ep::rdm_poll_rx() {
   if (!map) return;
   std::byte* base = map->bytes().data();
-  for (unsigned scanned = 0; scanned < lanes; ++scanned) {
-    const unsigned lane = (rx_lane_cursor + scanned) % lanes;
+  // The lanes of senders seen so far on every call; all lanes (a new sender's first message)
+  // on every 16th: a spinning rank's poll is a few loads, not one per lane of the ring.
+  const bool full = hot_lanes.empty() || (++rx_polls & 15u) == 0;
+  const unsigned n = full ? lanes : static_cast<unsigned>(hot_lanes.size());
+  for (unsigned scanned = 0; scanned < n; ++scanned) {
+    const unsigned lane = full ? (rx_lane_cursor + scanned) % lanes : hot_lanes[scanned];
     for (unsigned budget = 0; budget < slots; ++budget) {
       const std::uint64_t want = rx_consumed[lane] + 1;
       const std::byte* slot = base + slot_offset(lanes, lane, slots, want);
