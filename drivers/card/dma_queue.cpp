@@ -131,6 +131,7 @@ class QueueImpl final : public DmaQueue {
     return push_remote(dma::Opcode::kRemoteRead, fl, length, src_offset, dst.addr, src);
   }
   Result<OpHandle> enqueue_fence() override { return push(dma::Opcode::kFence, dma::flags::kFence, 0, 0, 0, 0); }
+  void fence_next_op() noexcept override { fence_next_ = true; }
 
   Result<void> submit() override {
     if (dead_) return fail(Code::kUnavailable, "card removed", context());
@@ -257,6 +258,10 @@ class QueueImpl final : public DmaQueue {
 
   Result<OpHandle> push(dma::Opcode op, std::uint8_t fl, std::uint32_t len, std::uint64_t src, std::uint64_t dst,
                         std::uint16_t sg, const WindowHandle* w = nullptr) {
+    if (fence_next_) {  // fence_next_op(): this op carries the FENCE flag
+      fl |= dma::flags::kFence;
+      fence_next_ = false;
+    }
     if (dead_) return fail(Code::kUnavailable, "card removed", context());
     if (next_ - reaped_ >= depth_) return fail(Code::kResourceExhausted, "queue full", context());
     dma::Descriptor d;
@@ -421,6 +426,7 @@ class QueueImpl final : public DmaQueue {
   std::uint64_t dev_base_ = 0;   // handle at SQ index 0
   std::uint32_t cq_consumed_ = 0;
   std::uint32_t cq_head_written_ = 0;  // last CQ_HEAD value told to the card
+  bool fence_next_ = false;            // fence_next_op(): flag the next descriptor
   std::vector<OpCompletion> pending_;  // completions staged by recover(), sized depth at open
   std::size_t pending_head_ = 0;
   std::size_t pending_count_ = 0;

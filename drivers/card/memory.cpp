@@ -200,6 +200,7 @@ class ProcessMap final : public ProcessMemoryMap {
   ProcessMap(DeviceImpl& dev, std::uint64_t iova, bool writable) : dev_(dev), iova_(iova), writable_(writable) {}
   ~ProcessMap() override {
     const std::uint64_t len = kProcessEnd - kProcessFirst;
+    std::lock_guard lock(dev_.mem.process_mu);  // a new map waits until this one's IOVA is free
     if (auto r = dev_.dev->dma_unmap(iova_, len); !r) {
       npo::log::get(npo::log::Subsystem::kMemory)
           .warn("dma_unmap of the process memory map at IOVA 0x{:x}: {}", iova_, r.error().to_string());
@@ -216,6 +217,17 @@ class ProcessMap final : public ProcessMemoryMap {
   DeviceImpl& dev_;
   std::uint64_t iova_;
   bool writable_;
+};
+
+/// What a caller of map_process_memory holds: a share of the card's one map of that kind.
+class SharedProcessMap final : public ProcessMemoryMap {
+ public:
+  explicit SharedProcessMap(std::shared_ptr<ProcessMemoryMap> core) : core_(std::move(core)) {}
+  std::uint64_t iova_of(const void* p) const noexcept override { return core_->iova_of(p); }
+  bool writable() const noexcept override { return core_->writable(); }
+
+ private:
+  std::shared_ptr<ProcessMemoryMap> core_;
 };
 
 std::once_flag g_huge_note;
@@ -354,13 +366,17 @@ Result<std::unique_ptr<MemoryRegion>> register_host_memory(Device& device, std::
 Result<std::unique_ptr<ProcessMemoryMap>> map_process_memory(Device& device, bool writable) {
   auto& impl = impl_of(device);
   const ErrorContext ctx{.card = impl.info.index};
+  std::lock_guard lock(impl.mem.process_mu);
+  auto& slot = impl.mem.process_maps[writable ? 1 : 0];
+  if (auto core = slot.lock()) return std::unique_ptr<ProcessMemoryMap>(std::make_unique<SharedProcessMap>(core));
   const std::uint64_t len = kProcessEnd - kProcessFirst;
   auto iova = impl.mem.iova.alloc(len, std::uint64_t{4096});
   if (!iova) {
-    return fail(
-        Code::kResourceExhausted,
-        fmt::format("IOVA space of card {} has no free block of 128 TiB for the process memory map", impl.info.index),
-        ctx);
+    return fail(Code::kResourceExhausted,
+                fmt::format("IOVA space of card {} has no free block of 128 TiB for a {} process memory map (it "
+                            "holds one: a {} map of this process is in use, or registered memory takes the room)",
+                            impl.info.index, writable ? "writable" : "read-only", writable ? "read-only" : "writable"),
+                ctx);
   }
   auto r = impl.dev->dma_map_process(kProcessFirst, *iova, len,
                                      writable ? backend::DmaAccess::kReadWrite : backend::DmaAccess::kRead);
@@ -368,7 +384,9 @@ Result<std::unique_ptr<ProcessMemoryMap>> map_process_memory(Device& device, boo
     impl.mem.iova.free(*iova, len);
     return std::unexpected(Error(r.error()).with(ctx));
   }
-  return std::unique_ptr<ProcessMemoryMap>(std::make_unique<ProcessMap>(impl, *iova, writable));
+  auto core = std::make_shared<ProcessMap>(impl, *iova, writable);
+  slot = core;
+  return std::unique_ptr<ProcessMemoryMap>(std::make_unique<SharedProcessMap>(std::move(core)));
 }
 
 MemoryBudget memory_budget(Device& device) {

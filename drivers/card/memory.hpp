@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -42,6 +43,10 @@ struct MemoryState {
   std::atomic<std::uint64_t> iova_limit{256ULL << 30};
   std::atomic<std::uint64_t> pinned_used{0};
   std::atomic<std::uint64_t> iova_used{0};
+  /// The process memory maps (map_process_memory) in use, read-only [0] and writable [1]:
+  /// every caller shares one (the IOVA space holds one 128 TiB map). Guarded by process_mu.
+  std::mutex process_mu;
+  std::weak_ptr<ProcessMemoryMap> process_maps[2];
 };
 
 /// Maps `bytes` (page-aligned start and length) for `dev`: accounts the budgets, allocates

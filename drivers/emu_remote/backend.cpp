@@ -127,6 +127,8 @@ class Conn {
   }
 
   [[nodiscard]] bool dead() const noexcept { return daemon_->gone.load(std::memory_order_acquire); }
+  /// The process that opened this connection.
+  [[nodiscard]] pid_t opener() const noexcept { return opener_; }
   /// The daemon's pid (SO_PEERCRED of this socket), 0 when the kernel does not say.
   [[nodiscard]] pid_t peer_pid() const noexcept {
     ucred cred{};
@@ -246,6 +248,7 @@ class Conn {
   int fd_;
   std::string what_;
   std::shared_ptr<Daemon> daemon_;
+  pid_t opener_ = ::getpid();
   std::mutex mu_;
   std::uint16_t next_id_ = 0;
 };
@@ -791,6 +794,13 @@ class RemoteDevice final : public backend::Device {
                   fmt::format("dma_map_process: vaddr {:#x}, iova {:#x} and length {:#x} must be 4 KiB aligned, "
                               "length > 0",
                               vaddr, iova, length),
+                  {.card = ci_.card});
+    }
+    if (::getpid() != c_->opener()) {
+      return fail(Code::kFailedPrecondition,
+                  fmt::format("dma_map_process: this connection to npo-emud was opened by pid {}, not by this "
+                              "process (pid {}): a forked child opens its own System",
+                              c_->opener(), ::getpid()),
                   {.card = ci_.card});
     }
     std::array<std::byte, emud::dma_map::kBytes> b{};

@@ -218,9 +218,11 @@ Result<std::uint64_t> read_peer_u64(Ep& e, const WindowHandle& h, std::uint64_t 
   }
 }
 
-// Enqueues the writes of `t` from its staging slot (and, for a FIN, its rendezvous chunk
-// first) and submits them: [chunk data, fence,] [payload, fence,] header. The slot header
-// lands last, so the receiver never sees a header whose payload (or chunk) did not land.
+// Enqueues the writes of `t` -- its payload from the staging slot, a FIN's rendezvous chunk
+// -- then its header, fenced, and submits them. The fenced header waits for both and is
+// skipped (FENCE_SKIPPED) if either failed (registers.md §5.7): the receiver never sees a
+// header whose payload or chunk did not land, whether the peer refused the write or the card
+// could not read the source (a user buffer read in place).
 Result<void> enqueue_tx(Ep& e, Ep::Tx& t) {
   const std::uint64_t dst = slot_offset(t.lanes, t.lane, t.slots, t.seq);
   bool first_set = false;
@@ -228,6 +230,13 @@ Result<void> enqueue_tx(Ep& e, Ep::Tx& t) {
     if (!first_set) t.first = op;
     first_set = true;
   };
+  if (t.len) {
+    auto op = e.queue->enqueue_remote_write(DmaAddress::host(e.staging_iova(t.slot) + kHdr), t.handle, dst + kHdr,
+                                            static_cast<std::uint32_t>(t.len));
+    if (!op) return std::unexpected(op.error());
+    if (trace::on()) trace::op_enqueued(e, *op, t.len, trace::Role::kPayload, t.dest_fabric);
+    mark(*op);
+  }
   if ((t.rndv_chunk >= 0 || t.rndv_src != 0) && t.data_len) {
     const std::uint64_t src =
         t.rndv_src != 0 ? t.rndv_src : e.rndv_staging->iova() + std::uint64_t(t.rndv_chunk) * kRndvChunk;
@@ -236,16 +245,8 @@ Result<void> enqueue_tx(Ep& e, Ep::Tx& t) {
     if (!op) return std::unexpected(op.error());
     if (trace::on()) trace::op_enqueued(e, *op, t.data_len, trace::Role::kChunk, t.dest_fabric);
     mark(*op);
-    if (auto f = e.queue->enqueue_fence(); !f) return std::unexpected(f.error());
   }
-  if (t.len) {
-    auto op = e.queue->enqueue_remote_write(DmaAddress::host(e.staging_iova(t.slot) + kHdr), t.handle, dst + kHdr,
-                                            static_cast<std::uint32_t>(t.len));
-    if (!op) return std::unexpected(op.error());
-    if (trace::on()) trace::op_enqueued(e, *op, t.len, trace::Role::kPayload, t.dest_fabric);
-    mark(*op);
-    if (auto f = e.queue->enqueue_fence(); !f) return std::unexpected(f.error());
-  }
+  if (first_set) e.queue->fence_next_op();
   auto hop = e.queue->enqueue_remote_write(DmaAddress::host(e.staging_iova(t.slot)), t.handle, dst, kHdr);
   if (!hop) return std::unexpected(hop.error());
   if (trace::on()) trace::op_enqueued(e, *hop, kHdr, trace::Role::kHeader, t.dest_fabric);
@@ -262,10 +263,10 @@ Result<void> enqueue_tx(Ep& e, Ep::Tx& t) {
   return {};
 }
 
-// Writes one slot of the peer's ring: payload (if any), a fence, then the header (so the
-// receiver sees a header only after the payload landed; the checksum catches a payload that
-// failed). A tombstone (flags kFlagSkip, no payload) stands for a seq whose header never
-// landed. Returns 0 when posted, 1 when it failed and was reported on the CQ.
+// Writes one slot of the peer's ring: payload (if any), then the header fenced (so the
+// receiver sees a header only after the payload landed, and none if the payload failed; the
+// checksum would catch one that did not land all the same). A tombstone (flags kFlagSkip, no payload) stands for a seq
+// whose header never landed. Returns 0 when posted, 1 when it failed and was reported on the CQ.
 ssize_t post_slot(Ep& e, const Av::Entry& peer, Ep::Dest& d, std::uint64_t key, std::uint64_t seq, const iovec* iov,
                   std::size_t count, std::size_t len, void* ctx, std::uint64_t data, std::uint32_t flags,
                   bool completion, const SlotMeta& meta) {

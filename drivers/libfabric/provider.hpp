@@ -581,6 +581,7 @@ struct Ep {
     std::uint64_t send_id = 0;   // the rendezvous send this FIN (or RTS) belongs to; 0: none
     int rndv_chunk = -1;         // FIN: the sender staging chunk whose data goes first
     std::uint64_t rndv_src = 0;  // FIN without a staging chunk: the IOVA of the user's data (zero-copy)
+    bool restage = false;        // a zero-copy chunk the card could not read: resend it from staging
     std::uint64_t land_off = 0, data_len = 0;
     unsigned lane = 0, slots = 0, lanes = 0;  // the peer ring's geometry
     WindowHandle handle{};
@@ -650,6 +651,7 @@ struct Ep {
     std::uint64_t rma_key = 0, base_off = 0;
     std::uint64_t rma_err = 0;
     std::vector<std::byte> owned;  // an injected large write's copy of the data
+    bool no_zero_copy = false;     // a chunk could not be read in place: stage the rest
   };
   std::map<std::uint64_t, SendReq> sends;
   std::uint64_t next_send_id = 1;

@@ -190,7 +190,7 @@ void discard_unexp(Ep& e, std::list<Ep::Unexp>::iterator u) {
 // The IOVA of message bytes [off, off+len) of `q` in the process memory map, when they lie in
 // one iov entry (the card reads them there: no staging copy); 0 otherwise.
 std::uint64_t zero_copy_src(const Ep& e, const Ep::SendReq& q, std::uint64_t off, std::uint64_t len) {
-  if (!e.domain->process_map) return 0;
+  if (!e.domain->process_map || q.no_zero_copy) return 0;
   for (std::size_t i = 0; i < q.count; ++i) {
     if (off < q.iov[i].iov_len) {
       if (len > q.iov[i].iov_len - off) return 0;
@@ -430,6 +430,18 @@ void Ep::rdm_tx_delivered(const Tx& t) {
 }
 
 void Ep::rdm_tx_failed(Tx t) {
+  if (t.rndv_src != 0 && (t.worst == OpStatus::kIommuFault || t.worst == OpStatus::kIommuPermission)) {
+    // The card could not read the chunk where it lies: memory process_vm_readv cannot reach
+    // (memfd_secret, a device mapping) that the CPU can. Nothing of the FIN landed (its header
+    // is fenced behind the chunk): send it again from staging, and the rest of the message.
+    if (auto s = sends.find(t.send_id); s != sends.end()) s->second.no_zero_copy = true;
+    info(FI_LOG_EP_DATA, "npo: " + where() + ": the card cannot read a send buffer in place (" +
+                             std::string(op_status_name(t.worst)) + "); staging it");
+    t.restage = true;
+    t.retry_at = std::chrono::steady_clock::now();
+    retry.push_back(std::move(t));
+    return;
+  }
   std::string msg = "npo: send of " + std::to_string(t.len + t.data_len) + " B from " + where() +
                     " to the card with fabric id " + std::to_string(t.dest_fabric) +
                     " failed: " + std::string(op_status_name(t.worst));
@@ -481,6 +493,28 @@ void Ep::rdm_progress() {
   while (!retry.empty() && retry.front().retry_at <= now && queue->outstanding() + 6 <= queue->depth()) {
     Tx t = std::move(retry.front());
     retry.pop_front();
+    if (t.restage) {
+      if (rndv_free.empty()) {  // wait for a staging chunk
+        retry.push_front(std::move(t));
+        break;
+      }
+      auto snd = sends.find(t.send_id);
+      if (snd == sends.end()) {
+        report_fatal("npo: " + where() + ": a rendezvous chunk to restage has no send", FI_EIO);
+        break;
+      }
+      FinBody b{};
+      std::memcpy(&b, staging_slot(t.slot) + kHdr, sizeof b);
+      const unsigned chunk = rndv_free.back();
+      rndv_free.pop_back();
+      copy_from_iov(snd->second.iov.data(), snd->second.count, b.msg_off,
+                    rndv_staging->bytes().data() + std::size_t{chunk} * kRndvChunk, t.data_len);
+      t.rndv_chunk = static_cast<int>(chunk);
+      t.rndv_src = 0;
+      t.restage = false;
+      domain->rndv_zero_copy_bytes.fetch_sub(t.data_len);
+      domain->rndv_staged_bytes.fetch_add(t.data_len);
+    }
     if (t.verify) {
       // delivered if the peer consumed our seq, or its slot already holds it
       bool delivered = false, known = false;

@@ -213,7 +213,7 @@ class EmuDevice final : public backend::Device {
   Result<void> dma_map_process(std::uint64_t vaddr, std::uint64_t iova, std::uint64_t length,
                                backend::DmaAccess access) override {
     if (card_.removed()) return fail(Code::kUnavailable, "card removed", {.card = card_.index()});
-    auto r = card_.iommu().map_process(static_cast<int>(::getpid()), vaddr, iova, length, access);
+    auto r = card_.iommu().map_process(static_cast<int>(::getpid()), -1, vaddr, iova, length, access);
     if (!r) r.error().with({.card = card_.index()});
     return r;
   }

@@ -2,6 +2,7 @@
 // The DMA engine model: fetches descriptors from the host submission ring through the
 // IOMMU, executes them, and writes 16-byte completions with the phase bit into the host
 // completion ring (docs/spec/dma.md, docs/spec/registers.md §5).
+#include <poll.h>
 #include <sys/uio.h>
 
 #include <algorithm>
@@ -209,20 +210,26 @@ void QueueModel::inject_hang(std::uint64_t now) {
 namespace {
 
 // Copies `len` bytes between the daemon's `local` and address `addr` of process `pid` (a
-// mapping made by Iommu::map_process): process_vm_writev when `to_process`, else readv. The
-// kernel checks the address: false when any byte of it is not mapped (or writable) in that
-// process, or the process is gone; bytes before the failing page may have moved.
-bool process_copy(int pid, std::uint64_t addr, std::byte* local, std::uint64_t len, bool to_process) {
-  while (len > 0) {
-    iovec l{local, len};
-    iovec r{reinterpret_cast<void*>(addr), len};
-    const ssize_t n = to_process ? ::process_vm_writev(pid, &l, 1, &r, 1, 0) : ::process_vm_readv(pid, &l, 1, &r, 1, 0);
-    if (n <= 0) return false;
-    local += n;
-    addr += static_cast<std::uint64_t>(n);
-    len -= static_cast<std::uint64_t>(n);
+// mapping made by Iommu::map_process): process_vm_writev when `to_process`, else readv.
+// `pidfd` (-1: none) is that process as it was when the mapping was made: once it has exited
+// nothing is copied, so a pid the kernel gave to another process since is never touched.
+// The kernel checks the address page by page: returns the bytes copied, `len` on success;
+// fewer when a page is not mapped (or not writable) there or the process is gone.
+std::uint64_t process_copy(int pid, int pidfd, std::uint64_t addr, std::byte* local, std::uint64_t len,
+                           bool to_process) {
+  if (pidfd >= 0) {
+    pollfd p{pidfd, POLLIN, 0};
+    if (::poll(&p, 1, 0) != 0) return 0;  // readable: the process has exited (or poll failed)
   }
-  return true;
+  std::uint64_t done = 0;
+  while (done < len) {
+    iovec l{local + done, len - done};
+    iovec r{reinterpret_cast<void*>(addr + done), len - done};
+    const ssize_t n = to_process ? ::process_vm_writev(pid, &l, 1, &r, 1, 0) : ::process_vm_readv(pid, &l, 1, &r, 1, 0);
+    if (n <= 0) break;
+    done += static_cast<std::uint64_t>(n);
+  }
+  return done;
 }
 
 }  // namespace
@@ -232,7 +239,7 @@ Status QueueModel::check_range(std::uint64_t iova, std::uint64_t len, bool write
   // missing right is recorded as the fault (registers.md §3.4) and nothing is accessed.
   // Another process's memory (Iommu::map_process) is reachable for data only.
   auto& mmu = card_.iommu();
-  int pid = 0;
+  Iommu::Foreign pid;
   for (std::uint64_t done = 0; done < len;) {
     std::byte* host = nullptr;
     std::uint64_t contig = 0, fault = 0;
@@ -264,12 +271,14 @@ Status QueueModel::host_access(std::uint64_t iova, std::uint64_t len, bool write
   for (std::uint64_t done = 0; done < len;) {
     std::byte* host = nullptr;
     std::uint64_t contig = 0, fault = 0;
-    int pid = 0;
-    (void)xlate_.translate(mmu, iova + done, len - done, write, &host, &contig, &fault, ring ? nullptr : &pid);
-    if (pid != 0) {
-      if (!process_copy(pid, reinterpret_cast<std::uint64_t>(host), local + done, contig, write)) {
-        *info = iova + done;
-        card_.record_iommu_fault(iova + done, index_, write, false);
+    Iommu::Foreign pf;
+    (void)xlate_.translate(mmu, iova + done, len - done, write, &host, &contig, &fault, ring ? nullptr : &pf);
+    if (pf.pid != 0) {
+      const std::uint64_t n =
+          process_copy(pf.pid, pf.pidfd, reinterpret_cast<std::uint64_t>(host), local + done, contig, write);
+      if (n != contig) {  // the first byte the process could not give or take
+        *info = iova + done + n;
+        card_.record_iommu_fault(iova + done + n, index_, write, false);
         return Status::kIommuFault;
       }
     } else if (write) {
@@ -417,25 +426,34 @@ Status QueueModel::execute(const dma::Descriptor& d, std::uint64_t* info) {
         for (std::uint64_t done = 0; done < len;) {
           std::byte *hs = nullptr, *hd = nullptr;
           std::uint64_t cs = 0, cd = 0, f = 0;
-          int ps = 0, pd = 0;
+          Iommu::Foreign ps, pd;
           (void)xlate_.translate(mmu, d.src() + done, len - done, false, &hs, &cs, &f, &ps);
           (void)xlate_.translate(mmu, d.dst() + done, len - done, true, &hd, &cd, &f, &pd);
           std::uint64_t n = std::min(cs, cd);
-          bool ok = true;
-          if (ps == 0 && pd == 0) {
+          // A side in another process that fails: the first byte it could not give (source)
+          // or take (destination) is the fault, with its direction.
+          std::uint64_t got = n;
+          bool dst_failed = false;
+          if (ps.pid == 0 && pd.pid == 0) {
             std::memmove(hd, hs, n);
-          } else if (ps == 0 || pd == 0) {  // one side in another process: one copy
-            ok = ps != 0 ? process_copy(ps, reinterpret_cast<std::uint64_t>(hs), hd, n, false)
-                         : process_copy(pd, reinterpret_cast<std::uint64_t>(hd), hs, n, true);
+          } else if (pd.pid == 0) {
+            got = process_copy(ps.pid, ps.pidfd, reinterpret_cast<std::uint64_t>(hs), hd, n, false);
+          } else if (ps.pid == 0) {
+            got = process_copy(pd.pid, pd.pidfd, reinterpret_cast<std::uint64_t>(hd), hs, n, true);
+            dst_failed = got != n;
           } else {  // both: through a bounce buffer of the engine
             n = std::min<std::uint64_t>(n, kChunk);
             std::vector<std::byte> bounce(n);
-            ok = process_copy(ps, reinterpret_cast<std::uint64_t>(hs), bounce.data(), n, false) &&
-                 process_copy(pd, reinterpret_cast<std::uint64_t>(hd), bounce.data(), n, true);
+            got = process_copy(ps.pid, ps.pidfd, reinterpret_cast<std::uint64_t>(hs), bounce.data(), n, false);
+            if (got == n) {
+              got = process_copy(pd.pid, pd.pidfd, reinterpret_cast<std::uint64_t>(hd), bounce.data(), n, true);
+              dst_failed = got != n;
+            }
           }
-          if (!ok) {
-            *info = d.src() + done;
-            card_.record_iommu_fault(d.src() + done, index_, false, false);
+          if (got != n) {
+            const std::uint64_t at = (dst_failed ? d.dst() : d.src()) + done + got;
+            *info = at;
+            card_.record_iommu_fault(at, index_, dst_failed, false);
             return Status::kIommuFault;
           }
           done += n;

@@ -19,7 +19,7 @@ Result<void> Iommu::map(const void* vaddr, std::uint64_t iova, std::uint64_t len
   return insert(iova, Mapping{length, reinterpret_cast<std::byte*>(va), access});
 }
 
-Result<void> Iommu::map_process(int pid, std::uint64_t vaddr, std::uint64_t iova, std::uint64_t length,
+Result<void> Iommu::map_process(int pid, int pidfd, std::uint64_t vaddr, std::uint64_t iova, std::uint64_t length,
                                 backend::DmaAccess access) {
   if (pid <= 0) return fail(Code::kInvalidArgument, fmt::format("dma_map: process memory of pid {}", pid));
   if (length == 0 || (vaddr % kPage) != 0 || (iova % kPage) != 0 || (length % kPage) != 0 || vaddr + length < vaddr) {
@@ -32,7 +32,7 @@ Result<void> Iommu::map_process(int pid, std::uint64_t vaddr, std::uint64_t iova
     return fail(Code::kOutOfRange, fmt::format("dma_map: IOVA range 0x{:x}+{} outside [0x{:x}, 0x{:x}]", iova, length,
                                                kIovaFirst, kIovaLast));
   }
-  return insert(iova, Mapping{length, reinterpret_cast<std::byte*>(vaddr), access, pid});
+  return insert(iova, Mapping{length, reinterpret_cast<std::byte*>(vaddr), access, pid, pidfd});
 }
 
 Result<void> Iommu::insert(std::uint64_t iova, Mapping m) {
@@ -79,12 +79,13 @@ bool Iommu::find(std::uint64_t iova, MappingView* out) const {
   if (it == maps_.begin()) return false;
   --it;
   if (iova - it->first >= it->second.length) return false;
-  *out = MappingView{it->first, it->second.length, it->second.host, it->second.access, it->second.pid};
+  *out =
+      MappingView{it->first, it->second.length, it->second.host, it->second.access, it->second.pid, it->second.pidfd};
   return true;
 }
 
 XlateResult Iommu::translate(std::uint64_t iova, std::uint64_t length, bool write, std::byte** host,
-                             std::uint64_t* contiguous, std::uint64_t* fault_iova, int* pid) const {
+                             std::uint64_t* contiguous, std::uint64_t* fault_iova, Foreign* pid) const {
   MappingView m;
   if (!find(iova, &m)) {
     *fault_iova = iova;

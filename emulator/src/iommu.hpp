@@ -35,10 +35,18 @@ class Iommu {
   /// Maps [iova, iova+length) to the virtual addresses [vaddr, vaddr+length) of process `pid`
   /// (npo-emud: a client's own memory, DMA_MAP flag PROCESS_MEMORY, emud-protocol.md §5.2;
   /// in-process: this process). The engine reaches such memory with process_vm_readv/writev
-  /// only, for data (copy, gather and remote-op sources and destinations); rings, completions,
-  /// fills and statistics blocks there fault (kForeign). Same errors as map(); pid > 0.
-  Result<void> map_process(int pid, std::uint64_t vaddr, std::uint64_t iova, std::uint64_t length,
+  /// only, for data (copy, fill and gather sources and destinations, gather lists, the local
+  /// side of remote ops); descriptor fetches, completion writes and statistics blocks there
+  /// fault (kForeign). Same errors as map(); pid > 0.
+  /// `pidfd`: a pidfd of that process taken when it asked (npo-emud), -1 for this process; the
+  /// engine copies nothing once it reports the process exited (its pid may be reused).
+  Result<void> map_process(int pid, int pidfd, std::uint64_t vaddr, std::uint64_t iova, std::uint64_t length,
                            backend::DmaAccess access);
+  /// Another process's memory behind a translation (map_process): pid 0 = this process's own.
+  struct Foreign {
+    int pid = 0;
+    int pidfd = -1;
+  };
   Result<void> unmap(std::uint64_t iova, std::uint64_t length);
   /// Drops every mapping (device close).
   void clear();
@@ -52,10 +60,11 @@ class Iommu {
   /// (a range spanning two mappings with non-contiguous host addresses is split by the caller
   /// via `*contiguous`, the number of bytes valid from `*host`). `*fault_iova` gets the first
   /// faulting IOVA on failure.
-  /// `pid` null: a mapping of another process is kForeign. Non-null: it gets the pid of such
-  /// a mapping (then `*host` is an address in that process, not to be dereferenced) or 0.
+  /// `pid` null: a mapping of another process is kForeign. Non-null: it gets the process of
+  /// such a mapping (then `*host` is an address in that process, not to be dereferenced), or
+  /// pid 0.
   XlateResult translate(std::uint64_t iova, std::uint64_t length, bool write, std::byte** host,
-                        std::uint64_t* contiguous, std::uint64_t* fault_iova, int* pid = nullptr) const;
+                        std::uint64_t* contiguous, std::uint64_t* fault_iova, Foreign* pid = nullptr) const;
 
   /// One mapping as translate() sees it: IOVAs [first, first + length) at `host`.
   struct MappingView {
@@ -63,7 +72,8 @@ class Iommu {
     std::uint64_t length = 0;
     std::byte* host = nullptr;
     backend::DmaAccess access{};
-    int pid = 0;  ///< > 0: `host` is an address in that process (map_process)
+    int pid = 0;     ///< > 0: `host` is an address in that process (map_process)
+    int pidfd = -1;  ///< that process's pidfd, -1: none (this process)
   };
   /// The mapping that contains `iova`; false when none does. Caller holds guard().
   bool find(std::uint64_t iova, MappingView* out) const;
@@ -71,12 +81,12 @@ class Iommu {
   /// permission check and results.
   static XlateResult resolve(const MappingView& m, std::uint64_t iova, std::uint64_t length, bool write,
                              std::byte** host, std::uint64_t* contiguous, std::uint64_t* fault_iova,
-                             int* pid = nullptr) noexcept {
+                             Foreign* pid = nullptr) noexcept {
     if (m.pid != 0 && pid == nullptr) {
       *fault_iova = iova;
       return XlateResult::kForeign;
     }
-    if (pid != nullptr) *pid = m.pid;
+    if (pid != nullptr) *pid = Foreign{m.pid, m.pidfd};
     const auto need = write ? backend::DmaAccess::kWrite : backend::DmaAccess::kRead;
     if ((static_cast<unsigned>(m.access) & static_cast<unsigned>(need)) == 0) {
       *fault_iova = iova;
@@ -94,6 +104,7 @@ class Iommu {
     std::byte* host;
     backend::DmaAccess access;
     int pid = 0;
+    int pidfd = -1;
   };
   Result<void> insert(std::uint64_t iova, Mapping m);
   mutable std::shared_mutex mu_;
@@ -110,7 +121,7 @@ class IommuCache {
   void clear() noexcept { used_ = 0; }
   /// Iommu::translate() through the cache. Caller holds mmu.guard() since the last clear().
   XlateResult translate(const Iommu& mmu, std::uint64_t iova, std::uint64_t length, bool write, std::byte** host,
-                        std::uint64_t* contiguous, std::uint64_t* fault_iova, int* pid = nullptr) {
+                        std::uint64_t* contiguous, std::uint64_t* fault_iova, Iommu::Foreign* pid = nullptr) {
     for (unsigned i = 0; i < used_; ++i) {
       if (iova - e_[i].first < e_[i].length) {
         return Iommu::resolve(e_[i], iova, length, write, host, contiguous, fault_iova, pid);

@@ -183,6 +183,47 @@ TEST_P(ProcessMemory, DestroyingTheMapUnmapsIt) {
   EXPECT_TRUE(again) << again.error().to_string();
 }
 
+TEST_P(ProcessMemory, AFaultNamesTheFirstIovaTheProcessCouldNotGiveOrTake) {
+  // dma.md §3.2: an IOMMU_FAULT completion carries the faulting IOVA -- here the read-only
+  // third page of the destination, not the op's source or the start of its range.
+  auto map = npo::map_process_memory(dev(), true).value();
+  void* m = ::mmap(nullptr, 4 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(m, MAP_FAILED);
+  auto* p = static_cast<unsigned char*>(m);
+  std::memset(p, 0x11, 4 * 4096);
+  ASSERT_EQ(::mprotect(p + 2 * 4096, 2 * 4096, PROT_READ), 0);
+  const std::uint64_t dst = map->iova_of(p);
+  ASSERT_TRUE(q_->enqueue_copy(DmaAddress::host(check_->iova()), DmaAddress::host(dst), 4 * 4096));     // host -> host
+  ASSERT_TRUE(q_->enqueue_copy(DmaAddress::hbm(hbm_.offset), DmaAddress::host(dst), 4 * 4096));         // HBM -> host
+  ASSERT_TRUE(q_->enqueue_copy(DmaAddress::host(dst + 4096), DmaAddress::host(check_->iova()), 4096));  // fine
+  const auto c = npo_test::run(*q_, 3);
+  ASSERT_EQ(c.size(), 3u);
+  EXPECT_EQ(c[0].status, OpStatus::kIommuFault);
+  EXPECT_EQ(c[0].info, dst + 2 * 4096);
+  EXPECT_EQ(c[1].status, OpStatus::kIommuFault);
+  EXPECT_EQ(c[1].info, dst + 2 * 4096);
+  EXPECT_EQ(c[2].status, OpStatus::kOk);
+  ::munmap(m, 4 * 4096);
+}
+
+TEST_P(ProcessMemory, EveryCallerSharesTheCardsOneMapOfAKind) {
+  // Two domains of one process on a card (Open MPI's mtl and btl) each ask for a map.
+  auto a = npo::map_process_memory(dev(), false).value();
+  auto b = npo::map_process_memory(dev(), false);
+  ASSERT_TRUE(b) << b.error().to_string();
+  int x = 0;
+  EXPECT_EQ(a->iova_of(&x), (*b)->iova_of(&x)) << "one map, shared";
+  auto w = npo::map_process_memory(dev(), true);
+  ASSERT_FALSE(w) << "a writable map beside the read-only one does not fit";
+  EXPECT_EQ(w.error().code(), npo::Code::kResourceExhausted);
+  a.reset();  // b still holds the map: it keeps working
+  std::vector<unsigned char> heap = pattern(4096, 8);
+  ASSERT_TRUE(q_->enqueue_copy(DmaAddress::host((*b)->iova_of(heap.data())), DmaAddress::hbm(hbm_.offset), 4096));
+  EXPECT_EQ(run(1), std::vector<OpStatus>{OpStatus::kOk});
+  b->reset();  // the last holder unmaps it; now the writable kind fits
+  EXPECT_TRUE(npo::map_process_memory(dev(), true));
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, ProcessMemory, ::testing::Values(false, true),
                          [](const auto& i) { return i.param ? std::string("NpoEmud") : std::string("InProcess"); });
 

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <random>
 #include <string>
@@ -1063,6 +1064,135 @@ TEST(Emud, OwnerToolsTakeOnlyTheCardAskedFor) {
   EXPECT_NE(prbs.out.find("\"far_end_checked\": true"), std::string::npos) << prbs.out;
   held->reset();
   EXPECT_EQ(d.stop(), 0);
+}
+
+std::vector<std::byte> process_map_msg(std::uint64_t iova, std::uint64_t size, const void* vaddr) {
+  std::array<std::byte, emud::dma_map::kBytes> b{};
+  emud::store<std::uint64_t>(b, emud::dma_map::kIova, iova);
+  emud::store<std::uint64_t>(b, emud::dma_map::kSize, size);
+  emud::store<std::uint64_t>(b, emud::dma_map::kFdOffset, reinterpret_cast<std::uintptr_t>(vaddr));
+  emud::store<std::uint32_t>(b, emud::dma_map::kAccess, 1);
+  emud::store<std::uint32_t>(b, emud::dma_map::kFlags, emud::dma_map::kFlagProcessMemory);
+  return message(emud::Command::kDmaMap, b);
+}
+
+TEST(Emud, ProcessMemoryIsMappedOnlyByTheProcessThatOpenedTheConnection) {
+  // emud-protocol.md §5.2 "Process memory": the daemon would reach the process that opened
+  // the connection (SO_PEERCRED), so a forked child -- or any process handed the socket --
+  // may not map memory on it; the kernel names each message's sender (SCM_CREDENTIALS).
+  EmudProcess d;
+  ASSERT_TRUE(d.start(emud_path(), "emu:2", {"--no-bring-up"})) << d.output();
+  alignas(4096) static std::byte page[4096];
+  Raw r(sock(d, 0));
+  ASSERT_GE(r.fd, 0);
+  ASSERT_EQ(r.call(version_msg(false)), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    const int code = r.call(process_map_msg(0x100000, 4096, page));
+    _exit(code == static_cast<int>(Code::kFailedPrecondition) ? 0 : 10 + code);
+  }
+  int st = 0;
+  ASSERT_EQ(::waitpid(child, &st, 0), child);
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 0) << "the child's map was not refused with failed_precondition";
+  EXPECT_EQ(r.call(process_map_msg(0x100000, 4096, page)), 0) << "the opener maps its own memory";
+  EXPECT_EQ(r.call(process_map_msg(0x200000, 4096, reinterpret_cast<const void*>(std::uintptr_t{1} << 47))),
+            static_cast<int>(Code::kInvalidArgument))
+      << "a range past user space";
+
+  // Through the HAL: the emu-remote backend refuses it in the child before sending anything.
+  auto sys = npo::System::open(d.uri() + "?card=1");
+  ASSERT_TRUE(sys) << sys.error().to_string();
+  const pid_t child2 = ::fork();
+  if (child2 == 0) {
+    auto m = npo::map_process_memory((*sys)->device(0), false);
+    _exit(!m && m.error().code() == Code::kFailedPrecondition ? 0 : 1);
+  }
+  ASSERT_EQ(::waitpid(child2, &st, 0), child2);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  EXPECT_TRUE(npo::map_process_memory((*sys)->device(0), false)) << "the parent maps";
+}
+
+TEST(Emud, AProcessMapNeverReachesTheNextProcessWithTheSamePid) {
+  // The opener maps its memory, hands the connection to a child ("holder") and exits; a new
+  // process gets the opener's pid (ns_last_pid) and keeps a secret at the same address. The
+  // holder's copy through the old mapping must fault, not read the newcomer (the daemon holds
+  // a pidfd of the opener: emud-protocol.md §5.2).
+  if (::access("/proc/sys/kernel/ns_last_pid", W_OK) != 0) GTEST_SKIP() << "needs a writable ns_last_pid (root)";
+  EmudProcess d;
+  ASSERT_TRUE(d.start(emud_path(), "emu:2", {"--no-bring-up"})) << d.output();
+  alignas(4096) static unsigned char buf[4096];
+  const int shared_fd = ::memfd_create("result", 0);
+  ASSERT_EQ(::ftruncate(shared_fd, 4096), 0);
+  auto* shared = static_cast<unsigned char*>(::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, shared_fd, 0));
+  ASSERT_NE(shared, MAP_FAILED);
+  int go[2], report[2];
+  ASSERT_EQ(::pipe(go), 0);
+  ASSERT_EQ(::pipe(report), 0);
+  const pid_t opener = ::fork();
+  if (opener == 0) {
+    std::memset(buf, 'O', sizeof buf);
+    auto sys = npo::System::open(d.uri() + "?card=0");
+    if (!sys) _exit(10);
+    auto& dev = (*sys)->device(0);
+    auto q = dev.open_queue({.engine = 0, .depth = 16});
+    auto check = npo::allocate_host_memory(dev, 4096);
+    auto map = npo::map_process_memory(dev, false);
+    if (!q || !check || !map) _exit(11);
+    const pid_t holder = ::fork();
+    if (holder == 0) {
+      char x;
+      if (::read(go[0], &x, 1) != 1) _exit(20);
+      (void)(*q)->enqueue_copy(DmaAddress::host((*map)->iova_of(buf)), DmaAddress::host((*check)->iova()), 4096);
+      (void)(*q)->submit();
+      std::array<npo::OpCompletion, 4> cs;
+      for (int i = 0; i < 5000; ++i) {
+        if ((*q)->poll(cs) == 1) {
+          shared[0] = static_cast<unsigned char>((*check)->bytes()[0]);
+          shared[1] = static_cast<unsigned char>(cs[0].status);
+          shared[2] = 1;
+          _exit(0);
+        }
+        ::usleep(1000);
+      }
+      _exit(21);
+    }
+    (void)!::write(report[1], &holder, sizeof holder);
+    _exit(0);
+  }
+  pid_t holder = 0;
+  ASSERT_EQ(::read(report[0], &holder, sizeof holder), static_cast<ssize_t>(sizeof holder));
+  int st = 0;
+  ASSERT_EQ(::waitpid(opener, &st, 0), opener);
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+  {
+    std::ofstream f("/proc/sys/kernel/ns_last_pid");
+    f << (opener - 1);
+  }
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t newcomer = ::fork();
+  if (newcomer == 0) {
+    std::memset(buf, 'V', sizeof buf);
+    (void)!::write(ready[1], "x", 1);
+    ::pause();
+    _exit(0);
+  }
+  char x;
+  ASSERT_EQ(::read(ready[0], &x, 1), 1);
+  if (newcomer != opener) {
+    ::kill(newcomer, SIGKILL);
+    ::waitpid(newcomer, nullptr, 0);
+    ::kill(holder, SIGKILL);
+    GTEST_SKIP() << "the next process did not get pid " << opener;
+  }
+  ASSERT_EQ(::write(go[1], "g", 1), 1);
+  for (int i = 0; i < 10000 && shared[2] == 0; ++i) ::usleep(1000);
+  ::kill(newcomer, SIGKILL);
+  ::waitpid(newcomer, nullptr, 0);
+  ASSERT_EQ(shared[2], 1) << "the holder reported nothing";
+  EXPECT_EQ(shared[1], static_cast<unsigned char>(OpStatus::kIommuFault));
+  EXPECT_NE(shared[0], 'V') << "the card read the memory of the process that got the dead opener's pid";
 }
 
 }  // namespace

@@ -4,6 +4,10 @@
 // messages of every size class (eager, rendezvous, several chunks) with data checked and NULL
 // descriptors, unexpected messages and their order, tag masks, directed receives, remote CQ
 // data, FI_PEEK / FI_CLAIM / FI_DISCARD, fi_cancel and truncation.
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -348,6 +352,38 @@ TEST_F(Rdm, PingPongCarriesItsCreditsAndNeedsNoRemoteReads) {
   }
   EXPECT_GE(credit_reads(a_.domain), 2u) << "a one-way stream reads the peer's counter";
   EXPECT_EQ(credit_reads(b_.domain), 0u);
+}
+
+TEST_F(Rdm, ASendBufferTheCardCannotReadInPlaceIsStagedInstead) {
+  // memfd_secret memory: the CPU reads it, process_vm_readv cannot (likewise device mappings).
+  // The first chunk read in place faults (IOMMU_FAULT); it and the rest of the message go
+  // through staging, and the message arrives intact.
+  const int fd = static_cast<int>(::syscall(SYS_memfd_secret, 0));
+  if (fd < 0) GTEST_SKIP() << "memfd_secret is not available: " << std::strerror(errno);
+  const std::size_t n = (1 << 20) + 13;
+  ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(n)), 0);
+  auto* p = static_cast<std::uint8_t*>(::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  ASSERT_NE(p, MAP_FAILED);
+  const auto tx = pattern(n, 21);
+  std::memcpy(p, tx.data(), n);
+  std::vector<std::uint8_t> rx(n);
+  int sctx = 0, rctx = 0;
+  ASSERT_EQ(fi_trecv(b_.ep, rx.data(), rx.size(), nullptr, FI_ADDR_UNSPEC, 77, 0, &rctx), 0);
+  ASSERT_EQ(fi_tsend(a_.ep, p, n, nullptr, a_to_b_, 77, &sctx), 0);
+  const Entry r = wait_entry(b_, {&a_});
+  const Entry s = wait_entry(a_, {&b_});
+  EXPECT_FALSE(s.error) << s.err.err;
+  ASSERT_FALSE(r.error) << r.err.err;
+  std::size_t first_diff = n, diffs = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    if (rx[i] != tx[i]) {
+      if (first_diff == n) first_diff = i;
+      ++diffs;
+    }
+  EXPECT_EQ(diffs, 0u) << "first differing byte " << first_diff;
+  EXPECT_EQ(rndv_bytes(a_.domain).second, n) << "every byte went through staging";
+  ::munmap(p, n);
+  ::close(fd);
 }
 
 // NPO_FI_ZERO_COPY=0 (read when the domain's first endpoint opens): every chunk is staged.

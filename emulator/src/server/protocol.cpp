@@ -76,6 +76,12 @@ Result<ParsedCommand> parse_command(std::span<const std::byte> msg, std::size_t 
         return bad(fmt::format("DMA_MAP flags 0x{:x} has unknown bits", c.dma_flags));
       if (c.fd_offset % kPage != 0) return bad("DMA_MAP fd offset must be 4 KiB aligned");
       if (c.fd_offset > (1ULL << 47) || c.size > (1ULL << 47)) return bad("DMA_MAP offset or size too large");
+      if ((c.dma_flags & emud::dma_map::kFlagProcessMemory) != 0) {
+        if ((c.dma_flags & emud::dma_map::kFlagUnsealed) != 0)
+          return bad("DMA_MAP flags UNSEALED and PROCESS_MEMORY exclude each other (no fd with process memory)");
+        if (c.fd_offset + c.size > (1ULL << 47))
+          return bad("DMA_MAP PROCESS_MEMORY range ends past the user address space (2^47)");
+      }
       break;
     case emud::Command::kDmaUnmap:
       c.iova = load<std::uint64_t>(body, emud::dma_unmap::kIova);

@@ -12,6 +12,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -111,13 +112,17 @@ class Session {
     ucred cred{};
     socklen_t len = sizeof cred;
     if (::getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) pid_ = cred.pid;
+    // Every message then carries its sender's pid, checked by the kernel (SCM_CREDENTIALS):
+    // a process that inherited or received this connection is not the one that opened it.
+    const int one = 1;
+    (void)::setsockopt(conn, SOL_SOCKET, SO_PASSCRED, &one, sizeof one);
     msix_fds_.fill(-1);
   }
   ~Session() { release(); }
 
   void run() {
     std::vector<std::byte> buf(emud::kMaxMessage + 1);
-    alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int) * emud::kMaxFds)> ctrl{};
+    alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int) * emud::kMaxFds) + CMSG_SPACE(sizeof(ucred))> ctrl{};
     while (!srv_.stopping.load()) {
       pollfd p[2] = {{conn_, POLLIN, 0}, {srv_.wake_fd, POLLIN, 0}};
       if (::poll(p, 2, -1) < 0) {
@@ -137,7 +142,14 @@ class Session {
       std::vector<int> fds;
       // Only a message that arrived has descriptors: after a failed recvmsg the control buffer
       // still holds the previous message's (long closed) fds, which must not be closed again.
+      msg_pid_ = 0;
       for (cmsghdr* c = n > 0 ? CMSG_FIRSTHDR(&mh) : nullptr; c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS && c->cmsg_len >= CMSG_LEN(sizeof(ucred))) {
+          ucred uc{};
+          std::memcpy(&uc, CMSG_DATA(c), sizeof uc);
+          msg_pid_ = uc.pid;
+          continue;
+        }
         if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
         const std::size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
         for (std::size_t i = 0; i < k; ++i) {
@@ -469,6 +481,25 @@ class Session {
     if (c.size % 4096 != 0 || c.iova % 4096 != 0) {
       return reply_error(c, Error(Code::kInvalidArgument, "DMA_MAP: iova and size must be 4 KiB aligned"));
     }
+    // Only the process that opened the connection maps its own memory: a forked child or a
+    // process that was handed the socket would otherwise make the card reach the opener.
+    if (msg_pid_ != pid_) {
+      return reply_error(
+          c, Error(Code::kFailedPrecondition,
+                   fmt::format("DMA_MAP PROCESS_MEMORY sent by pid {} on the connection of pid {}: a process maps "
+                               "its own memory on a connection it opened",
+                               msg_pid_, pid_)));
+    }
+    // Bound to this process, not to its pid number: once it exits the engine copies nothing,
+    // even if the kernel gives the pid to another process while this connection lives on.
+    if (pidfd_ < 0) {
+      pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
+      if (pidfd_ < 0) {
+        const int err = errno;
+        return reply_error(c, Error(errno_code(err), fmt::format("DMA_MAP PROCESS_MEMORY: pidfd_open of pid {}: {}",
+                                                                 pid_, std::strerror(err))));
+      }
+    }
     // The kernel checks ptrace access (PTRACE_MODE_ATTACH) before it looks at the address, so
     // a one-byte read tells "may not" (EPERM) from "not mapped there" (EFAULT, fine here).
     std::byte probe{};
@@ -484,8 +515,8 @@ class Session {
                                ::getpid(), pid_, std::strerror(err))));
     }
     if (card().removed()) return reply_error(c, Error(Code::kUnavailable, "card removed"));
-    auto r2 =
-        card().iommu().map_process(pid_, c.fd_offset, c.iova, c.size, static_cast<backend::DmaAccess>(c.dma_access));
+    auto r2 = card().iommu().map_process(pid_, pidfd_, c.fd_offset, c.iova, c.size,
+                                         static_cast<backend::DmaAccess>(c.dma_access));
     if (!r2) return reply_error(c, r2.error());
     maps_[c.iova] = Mapping{nullptr, c.size, -1};
     reply_ok(c);
@@ -618,6 +649,8 @@ class Session {
     }
     const std::size_t nmaps = maps_.size();
     maps_.clear();
+    if (pidfd_ >= 0) ::close(pidfd_);  // after dev_.reset(): no IOMMU entry refers to it any more
+    pidfd_ = -1;
     for (int& fd : msix_fds_) {
       if (fd >= 0) ::close(fd);
       fd = -1;
@@ -640,6 +673,8 @@ class Session {
   bool owner_ = false;
   Card::DmaTotals dma_at_attach_;  ///< the card's DMA totals when this owner attached
   std::unique_ptr<backend::Device> dev_;
+  pid_t msg_pid_ = 0;  ///< sender of the message being handled (SCM_CREDENTIALS), 0: unknown
+  int pidfd_ = -1;     ///< pidfd of pid_, opened at its first PROCESS_MEMORY map
   std::map<std::uint64_t, Mapping> maps_;
   std::array<int, pci::kMsixVectors> msix_fds_{};
   std::vector<std::byte> out_;

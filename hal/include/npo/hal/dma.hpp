@@ -139,6 +139,13 @@ class DmaQueue {
   /// Enqueues a fence: it completes after every earlier op of the queue, and completes with
   /// kFenceSkipped if one of them failed since the previous fence.
   virtual Result<OpHandle> enqueue_fence() = 0;
+  /// Marks the next op enqueued as fenced (the descriptor's FENCE flag, registers.md §5.7): it
+  /// starts only after every earlier op completed, and completes with kFenceSkipped, moving
+  /// nothing, if any of them failed since the previous fence. Unlike enqueue_fence(), which is
+  /// an op of its own (the op after it runs regardless), this guards that op itself: write a
+  /// message's payload, then its header fenced, and no header lands over a payload that did
+  /// not. Cleared by the next enqueue (also one that fails).
+  virtual void fence_next_op() noexcept = 0;
   /// Rings the doorbell once for every op enqueued since the last submit. Cheap when there
   /// is nothing new. Errors: kUnavailable if the card was removed.
   virtual Result<void> submit() = 0;

@@ -70,11 +70,14 @@ class ProcessMemoryMap {
 };
 
 /// Maps this process's address space for `device` (see ProcessMemoryMap), read-only unless
-/// `writable`. Offered by the emulator backends only (npo-emud reads the client with
-/// process_vm_readv: emud-protocol.md §5.2 "Process memory").
-/// Errors: kUnimplemented (VFIO: a real IOMMU maps pinned pages; use register_host_memory),
-/// kPermissionDenied (npo-emud may not read this process: ptrace rules), kResourceExhausted
-/// (no 128 TiB hole left in the card's IOVA space), kUnavailable (card removed, daemon gone).
+/// `writable`. All callers on one device share one map of the kind they ask for (the last one
+/// destroyed unmaps it); the IOVA space holds one, so a read-only and a writable map cannot
+/// be in use at the same time (kResourceExhausted). Thread-safety: safe from any thread. Offered by the emulator
+/// backends only (npo-emud reads the client with process_vm_readv: emud-protocol.md §5.2 "Process memory"). Errors:
+/// kUnimplemented (VFIO: a real IOMMU maps pinned pages; use register_host_memory), kPermissionDenied (npo-emud may not
+/// read this process: ptrace rules), kResourceExhausted (no 128 TiB hole left in the card's IOVA space), kUnavailable
+/// (card removed, daemon gone), kFailedPrecondition (npo-emud: the connection was opened by another process, e.g. the
+/// parent of a forked child).
 Result<std::unique_ptr<ProcessMemoryMap>> map_process_memory(Device& device, bool writable = false);
 
 /// Per-card accounting of host memory registered for DMA.
