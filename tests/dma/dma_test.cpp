@@ -216,6 +216,34 @@ TEST(Dma, FaultsCompleteWithTheirStatusAndLaterOpsRun) {
   EXPECT_EQ(buf->bytes()[0], std::byte{0xab});  // the faulting copy wrote nothing
 }
 
+TEST(Dma, AFencedOpIsSkippedWhenAnOpSinceTheLastFenceFailed) {
+  // fence_next_op (registers.md §5.7): the op itself carries the FENCE flag, so it -- not a
+  // separate FENCE op -- is skipped; the latch clears with it, and the next fenced op runs.
+  // A message's header written this way never lands over a payload that failed.
+  Rig r;
+  auto q = r.dev().open_queue({.engine = 1, .depth = 16}).value();
+  auto buf = npo::allocate_host_memory(r.dev(), 64u << 10).value();
+  std::memset(buf->bytes().data(), 0x5a, 64u << 10);
+  const std::uint64_t bad_iova = 0x7fff'0000'0000ULL;                                        // never mapped
+  ASSERT_TRUE(q->enqueue_copy(DmaAddress::host(bad_iova), DmaAddress::hbm(0), 4096));        // "payload" fails
+  ASSERT_TRUE(q->enqueue_copy(DmaAddress::host(buf->iova()), DmaAddress::hbm(8192), 4096));  // runs
+  q->fence_next_op();
+  ASSERT_TRUE(q->enqueue_copy(DmaAddress::host(buf->iova()), DmaAddress::hbm(4096), 64));  // "header": skipped
+  q->fence_next_op();
+  ASSERT_TRUE(q->enqueue_copy(DmaAddress::host(buf->iova()), DmaAddress::host(buf->iova() + 32768), 64));  // runs
+  ASSERT_TRUE(q->enqueue_copy(DmaAddress::hbm(4096), DmaAddress::host(buf->iova() + 16384), 64));          // not fenced
+  ASSERT_TRUE(q->submit());
+  const auto c = reap(*q, 5);
+  ASSERT_EQ(c.size(), 5u);
+  EXPECT_EQ(c[0].status, OpStatus::kIommuFault);
+  EXPECT_EQ(c[1].status, OpStatus::kOk);
+  EXPECT_EQ(c[2].status, OpStatus::kFenceSkipped);
+  EXPECT_EQ(c[3].status, OpStatus::kOk) << "the skipped op cleared the latch";
+  EXPECT_EQ(c[4].status, OpStatus::kOk);
+  EXPECT_EQ(buf->bytes()[16384], std::byte{0}) << "the skipped op moved nothing (HBM 4096 stayed zero)";
+  EXPECT_EQ(buf->bytes()[32768], std::byte{0x5a});
+}
+
 // Issue 19: completion_error through the public queue: each armed op completes with
 // kEngineError (no data moved), in order, and the ops after them run.
 TEST(Dma, CompletionErrorFailsEachArmedOpWithEngineError) {
