@@ -270,17 +270,22 @@ TEST_F(Rdm, RendezvousIntoAShortBufferIsTruncated) {
   EXPECT_TRUE(std::equal(rx.begin(), rx.end(), tx.begin())) << "the part that fits is delivered";
 }
 
-// Rendezvous payload bytes the card read from the sender's buffer in place / from staging
-// (fi_npo_op_counters).
-std::pair<std::uint64_t, std::uint64_t> rndv_bytes(fid_domain* d) {
+// The domain's op counters (fi_npo_domain_ops::op_counters).
+fi_npo_op_counters op_counters(fid_domain* d) {
   fi_npo_domain_ops* ops = nullptr;
   fi_npo_op_counters c{};
   EXPECT_EQ(fi_open_ops(&d->fid, FI_NPO_DOMAIN_OPS_NAME, 0, reinterpret_cast<void**>(&ops), nullptr), 0);
   if (ops) {
     EXPECT_EQ(ops->op_counters(d, &c), 0);
   }
+  return c;
+}
+// Rendezvous payload bytes the card read from the sender's buffer in place / from staging.
+std::pair<std::uint64_t, std::uint64_t> rndv_bytes(fid_domain* d) {
+  const fi_npo_op_counters c = op_counters(d);
   return {c.rndv_zero_copy_bytes, c.rndv_staged_bytes};
 }
+std::uint64_t credit_reads(fid_domain* d) { return op_counters(d).credit_reads; }
 
 TEST_F(Rdm, RendezvousReadsTheSendersBufferInPlace) {
   // One buffer: every chunk read where it is (process memory map), nothing staged.
@@ -307,16 +312,6 @@ TEST_F(Rdm, RendezvousReadsTheSendersBufferInPlace) {
   const auto [zc, staged] = rndv_bytes(a_.domain);
   EXPECT_EQ(staged, 256u * 1024) << "exactly the chunk across the split";
   EXPECT_EQ(zc, 2 * n - 256 * 1024);
-}
-
-std::uint64_t credit_reads(fid_domain* d) {
-  fi_npo_domain_ops* ops = nullptr;
-  fi_npo_op_counters c{};
-  EXPECT_EQ(fi_open_ops(&d->fid, FI_NPO_DOMAIN_OPS_NAME, 0, reinterpret_cast<void**>(&ops), nullptr), 0);
-  if (ops) {
-    EXPECT_EQ(ops->op_counters(d, &c), 0);
-  }
-  return c.credit_reads;
 }
 
 TEST_F(Rdm, PingPongCarriesItsCreditsAndNeedsNoRemoteReads) {
@@ -359,6 +354,7 @@ TEST_F(Rdm, ASendBufferTheCardCannotReadInPlaceIsStagedInstead) {
   // The first chunk read in place faults (IOMMU_FAULT); it and the rest of the message go
   // through staging, and the message arrives intact.
   const int fd = static_cast<int>(::syscall(SYS_memfd_secret, 0));
+  // Kernels built without CONFIG_SECRETMEM have no such memory (this VM's and CI's have it).
   if (fd < 0) GTEST_SKIP() << "memfd_secret is not available: " << std::strerror(errno);
   const std::size_t n = (1 << 20) + 13;
   ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(n)), 0);
