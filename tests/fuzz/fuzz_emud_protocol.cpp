@@ -38,7 +38,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       }
       break;
     case emud::Command::kDmaMap:
-      require(fds == 1 && c.dma_access >= 1 && c.dma_access <= 3 && c.fd_offset % 4096 == 0);
+      // PROCESS_MEMORY (1.3) carries an address, not an fd, and never with UNSEALED
+      require(fds == ((c.dma_flags & emud::dma_map::kFlagProcessMemory) != 0 ? 0u : 1u) && c.dma_access >= 1 &&
+              c.dma_access <= 3 && c.fd_offset % 4096 == 0 &&
+              (c.dma_flags & emud::dma_map::kFlagProcessMemory & (c.dma_flags << 1)) == 0);
       break;
     case emud::Command::kSetIrqs:
       require(c.count >= 1 && c.count <= 64 && fds == static_cast<std::size_t>(std::popcount(c.fd_mask)));
