@@ -7,6 +7,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -1208,3 +1209,63 @@ TEST(Emud, AProcessMapNeverReachesTheNextProcessWithTheSamePid) {
 }
 
 }  // namespace
+
+namespace {
+/// Threads of process `pid` whose Cpus_allowed_list is exactly `cpus`.
+int threads_allowed_exactly(pid_t pid, const std::string& cpus) {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& t : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    std::ifstream f(t.path() / "status");
+    std::string line;
+    while (std::getline(f, line))
+      if (line.rfind("Cpus_allowed_list:", 0) == 0 && line.substr(line.find_first_not_of(" \t", 18)) == cpus) ++n;
+  }
+  return n;
+}
+}  // namespace
+
+TEST(Emud, ASessionThreadRunsWhereItsBoundClientRuns) {
+  // ServerOptions::follow_client_cpus: a client bound to a subset of the CPUs (mpirun binds
+  // each rank to a core) gets a session thread bound to the same CPUs, so its doorbells wake a
+  // thread on its own CPU; an unbound client's session thread stays unbound, and
+  // --session-cpus any turns the binding off.
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof mine, &mine), 0);
+  if (CPU_COUNT(&mine) < 2) GTEST_SKIP() << "needs 2 CPUs to bind a client to a strict subset";
+  int cpu = 0;
+  while (!CPU_ISSET(cpu, &mine)) ++cpu;
+  for (const bool follow : {true, false}) {
+    SCOPED_TRACE(follow ? "--session-cpus client" : "--session-cpus any");
+    EmudProcess d;
+    ASSERT_TRUE(d.start(emud_path(), "emu:2", {"--no-bring-up", "--session-cpus", follow ? "client" : "any"}))
+        << d.output();
+    auto bound = fork_child([&](int in, int out) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpu, &one);
+      if (::sched_setaffinity(0, sizeof one, &one) != 0) return 2;
+      Raw r(sock(d, 0));
+      if (r.call(version_msg(false)) != 0) return 3;  // the reply: the session thread exists
+      send_byte(out, 'o');
+      (void)recv_byte(in, 30000);
+      return 0;
+    });
+    ASSERT_EQ(recv_byte(bound->from_child), 'o');
+    const pid_t bound_pid = bound->pid;
+    Raw unbound(sock(d, 1));
+    ASSERT_EQ(unbound.call(version_msg(false)), 0);
+    EXPECT_EQ(threads_allowed_exactly(d.pid(), std::to_string(cpu)), follow ? 1 : 0)
+        << "daemon threads bound to CPU " << cpu << " alone";
+    send_byte(bound->to_child, 'q');
+    EXPECT_EQ(bound->wait(10000), 0);
+    EXPECT_EQ(d.stop(), 0);
+    const std::string line =
+        "card=0 pid=" + std::to_string(bound_pid) + ": session thread follows the client's 1 CPU(s)";
+    EXPECT_EQ(d.output().find(line) != std::string::npos, follow) << d.output();
+    EXPECT_EQ(d.output().find("card=1 pid=" + std::to_string(::getpid()) + ": session thread follows"),
+              std::string::npos)
+        << "an unbound client's session thread is left where the kernel puts it";
+  }
+}

@@ -119,6 +119,12 @@ int main(int argc, char** argv) {
                  "write, no cross-thread wake-up; the default) or workers (the emulator's worker threads, as in "
                  "process)")
       ->check(CLI::IsMember({"inline", "workers"}));
+  std::string session_cpus = "client";
+  app.add_option("--session-cpus", session_cpus,
+                 "where a connection's session thread runs: client (on the CPUs its client is bound to, when the "
+                 "client is bound, as mpirun binds ranks: a doorbell then wakes a thread on the ringer's own CPU; the "
+                 "default) or any (wherever the kernel schedules it)")
+      ->check(CLI::IsMember({"client", "any"}));
   std::string socket_group;
   std::string socket_mode;
   app.add_option("--socket-group", socket_group,
@@ -261,7 +267,8 @@ int main(int argc, char** argv) {
       }
     });
   }
-  auto server = npo::emu::Server::start(*emu, {.socket_dir = socket_dir, .log = say});
+  auto server = npo::emu::Server::start(
+      *emu, {.socket_dir = socket_dir, .log = say, .follow_client_cpus = session_cpus == "client"});
   if (!server) return npo::tools::fail("npo-emud", server.error());
   // Who may connect: the directory must be searchable and each socket writable by the group.
   // A failure returns after the --trace monitor thread is joined (a joinable thread would abort).

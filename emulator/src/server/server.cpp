@@ -6,6 +6,8 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/file.h>
 #include <sys/mman.h>
@@ -112,6 +114,7 @@ class Session {
     ucred cred{};
     socklen_t len = sizeof cred;
     if (::getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) pid_ = cred.pid;
+    if (srv_.opts.follow_client_cpus && pid_ > 0) follow_client_cpus();
     // Every message then carries its sender's pid, checked by the kernel (SCM_CREDENTIALS):
     // a process that inherited or received this connection is not the one that opened it.
     const int one = 1;
@@ -119,6 +122,26 @@ class Session {
     msix_fds_.fill(-1);
   }
   ~Session() { release(); }
+
+  // ServerOptions::follow_client_cpus: this thread runs where the client may run, if the
+  // client is bound to a strict subset of the CPUs this thread may use.
+  void follow_client_cpus() {
+    cpu_set_t client;
+    cpu_set_t own;
+    CPU_ZERO(&client);
+    CPU_ZERO(&own);
+    if (::sched_getaffinity(pid_, sizeof client, &client) != 0 ||
+        ::pthread_getaffinity_np(::pthread_self(), sizeof own, &own) != 0) {
+      return;
+    }
+    cpu_set_t both;
+    CPU_AND(&both, &client, &own);
+    if (CPU_COUNT(&both) == 0 || CPU_COUNT(&both) >= CPU_COUNT(&own)) return;
+    if (::pthread_setaffinity_np(::pthread_self(), sizeof both, &both) == 0) {
+      srv_.log(
+          fmt::format("card={} pid={}: session thread follows the client's {} CPU(s)", card_, pid_, CPU_COUNT(&both)));
+    }
+  }
 
   void run() {
     std::vector<std::byte> buf(emud::kMaxMessage + 1);

@@ -22,6 +22,12 @@ struct ServerOptions {
   /// Receives one line per connect/disconnect and notable event (may be empty: no logging).
   /// Called from the server's threads, one call at a time.
   std::function<void(const std::string&)> log;
+  /// Runs each session thread on the CPUs its client process may run on, when the client is
+  /// bound to fewer CPUs than the machine has (mpirun binds each rank to a core). The session
+  /// thread is the card's engine for inline doorbells, so a doorbell then wakes a thread on
+  /// the ringer's own CPU instead of a cross-CPU wake-up (an IPI, several microseconds on a
+  /// VM), and each rank's DMA copies run on that rank's core. Read once, at connect time.
+  bool follow_client_cpus = true;
 };
 
 /// A running server. Thread-safety: stop() and the destructor may be called from any one thread.
