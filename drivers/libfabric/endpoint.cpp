@@ -94,7 +94,7 @@ void Ep::poll_rx() {
       if (hw_load64(slot) != want) break;
       SlotHeader h;
       hw_copy(reinterpret_cast<std::byte*>(&h), slot, sizeof h);
-      if (h.magic == kHdrMagic && lane_shared(lane, h.src_fabric_id, h.src_window)) return;
+      if (h.magic == kHdrMagic && lane_shared(lane, h.src_fabric_id, h.src_window, h.src_ep)) return;
       const bool bad_header = (h.flags & kFlagSkip) || h.magic != kHdrMagic || h.len > kMaxMsg;
       if (!bad_header) hw_copy(rx_scratch.data(), slot + kHdr, h.len);
       if (bad_header || payload_sum(rx_scratch.data(), h.len) != h.sum) {
@@ -180,12 +180,35 @@ void Ep::check_stall() {
 // ---- Endpoint data path -------------------------------------------------------------------
 // Reads the peer's consumer counter of our lane (a remote read of 8 bytes), waiting for it.
 // `lane`: our lane in that peer's ring (my_lane mod the peer's lane count).
-Result<std::uint64_t> refresh_consumed(Ep& e, const WindowHandle& h, unsigned lane) {
-  return read_peer_u64(e, h, std::uint64_t{lane} * 64);
+Result<std::uint64_t> refresh_consumed(Ep& e, const WindowHandle& h, unsigned lane, OpStatus* status) {
+  return read_peer_u64(e, h, std::uint64_t{lane} * 64, status);
+}
+
+// First contact with a peer: our lane in its ring may hold the messages of an endpoint that
+// had our card and endpoint number before us (closed, or its process gone): the peer has
+// consumed some, and the rest wait in the slots after its consumer counter. Our sequence
+// continues after all of them -- the peer expects consumed + 1 next, and a restart at 1 would
+// never be seen, nor may we overwrite a message it has not read. Reads the consumer counter,
+// then the seq word of each following slot while it holds the next seq (at most S + 1 remote
+// reads; 2 on a fresh ring). Sets d.consumed and d.next_seq; returns the counter.
+Result<std::uint64_t> sync_lane(Ep& e, const Av::Entry& peer, Ep::Dest& d, OpStatus* status) {
+  const unsigned lanes = peer.wire.lanes, slots = peer.wire.slots, lane = e.my_lane % lanes;
+  auto c = refresh_consumed(e, peer.handle, lane, status);
+  if (!c) return c;
+  std::uint64_t next = *c + 1;
+  while (next - *c <= slots) {
+    auto v = read_peer_u64(e, peer.handle, slot_offset(lanes, lane, slots, next), status);
+    if (!v) return v;
+    if (*v != next) break;
+    ++next;
+  }
+  d.consumed = *c;
+  d.next_seq = next;
+  return c;
 }
 
 // Reads 8 bytes at `offset` of the peer's ring window by remote DMA, waiting for them.
-Result<std::uint64_t> read_peer_u64(Ep& e, const WindowHandle& h, std::uint64_t offset) {
+Result<std::uint64_t> read_peer_u64(Ep& e, const WindowHandle& h, std::uint64_t offset, OpStatus* status) {
   auto op = e.queue->enqueue_remote_read(h, offset, DmaAddress::host(e.readback_iova()), 8);
   if (!op) return std::unexpected(op.error());
   if (trace::on()) trace::op_enqueued(e, *op, 8, trace::Role::kRead, h.fabric_id);
@@ -204,8 +227,10 @@ Result<std::uint64_t> read_peer_u64(Ep& e, const WindowHandle& h, std::uint64_t 
     if (it != e.tx.end() && it->done) {
       const OpStatus st = it->worst;
       e.tx.erase(it);
-      if (st != OpStatus::kOk)
+      if (st != OpStatus::kOk) {
+        if (status) *status = st;
         return fail(Code::kUnavailable, "remote read of the peer's ring: " + std::string(op_status_name(st)));
+      }
       std::uint64_t v;
       std::memcpy(&v, e.readback(), 8);
       return v;
@@ -291,6 +316,7 @@ ssize_t post_slot(Ep& e, const Av::Entry& peer, Ep::Dest& d, std::uint64_t key, 
   hdr.tag = meta.tag;
   hdr.src_window = e.window ? e.window->handle().window_id : 0;
   hdr.kind = meta.kind;
+  hdr.src_ep = static_cast<std::uint8_t>(e.ep_no);
   if (e.rdm && e.window) {
     // piggybacked credits: how many of the peer's messages we consumed (docs/libfabric.md
     // "Data path"), so its sends need no remote read of our consumer counter
@@ -390,9 +416,11 @@ ssize_t send_to(Ep& e, const Av::Entry& peer, const iovec* iov, std::size_t coun
   while (!room())
     if (!wait_a_bit()) return -FI_EAGAIN;
   const unsigned slots = peer.wire.slots;
-  while (d.next_seq - 1 - d.consumed >= slots) {
-    e.domain->credit_reads.fetch_add(1, std::memory_order_relaxed);
-    auto c = refresh_consumed(e, h, e.my_lane % peer.wire.lanes);
+  while (!d.synced || d.next_seq - 1 - d.consumed >= slots) {
+    OpStatus read_status = OpStatus::kRemoteUnreachable;  // what a failed read met, when it says
+    Result<std::uint64_t> c = d.synced ? refresh_consumed(e, h, e.my_lane % peer.wire.lanes, &read_status)
+                                       : sync_lane(e, peer, d, &read_status);
+    if (d.synced) e.domain->credit_reads.fetch_add(1, std::memory_order_relaxed);
     if (!c) {
       if (c.error().code() == Code::kDeadlineExceeded) {
         if (!wait_a_bit()) return -FI_EAGAIN;
@@ -400,7 +428,7 @@ ssize_t send_to(Ep& e, const Av::Entry& peer, const iovec* iov, std::size_t coun
       }
       if (e.rdm) {
         // RDM never drops: wait (the route may come back), a fault after NPO_FI_FAULT_MS
-        e.send_failed(key, OpStatus::kRemoteUnreachable,
+        e.send_failed(key, read_status,
                       "npo: send from " + e.where() + " to the card with fabric id " + std::to_string(h.fabric_id) +
                           " stalled: " + c.error().to_string());
         if (e.fatal_reported || !wait_a_bit()) return e.fatal_reported ? -FI_EIO : -FI_EAGAIN;
@@ -413,8 +441,12 @@ ssize_t send_to(Ep& e, const Av::Entry& peer, const iovec* iov, std::size_t coun
       e.domain->datagrams_dropped.fetch_add(1, std::memory_order_relaxed);
       warn(FI_LOG_EP_DATA, msg);
       if (e.tx_cq && completion && !inject) e.tx_cq->push({ctx, FI_SEND | FI_MSG, len, nullptr, 0});
-      e.send_failed(key, OpStatus::kRemoteUnreachable, msg);
+      e.send_failed(key, read_status, msg);
       return 0;
+    }
+    if (!d.synced) {  // first contact: sync_lane placed next_seq
+      d.synced = true;
+      continue;
     }
     d.consumed = std::max(d.consumed, *c);
     if (d.next_seq - 1 - d.consumed < slots) break;
@@ -722,6 +754,7 @@ int ep_setup(Ep& e) {
   e.wire.magic = kAddrMagic;
   e.rx_consumed.assign(e.lanes, 0);
   e.lane_owner.assign(e.lanes, 0);
+  e.lane_src.assign(e.lanes, 0);
   for (unsigned s = kTxSize; s > 0; --s) e.free_slots.push_back(s - 1);
   return e.rdm ? rdm_setup(e) : 0;
 }

@@ -89,11 +89,11 @@ struct SlotHeader {
   std::uint64_t data;   // remote CQ data
   std::uint32_t magic;  // kHdrMagic
   std::uint32_t src_fabric_id;
-  std::uint64_t sum;         // payload_sum() of the payload: a failed payload write is detected
-  std::uint64_t tag;         // RDM: the tag of a tagged message (kFlagTagged)
-  std::uint16_t src_window;  // RDM: the sender's ring window ID (with src_fabric_id: who sent it)
-  std::uint8_t kind;         // RDM: MsgKind; 0 on the DGRAM core
-  std::uint8_t pad0;
+  std::uint64_t sum;             // payload_sum() of the payload: a failed payload write is detected
+  std::uint64_t tag;             // RDM: the tag of a tagged message (kFlagTagged)
+  std::uint16_t src_window;      // RDM: the sender's ring window ID (with src_fabric_id: who sent it)
+  std::uint8_t kind;             // RDM: MsgKind; 0 on the DGRAM core
+  std::uint8_t src_ep;           // the sender's endpoint number on its card (lane_shared)
   std::uint16_t src_generation;  // RDM: the generation of the sender's ring window (with kFlagAck)
   std::uint8_t pad1[2];
   std::uint64_t ack;  // RDM, kFlagAck: messages of the receiver the sender consumed from its own ring
@@ -531,8 +531,9 @@ struct Ep {
   bool enabled = false;
   unsigned ep_no = 0;
   unsigned lanes = kDefaultLanes;
-  unsigned slots = kSlotsPerLane;                           // slots per lane of the own ring
-  std::vector<std::uint64_t> lane_owner;                    // per lane: src_key_of() of the one sender seen on it
+  unsigned slots = kSlotsPerLane;         // slots per lane of the own ring
+  std::vector<std::uint64_t> lane_owner;  // per lane: (fabric ID << 8 | endpoint number) + 1 of its sender
+  std::vector<std::uint64_t> lane_src;    // per lane: src_key_of() + 1 of its sender's ring window
   std::unordered_map<std::uint64_t, unsigned> lane_of_src;  // src_key_of() -> its lane in the own ring
   std::vector<unsigned> hot_lanes;  // RDM: lanes with a sender, scanned on every poll (rdm_poll_rx)
   unsigned rx_polls = 0;            // RDM: polls so far; every 16th scans every lane
@@ -596,6 +597,7 @@ struct Ep {
     std::uint64_t consumed = 0;
     std::optional<std::chrono::steady_clock::time_point> failing_since;  // first error of a run
     std::vector<std::uint64_t> holes;  // seqs whose header write failed: tombstones owed
+    bool synced = false;               // next_seq continues the lane after a predecessor's messages (sync_lane)
   };
   std::chrono::steady_clock::time_point next_heartbeat = std::chrono::steady_clock::now() + kHeartbeatPeriod;
   std::unordered_map<std::uint64_t, Dest> dests;
@@ -695,21 +697,33 @@ struct Ep {
   std::unordered_map<std::uint64_t, Av::Entry> peers;  // senders seen in RTS, by src key
   std::uint64_t landing_off() const { return ring_bytes(lanes, slots); }
   // Every sender owns one lane of a ring (its fabric ID x 4 + endpoint number, mod lanes): a
-  // second sender on a lane would overwrite the first one's slots. Fatal when seen.
-  bool lane_shared(unsigned lane, std::uint32_t src_fabric_id, std::uint16_t src_window) {
-    const std::uint64_t k = src_key_of(src_fabric_id, src_window) + 1;
+  // second sender on a lane would overwrite the first one's slots. Fatal when seen. The owner
+  // is a card's fabric ID and endpoint number, not a ring window: endpoint numbers are unique
+  // among a card's open endpoints and a card has one owning process, so a message of the same
+  // card and number from another ring window comes from the owner's successor (the owner was
+  // closed, or its process is gone), which continued the lane's sequence (sync_lane). The
+  // lane's credits (`ack`, post_slot) then go to the successor's window.
+  bool lane_shared(unsigned lane, std::uint32_t src_fabric_id, std::uint16_t src_window, std::uint8_t src_ep) {
+    const std::uint64_t who = ((std::uint64_t{src_fabric_id} << 8) | src_ep) + 1;
     if (lane_owner[lane] == 0) {
-      lane_owner[lane] = k;
-      lane_of_src[k - 1] = lane;
+      lane_owner[lane] = who;
       hot_lanes.push_back(lane);
     }
-    if (lane_owner[lane] == k) return false;
-    report_fatal("npo: two senders write lane " + std::to_string(lane) + " of the ring of " + where() +
-                     " (fabric ids " + std::to_string((lane_owner[lane] - 1) >> 16) + " and " +
-                     std::to_string(src_fabric_id) + "): open the endpoints with more NPO_FI_RING_LANES (" +
-                     std::to_string(lanes) + " now)",
-                 FI_EIO);
-    return true;
+    if (lane_owner[lane] != who) {
+      report_fatal("npo: two senders write lane " + std::to_string(lane) + " of the ring of " + where() +
+                       " (fabric ids " + std::to_string((lane_owner[lane] - 1) >> 8) + " and " +
+                       std::to_string(src_fabric_id) + "): open the endpoints with more NPO_FI_RING_LANES (" +
+                       std::to_string(lanes) + " now)",
+                   FI_EIO);
+      return true;
+    }
+    const std::uint64_t k = src_key_of(src_fabric_id, src_window) + 1;
+    if (lane_src[lane] != k) {  // the owner's first message, or its successor's
+      if (lane_src[lane] != 0) lane_of_src.erase(lane_src[lane] - 1);
+      lane_src[lane] = k;
+      lane_of_src[k - 1] = lane;
+    }
+    return false;
   }
 
   std::byte* staging_slot(unsigned s) { return staging->bytes().data() + std::size_t{s} * kSlot; }
@@ -846,8 +860,12 @@ Result<void> enqueue_tx(Ep& e, Ep::Tx& t);
 // Remote reads of the peer's ring (8 bytes, waited for up to kRefreshTimeout): our lane's
 // consumer counter, or any 8 bytes (a slot's seq). Errors: kUnavailable (the read failed),
 // kDeadlineExceeded.
-Result<std::uint64_t> refresh_consumed(Ep& e, const WindowHandle& h, unsigned lane);
-Result<std::uint64_t> read_peer_u64(Ep& e, const WindowHandle& h, std::uint64_t offset);
+// A read the card failed sets *status (if given) to the op's status.
+Result<std::uint64_t> refresh_consumed(Ep& e, const WindowHandle& h, unsigned lane, OpStatus* status = nullptr);
+Result<std::uint64_t> read_peer_u64(Ep& e, const WindowHandle& h, std::uint64_t offset, OpStatus* status = nullptr);
+// First contact with a peer: continue our lane of its ring after an earlier endpoint's
+// messages (endpoint.cpp). Sets d.consumed and d.next_seq; the peer's consumer counter.
+Result<std::uint64_t> sync_lane(Ep& e, const Av::Entry& peer, Ep::Dest& d, OpStatus* status = nullptr);
 std::uint64_t dest_key_of(const WindowHandle& h);
 // av_mr.cpp: an address from fi_getname of a peer, imported (its window checked)
 Result<Av::Entry> decode_addr(Domain& d, const void* addr);

@@ -39,6 +39,7 @@
 #include "npo/hal/backend/registry.hpp"
 #include "npo/hal/dma.hpp"
 #include "npo/hal/memory.hpp"
+#include "npo/hal/port.hpp"
 #include "npo/hal/system.hpp"
 #include "npo/hal/transceiver.hpp"
 #include "npo/hal/window.hpp"
@@ -1064,6 +1065,51 @@ TEST(Emud, OwnerToolsTakeOnlyTheCardAskedFor) {
   EXPECT_EQ(prbs.status, 0) << prbs.out;
   EXPECT_NE(prbs.out.find("\"far_end_checked\": true"), std::string::npos) << prbs.out;
   held->reset();
+  EXPECT_EQ(d.stop(), 0);
+}
+
+// Newcomer trial (2026-12-02): after a lane loss both ends of the link give up (Fault after 3
+// attempts) and PORT.NEIGHBOR is cleared when training starts, so `npo-link train --card 2
+// --port 0` found no far end, owned card 2 alone and failed TIMEOUT_CDR_LOCK on all lanes. The
+// only other port in Fault is the far end: the tool owns it and retrains both ends; with two
+// such ports it cannot tell and says how to name the far end.
+TEST(Emud, TrainTakesTheFarEndOfALinkThatFailedAtBothEnds) {
+  EmudProcess d;
+  ASSERT_TRUE(d.start(emud_path(), "emu:mesh8")) << d.output();
+  const std::string emu = NPO_EMU, link = NPO_LINK;
+  auto watch = npo::System::open(d.uri() + "?mode=ro");
+  ASSERT_TRUE(watch.has_value()) << watch.error().to_string();
+  auto in_fault = [&](unsigned card, unsigned port) {
+    for (int i = 0; i < 500; ++i) {  // the card's 3 attempts take ~4.5 s
+      auto ps = npo::read_port((*watch)->device(card), port);
+      if (ps && ps->state == npo::LinkState::kFault) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  };
+  auto lose_lane = [&](unsigned card, unsigned port) {
+    auto inj = npo_test::run_command(emu + " fault --socket-dir " + d.dir() + " --kind lane_loss --card " +
+                                     std::to_string(card) + " --port " + std::to_string(port) + " --lane 3 2>&1");
+    ASSERT_EQ(inj.status, 0) << inj.out;
+  };
+  // mesh8: card 2 port 0 <-> card 0 port 1, card 5 port 0 <-> card 0 port 4.
+  ASSERT_NO_FATAL_FAILURE(lose_lane(2, 0));
+  ASSERT_TRUE(in_fault(2, 0) && in_fault(0, 1)) << "both ends give up";
+  auto train = npo_test::run_command(link + " train --backend " + d.uri() + " --card 2 --port 0 2>&1");
+  EXPECT_EQ(train.status, 0) << train.out;
+  EXPECT_NE(train.out.find("its far end is taken to be card 0 port 1, the only other port in Fault"), std::string::npos)
+      << train.out;
+  EXPECT_NE(train.out.find("card 2 port 0: OK"), std::string::npos) << train.out;
+  EXPECT_NE(train.out.find("card 0 port 1: OK"), std::string::npos) << train.out;
+  // Two links down: the far end is not guessed.
+  ASSERT_NO_FATAL_FAILURE(lose_lane(2, 1));
+  ASSERT_NO_FATAL_FAILURE(lose_lane(5, 0));
+  ASSERT_TRUE(in_fault(2, 1) && in_fault(5, 0) && in_fault(0, 4)) << "both links give up at both ends";
+  train = npo_test::run_command(link + " train --backend " + d.uri() + " --card 2 --port 1 2>&1");
+  EXPECT_NE(train.status, 0) << train.out;
+  EXPECT_NE(train.out.find("the far end of card 2 port 1 is not known"), std::string::npos) << train.out;
+  EXPECT_NE(train.out.find("?owner=2,F"), std::string::npos) << train.out;
+  watch->reset();
   EXPECT_EQ(d.stop(), 0);
 }
 

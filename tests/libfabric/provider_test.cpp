@@ -497,9 +497,11 @@ TEST_F(ProviderPair, TheCardsDmaCountersMoveWithTraffic) {
   const fi_npo_dma_counters after_b = dma_counters(b_.domain);
   EXPECT_EQ(after_a.card, 0u);
   EXPECT_EQ(after_a.fabric_id, 1u);
-  // per send: payload write, then the header write fenced, both OK; payload + header bytes moved
-  EXPECT_EQ(after_a.ops_ok - before_a.ops_ok, 20u);
-  EXPECT_EQ(after_a.bytes_moved - before_a.bytes_moved, 10u * (1000 + 64));
+  // per send: payload write, then the header write fenced, both OK; payload + header bytes
+  // moved. Before the first send to b: 2 remote reads of 8 bytes (sync_lane: b's consumer
+  // counter of a's lane, then the seq of the slot after it, a fresh ring's 0).
+  EXPECT_EQ(after_a.ops_ok - before_a.ops_ok, 20u + 2u);
+  EXPECT_EQ(after_a.bytes_moved - before_a.bytes_moved, 10u * (1000 + 64) + 2u * 8u);
   EXPECT_EQ(after_a.ops_failed, before_a.ops_failed);
   EXPECT_EQ(after_b.ops_ok, before_b.ops_ok) << "the receiver's card only receives";
 }

@@ -426,4 +426,105 @@ TEST_F(Rdm, ThousandsOfUnexpectedEagerMessagesAreBufferedNotDropped) {
   }
 }
 
+TEST_F(Rdm, AnEndpointReopenedOnTheSameCardReachesAPeerThatOutlivedItsPredecessor) {
+  // A sender's lane in a peer's ring is its card's fabric ID x 4 + its endpoint number, so an
+  // endpoint closed and opened again on the same card writes the same lane of a peer that
+  // stayed up. The peer has consumed the predecessor's messages there: the successor's
+  // sequence must continue after them, or the peer never sees its messages.
+  auto send_one = [&](std::uint32_t v, fi_addr_t to) {
+    std::uint32_t got = 0;
+    ASSERT_EQ(fi_trecv(b_.ep, &got, sizeof got, nullptr, FI_ADDR_UNSPEC, 9, 0, nullptr), 0);
+    ASSERT_EQ(fi_tinject(a_.ep, &v, sizeof v, to, 9), 0);
+    const Entry r = wait_entry(b_, {&a_});
+    ASSERT_FALSE(r.error || r.timeout);
+    ASSERT_EQ(got, v);
+  };
+  for (std::uint32_t i = 0; i < 21; ++i) ASSERT_NO_FATAL_FAILURE(send_one(0xa0000000u + i, a_to_b_));
+  fi_addr_t to_b = a_to_b_;
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE("reopened " + std::to_string(round + 1) + " time(s)");
+    // Round 2: the predecessor leaves 3 messages in b's ring that b has not read yet (b does
+    // not progress until after the successor sent): they must survive, first in order.
+    const std::uint32_t left = round == 1 ? 3 : 0;
+    for (std::uint32_t i = 0; i < left; ++i) {
+      const std::uint32_t v = 0xc0000000u + i;
+      ASSERT_EQ(fi_tinject(a_.ep, &v, sizeof v, to_b, 9), 0);
+    }
+    a_.close();
+    a_.open(0, options_);
+    ASSERT_NE(a_.ep, nullptr);
+    to_b = a_.insert(b_);
+    (void)b_.insert(a_);
+    if (left) {
+      const std::uint32_t v = 0xd0000000u;
+      ASSERT_EQ(fi_tinject(a_.ep, &v, sizeof v, to_b, 9), 0);
+      for (std::uint32_t i = 0; i <= left; ++i) {
+        std::uint32_t got = 0;
+        ASSERT_EQ(fi_trecv(b_.ep, &got, sizeof got, nullptr, FI_ADDR_UNSPEC, 9, 0, nullptr), 0);
+        const Entry r = wait_entry(b_, {&a_});
+        ASSERT_FALSE(r.error || r.timeout);
+        EXPECT_EQ(got, i < left ? 0xc0000000u + i : 0xd0000000u) << "message " << i;
+      }
+    }
+    // more than a lane's 16 slots, so the successor also runs on its credits
+    for (std::uint32_t i = 0; i < 40; ++i) ASSERT_NO_FATAL_FAILURE(send_one(0xb0000000u + i, to_b));
+  }
+  // and the rendezvous path, both ways of its control messages
+  const auto tx = pattern(3 << 20, 77);
+  std::vector<std::uint8_t> rx(tx.size());
+  int rctx = 0, sctx = 0;
+  ASSERT_EQ(fi_trecv(b_.ep, rx.data(), rx.size(), nullptr, FI_ADDR_UNSPEC, 5, 0, &rctx), 0);
+  ASSERT_EQ(fi_tsend(a_.ep, tx.data(), tx.size(), nullptr, to_b, 5, &sctx), 0);
+  const Entry r = wait_entry(b_, {&a_});
+  ASSERT_FALSE(r.error || r.timeout);
+  EXPECT_EQ(wait_entry(a_, {&b_}).e.op_context, &sctx);
+  EXPECT_TRUE(rx == tx);
+}
+
+TEST_F(Rdm, TwoCardsWritingOneLaneAreAFaultNamingBoth) {
+  // A ring of one lane (NPO_FI_RING_LANES=1): the endpoints of cards 0 and 2 both write lane
+  // 0 of it and would overwrite each other's slots. The receiver accepts the first sender and
+  // reports the second on its EQ (NPO_FI_FAULT=report, the default outside a job) -- unlike
+  // a successor of the same card and endpoint number (the test above).
+  ::setenv("NPO_FI_RING_LANES", "1", 1);
+  Side one;
+  one.open(1, options_);
+  ::unsetenv("NPO_FI_RING_LANES");
+  ASSERT_NE(one.ep, nullptr);
+  fid_eq* eq = nullptr;
+  fi_eq_attr eq_attr{};
+  ASSERT_EQ(fi_eq_open(one.fabric, &eq_attr, &eq, nullptr), 0);
+  ASSERT_EQ(fi_ep_bind(one.ep, &eq->fid, 0), 0);
+  Side c;
+  c.open(2, options_);
+  ASSERT_NE(c.ep, nullptr);
+  const std::uint32_t v = 0x0a0b0c0d;
+  std::uint32_t got = 0;
+  ASSERT_EQ(fi_trecv(one.ep, &got, sizeof got, nullptr, FI_ADDR_UNSPEC, 3, 0, nullptr), 0);
+  ASSERT_EQ(fi_tinject(a_.ep, &v, sizeof v, a_.insert(one), 3), 0);
+  const Entry r = wait_entry(one, {&a_});
+  ASSERT_FALSE(r.error || r.timeout);
+  EXPECT_EQ(got, v) << "the lane's first sender is received";
+  ASSERT_EQ(fi_tinject(c.ep, &v, sizeof v, c.insert(one), 3), 0);
+  fi_eq_err_entry err{};
+  ssize_t n = -FI_EAGAIN;
+  for (int i = 0; i < 2000 && n == -FI_EAGAIN; ++i) {
+    progress(one);
+    progress(c);
+    std::uint32_t event = 0;
+    fi_eq_entry entry{};
+    if (fi_eq_read(eq, &event, &entry, sizeof entry, 0) == -FI_EAVAIL) n = fi_eq_readerr(eq, &err, 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(n, static_cast<ssize_t>(sizeof err));
+  EXPECT_EQ(err.err, FI_EIO);
+  const std::string msg = fi_eq_strerror(eq, err.prov_errno, err.err_data, nullptr, 0);
+  EXPECT_NE(msg.find("two senders write lane 0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("fabric ids 1 and 3"), std::string::npos) << msg;
+  c.close();
+  one.close_ep();
+  EXPECT_EQ(fi_close(&eq->fid), 0);
+  one.close();
+}
+
 }  // namespace

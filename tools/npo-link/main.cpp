@@ -237,7 +237,36 @@ int main(int argc, char** argv) {
     const unsigned ci = card.value_or(0), pi = port.value_or(0);
     if (ci < (*sys)->device_count() && pi < (*sys)->device(ci).port_count()) {
       auto ps = npo::read_port((*sys)->device(ci), pi);
-      const auto far = ps ? link::card_of(**sys, ps->neighbor_fabric_id) : std::nullopt;
+      auto far = ps ? link::card_of(**sys, ps->neighbor_fabric_id) : std::nullopt;
+      if (!far && ps && ps->state == npo::LinkState::kFault) {
+        // PORT.NEIGHBOR is cleared whenever a port starts training (registers.md §7.1), so a
+        // port that failed its retries no longer names its far end. Its far end failed too
+        // (a link is down at both ends): when exactly one port of another card is in Fault,
+        // that is it.
+        std::vector<std::pair<unsigned, unsigned>> faulted;
+        for (unsigned k = 0; k < (*sys)->device_count(); ++k) {
+          if (k == ci) continue;
+          for (unsigned q = 0; q < (*sys)->device(k).port_count(); ++q) {
+            auto o = npo::read_port((*sys)->device(k), q);
+            if (o && o->state == npo::LinkState::kFault) faulted.emplace_back(k, q);
+          }
+        }
+        if (faulted.size() == 1) {
+          far = faulted.front().first;
+          std::fprintf(stderr,
+                       "npo-link %s: card %u port %u has no trained neighbour; its far end is taken to be card %u port "
+                       "%u, the only other port in Fault\n",
+                       sub, ci, pi, faulted.front().first, faulted.front().second);
+        }
+      }
+      if (!far) {
+        // No far end known (several ports in Fault): say how to own it too.
+        std::fprintf(stderr,
+                     "npo-link %s: the far end of card %u port %u is not known (the port has no trained neighbour); "
+                     "only card %u is owned, so the far end is not %s. To own both ends, name both cards: "
+                     "--backend '%s' with F the far end's card\n",
+                     sub, ci, pi, ci, prbs->parsed() ? "checked" : "retrained", (uri + ",F").c_str());
+      }
       if (far && *far != ci) {
         // The first attach ends before the second asks for the far end (a card has one owner).
         const std::string both = npo::tools::owner_uri(given_uri, {ci, *far});
