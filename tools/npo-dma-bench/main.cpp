@@ -422,8 +422,10 @@ int main(int argc, char** argv) {
     npo::tools::trace_training(trace, up, bring_up_ns);
     routes = std::move(brought->routes);
     if (!o.json) {
-      fmt::print("links: {} of {} ports with a module trained Up in {:.1f} ms; routes programmed, diameter {} hops\n",
-                 up.up, up.ports_with_module, static_cast<double>(up.elapsed_ns) / 1e6, routes.diameter());
+      fmt::print(
+          "npo-dma-bench: this run's bring-up: {} of {} ports with a module trained Up in {:.1f} ms; routes "
+          "programmed, diameter {} hops\n",
+          up.up, up.ports_with_module, static_cast<double>(up.elapsed_ns) / 1e6, routes.diameter());
     }
   }
 
