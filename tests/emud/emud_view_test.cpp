@@ -132,6 +132,12 @@ TEST(EmudView, CardRemovedInsideTheDaemonIsListedRemovedNotAnError) {
   EXPECT_EQ(ddm.status, 4) << ddm.out;
   EXPECT_NE(ddm.out.find("card 7: REMOVED"), std::string::npos) << ddm.out;
   EXPECT_NE(ddm.out.find("1 card(s) removed"), std::string::npos) << ddm.out;
+  // topo cannot discover a graph through a removed card: it says which, exit 4 (it was a
+  // tool error, rc 1, "link bring-up: unavailable: card removed").
+  auto topo = npo_test::run_command(std::string(NPO_SMI) + " --backend " + d.uri() + " topo 2>&1");
+  EXPECT_EQ(topo.status, 4) << topo.out;
+  EXPECT_NE(topo.out.find("card 7 (0000:08:00.0) was removed, so the fabric cannot be discovered"), std::string::npos)
+      << topo.out;
   // Through the library: the System opens all 8; card 7 is marked, its calls fail unavailable.
   auto sys = npo::System::open(d.uri() + "?mode=ro");
   ASSERT_TRUE(sys.has_value()) << sys.error().to_string();

@@ -278,7 +278,20 @@ bool observer(npo::System& s) { return s.device_count() != 0 && s.device(0).info
 int topo(npo::System& s, bool json, const std::string& expect, const TopoFormat& tf) {
   // Routes are computed here from the discovered graph, not programmed into the cards.
   auto fabric = npo::tools::bring_up(s, {.timeout_ns = npo::tools::kDefaultBringUpTimeoutNs, .program_routes = false});
-  if (!fabric) return fail(kTool, fabric.error().step, fabric.error().error);
+  if (!fabric) {
+    const npo::Error& e = fabric.error().error;
+    if (e.code() == npo::Code::kUnavailable && e.context().card && e.message() == "card removed") {
+      // A removed card answers nothing: no graph can be discovered through it (the card list
+      // still shows the others; exit 4 as there).
+      const unsigned k = *e.context().card;
+      std::fprintf(stderr,
+                   "npo-smi topo: card %u (%s) was removed, so the fabric cannot be discovered: `npo-smi` lists the "
+                   "cards that remain\n",
+                   k, k < s.device_count() ? s.device(k).info().bdf.c_str() : "?");
+      return kExitRemoved;
+    }
+    return fail(kTool, fabric.error().step, e);
+  }
   const npo::LinkBringUp& up = fabric->links;
   const npo::Topology* t = &fabric->topology;
   const npo::RouteTable* rt = &fabric->routes;
