@@ -27,7 +27,7 @@ using link::Common;
 void add_common(CLI::App* s, Common& c) {
   npo::tools::add_backend_option(
       *s, c.backend, "--backend",
-      "backend URI: emu:mesh8 (default; env NPO_BACKEND overrides it), emu:N, emu:file=PATH, vfio:all, vfio:BDF");
+      "backend URI: emu:mesh8 (default; env NPO_BACKEND overrides it), emu:N, emu:file=PATH, emu-remote:DIR (a running npo-emud), vfio:all, vfio:BDF");
   s->add_flag("--json", c.json, "print JSON");
   s->add_option("--watch", c.watch,
                 "repeat every SECONDS > 0 until interrupted (on the emulator's virtual clock, waiting advances time)");
