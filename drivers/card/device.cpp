@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+#include <sys/random.h>
+
 #include <chrono>
 #include <random>
 #include <thread>
@@ -215,7 +217,20 @@ Result<std::unique_ptr<Device::Impl>> Device::Impl::probe(std::unique_ptr<backen
   impl->queue_open.assign(std::size_t{info.num_engines} * info.queues_per_engine, false);
   const std::uint32_t cap1 = m.read32(regs::global::kCap1);
   impl->window_used.assign(std::size_t{1} << regs::global::kCap1WindowEntriesLog2.get(cap1), false);
-  impl->window_gen.assign(impl->window_used.size(), 1);
+  // Each entry's generations start at a random value (registers.md §6.4: the host chooses
+  // them), not at 1: a process that opens the card after another one then does not issue the
+  // generations of that process's windows again, so a peer still holding one of its handles,
+  // or keeping state keyed by one (the libfabric provider's per-peer sequence), sees a new
+  // window rather than the old one back.
+  impl->window_gen.resize(impl->window_used.size());
+  {
+    const std::size_t bytes = impl->window_gen.size() * sizeof(std::uint16_t);
+    if (::getrandom(impl->window_gen.data(), bytes, 0) != static_cast<ssize_t>(bytes)) {
+      std::mt19937 g(static_cast<std::uint32_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
+      for (auto& v : impl->window_gen) v = static_cast<std::uint16_t>(g());
+    }
+    for (auto& v : impl->window_gen) v = v == 0 ? 1 : v;  // 0 is never issued
+  }
   for (const auto& b : info.bars) {
     if (b.index == fw::pci::kBarHbm) impl->aperture_bytes = b.size;
   }

@@ -188,33 +188,59 @@ Result<std::uint64_t> refresh_consumed(Ep& e, const WindowHandle& h, unsigned la
 // had our card and endpoint number before us (closed, or its process gone): the peer has
 // consumed some, and the rest wait in the slots after its consumer counter. Our sequence
 // continues after all of them -- the peer expects consumed + 1 next, and a restart at 1 would
-// never be seen, nor may we overwrite a message it has not read. Reads the consumer counter,
-// then the seq word of each following slot while it holds the next seq (at most S + 1 remote
-// reads; 2 on a fresh ring). Sets d.consumed and d.next_seq; returns the counter.
+// never be seen, nor may we overwrite a message it has not read. One batch of remote reads
+// (one doorbell, one wait): the consumer counter and the seq word of each of the lane's S
+// slots; slot j holds only seqs = j + 1 mod S, so seq q is present when slot (q - 1) mod S
+// reads q. We continue after the highest seq present in (consumed, consumed + S]; a seq below
+// it that is missing (a header of the predecessor that never landed) would stop the peer's
+// lane for good, so it is owed a tombstone (d.holes), as a failed header of our own is.
+// Sets d.consumed, d.next_seq and d.holes; returns the counter.
 Result<std::uint64_t> sync_lane(Ep& e, const Av::Entry& peer, Ep::Dest& d, OpStatus* status) {
-  const unsigned lanes = peer.wire.lanes, slots = peer.wire.slots, lane = e.my_lane % lanes;
-  auto c = refresh_consumed(e, peer.handle, lane, status);
-  if (!c) return c;
-  std::uint64_t next = *c + 1;
-  while (next - *c <= slots) {
-    auto v = read_peer_u64(e, peer.handle, slot_offset(lanes, lane, slots, next), status);
-    if (!v) return v;
-    if (*v != next) break;
-    ++next;
-  }
-  d.consumed = *c;
-  d.next_seq = next;
+  const unsigned lanes = peer.wire.lanes, slots = peer.wire.slots;
+  if (lanes == 0 || slots == 0) return fail(Code::kInvalidArgument, "peer ring without lanes or slots");
+  const unsigned lane = e.my_lane % lanes;
+  const unsigned scan = std::min<unsigned>(slots, kReadbackWords - 1);  // all of them in this provider (S <= 16)
+  std::array<std::uint64_t, kReadbackWords> offsets{};
+  offsets[0] = std::uint64_t{lane} * 64;
+  for (unsigned j = 0; j < scan; ++j) offsets[1 + j] = slot_offset(lanes, lane, slots, j + 1);
+  std::array<std::uint64_t, kReadbackWords> v{};
+  if (auto r = read_peer_words(e, peer.handle, std::span(offsets).first(1 + scan), v.data(), status); !r)
+    return std::unexpected(r.error());
+  const std::uint64_t c = v[0];
+  auto present = [&](std::uint64_t q) {
+    const unsigned j = static_cast<unsigned>((q - 1) % slots);
+    return j < scan && v[1 + j] == q;
+  };
+  std::uint64_t top = c;  // highest seq present
+  for (std::uint64_t q = c + 1; q <= c + slots; ++q)
+    if (present(q)) top = q;
+  d.holes.clear();
+  for (std::uint64_t q = c + 1; q < top; ++q)
+    if (!present(q)) d.holes.push_back(q);
+  d.consumed = c;
+  d.next_seq = top + 1;
   return c;
 }
 
-// Reads 8 bytes at `offset` of the peer's ring window by remote DMA, waiting for them.
-Result<std::uint64_t> read_peer_u64(Ep& e, const WindowHandle& h, std::uint64_t offset, OpStatus* status) {
-  auto op = e.queue->enqueue_remote_read(h, offset, DmaAddress::host(e.readback_iova()), 8);
-  if (!op) return std::unexpected(op.error());
-  if (trace::on()) trace::op_enqueued(e, *op, 8, trace::Role::kRead, h.fabric_id);
+// Reads the 8-byte words at `offsets` of the peer's ring window by remote DMA into out[],
+// one doorbell for all of them, and waits (up to kRefreshTimeout) for the last.
+Result<void> read_peer_words(Ep& e, const WindowHandle& h, std::span<const std::uint64_t> offsets, std::uint64_t* out,
+                             OpStatus* status) {
+  if (offsets.empty() || offsets.size() > kReadbackWords) return fail(Code::kInvalidArgument, "read batch size");
+  if (e.queue->outstanding() + offsets.size() > e.queue->depth())
+    return fail(Code::kDeadlineExceeded, "no queue room for the remote reads yet");  // the caller waits and retries
+  OpHandle first = 0, last = 0;
+  for (std::size_t i = 0; i < offsets.size(); ++i) {
+    auto op = e.queue->enqueue_remote_read(h, offsets[i], DmaAddress::host(e.readback_iova() + 8 * i), 8);
+    if (!op) return std::unexpected(op.error());
+    if (trace::on()) trace::op_enqueued(e, *op, 8, trace::Role::kRead, h.fabric_id);
+    if (i == 0) first = *op;
+    last = *op;
+  }
   Ep::Tx t;
   t.kind = Ep::Tx::kRead;
-  t.first = t.last = *op;
+  t.first = first;
+  t.last = last;
   t.ctx = &t;  // marks a waiter
   e.tx.push_back(t);
   if (auto s = e.queue->submit(); !s) return std::unexpected(s.error());
@@ -223,7 +249,7 @@ Result<std::uint64_t> read_peer_u64(Ep& e, const WindowHandle& h, std::uint64_t 
   for (;;) {
     e.poll_dma();
     auto it = std::find_if(e.tx.begin(), e.tx.end(),
-                           [&](const Ep::Tx& x) { return x.kind == Ep::Tx::kRead && x.last == *op; });
+                           [&](const Ep::Tx& x) { return x.kind == Ep::Tx::kRead && x.last == last; });
     if (it != e.tx.end() && it->done) {
       const OpStatus st = it->worst;
       e.tx.erase(it);
@@ -231,9 +257,8 @@ Result<std::uint64_t> read_peer_u64(Ep& e, const WindowHandle& h, std::uint64_t 
         if (status) *status = st;
         return fail(Code::kUnavailable, "remote read of the peer's ring: " + std::string(op_status_name(st)));
       }
-      std::uint64_t v;
-      std::memcpy(&v, e.readback(), 8);
-      return v;
+      std::memcpy(out, e.readback(), 8 * offsets.size());
+      return {};
     }
     if (std::chrono::steady_clock::now() >= end) {
       if (it != e.tx.end()) it->ctx = nullptr;  // abandoned: dropped when it completes
@@ -241,6 +266,14 @@ Result<std::uint64_t> read_peer_u64(Ep& e, const WindowHandle& h, std::uint64_t 
     }
     std::this_thread::yield();
   }
+}
+
+// Reads 8 bytes at `offset` of the peer's ring window by remote DMA, waiting for them.
+Result<std::uint64_t> read_peer_u64(Ep& e, const WindowHandle& h, std::uint64_t offset, OpStatus* status) {
+  std::uint64_t v = 0;
+  const std::uint64_t off[1] = {offset};
+  if (auto r = read_peer_words(e, h, off, &v, status); !r) return std::unexpected(r.error());
+  return v;
 }
 
 // Enqueues the writes of `t` -- its payload from the staging slot, a FIN's rendezvous chunk

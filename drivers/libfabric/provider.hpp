@@ -33,6 +33,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -863,6 +864,10 @@ Result<void> enqueue_tx(Ep& e, Ep::Tx& t);
 // A read the card failed sets *status (if given) to the op's status.
 Result<std::uint64_t> refresh_consumed(Ep& e, const WindowHandle& h, unsigned lane, OpStatus* status = nullptr);
 Result<std::uint64_t> read_peer_u64(Ep& e, const WindowHandle& h, std::uint64_t offset, OpStatus* status = nullptr);
+// Words per batch of read_peer_words (the readback area after the staging slots is 4 KiB).
+constexpr std::size_t kReadbackWords = 64;
+Result<void> read_peer_words(Ep& e, const WindowHandle& h, std::span<const std::uint64_t> offsets, std::uint64_t* out,
+                             OpStatus* status = nullptr);
 // First contact with a peer: continue our lane of its ring after an earlier endpoint's
 // messages (endpoint.cpp). Sets d.consumed and d.next_seq; the peer's consumer counter.
 Result<std::uint64_t> sync_lane(Ep& e, const Av::Entry& peer, Ep::Dest& d, OpStatus* status = nullptr);

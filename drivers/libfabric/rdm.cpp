@@ -258,6 +258,14 @@ void Ep::rdm_poll_rx() {
       SlotHeader h;
       hw_copy(reinterpret_cast<std::byte*>(&h), slot, sizeof h);
       if (h.magic == kHdrMagic && lane_shared(lane, h.src_fabric_id, h.src_window, h.src_ep)) return;
+      if (h.magic == kHdrMagic && (h.flags & kFlagSkip) && h.len == 0) {
+        // A tombstone: a seq the endpoint that wrote this lane before the sender never
+        // delivered (it closed first); the sender found the gap when it took the lane over
+        // (sync_lane). RDM senders resend their own failed writes, so only they write one.
+        rx_consumed[lane] = want;
+        hw_store64(base + std::size_t{lane} * 64, want);
+        continue;
+      }
       const bool bad_header = h.magic != kHdrMagic || h.len > kMaxMsg || (h.flags & kFlagSkip);
       if (!bad_header) hw_copy(rx_scratch.data(), slot + kHdr, h.len);
       if (bad_header || payload_sum(rx_scratch.data(), h.len) != h.sum) {
@@ -320,8 +328,12 @@ void Ep::rdm_poll_rx() {
         case kRts: {
           RtsBody b{};
           std::memcpy(&b, rx_scratch.data(), std::min<std::size_t>(sizeof b, h.len));
+          // A known sender's entry is replaced when the RTS names another ring: the endpoint
+          // that had this card and window slot before it was closed (its window revoked).
+          if (auto p = peers.find(src_key); p != peers.end() && p->second.wire.handle != b.sender.handle)
+            peers.erase(p);
           if (!peers.count(src_key)) {
-            if (av && src != FI_ADDR_NOTAVAIL) {
+            if (av && src != FI_ADDR_NOTAVAIL && av->table[src].wire.handle == b.sender.handle) {
               peers[src_key] = av->table[src];
             } else if (auto a = decode_addr(*domain, &b.sender)) {
               peers[src_key] = *a;

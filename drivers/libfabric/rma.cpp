@@ -399,8 +399,12 @@ std::uint64_t mr_check(Ep& e, std::uint64_t key, std::uint64_t addr, std::uint64
 }
 
 bool learn_peer(Ep& e, std::uint64_t src_key, fi_addr_t src, const WireAddr& w) {
-  if (e.peers.count(src_key)) return true;
-  if (e.av && src != FI_ADDR_NOTAVAIL && src < e.av->table.size() && e.av->table[src].valid) {
+  if (auto p = e.peers.find(src_key); p != e.peers.end()) {
+    if (p->second.wire.handle == w.handle) return true;
+    e.peers.erase(p);  // another ring at that card and slot: the endpoint there was replaced
+  }
+  if (e.av && src != FI_ADDR_NOTAVAIL && src < e.av->table.size() && e.av->table[src].valid &&
+      e.av->table[src].wire.handle == w.handle) {
     e.peers[src_key] = e.av->table[src];
     return true;
   }

@@ -481,6 +481,45 @@ TEST_F(Rdm, AnEndpointReopenedOnTheSameCardReachesAPeerThatOutlivedItsPredecesso
   EXPECT_TRUE(rx == tx);
 }
 
+TEST_F(Rdm, APeerAnswersTheSuccessorOfAnEndpointItTalkedTo) {
+  // The other direction: b sent to a's predecessor (eager and rendezvous) and keeps state for
+  // it -- its sequence in the predecessor's ring, its address for rendezvous answers. The
+  // successor's ring is new (a new window generation): b must reach it, not the revoked one.
+  auto round = [&](fi_addr_t to_b, fi_addr_t to_a, std::uint32_t base) {
+    for (std::uint32_t i = 0; i < 20; ++i) {  // b -> a eager, more than a lane's 16 slots
+      std::uint32_t got = 0, v = base + i;
+      ASSERT_EQ(fi_trecv(a_.ep, &got, sizeof got, nullptr, FI_ADDR_UNSPEC, 4, 0, nullptr), 0);
+      ASSERT_EQ(fi_tinject(b_.ep, &v, sizeof v, to_a, 4), 0);
+      const Entry r = wait_entry(a_, {&b_});
+      ASSERT_FALSE(r.error || r.timeout) << "message " << i;
+      ASSERT_EQ(got, v);
+    }
+    for (const bool a_sends : {true, false}) {  // rendezvous both ways: RTS, CTS, FIN each way
+      Side& from = a_sends ? a_ : b_;
+      Side& to = a_sends ? b_ : a_;
+      const auto tx = pattern(256 << 10, base + (a_sends ? 1 : 2));
+      std::vector<std::uint8_t> rx(tx.size());
+      int rctx = 0, sctx = 0;
+      ASSERT_EQ(fi_trecv(to.ep, rx.data(), rx.size(), nullptr, FI_ADDR_UNSPEC, 6, 0, &rctx), 0);
+      ASSERT_EQ(fi_tsend(from.ep, tx.data(), tx.size(), nullptr, a_sends ? to_b : to_a, 6, &sctx), 0);
+      const Entry r = wait_entry(to, {&from});
+      ASSERT_FALSE(r.error || r.timeout) << (a_sends ? "a -> b" : "b -> a");
+      const Entry s = wait_entry(from, {&to});
+      ASSERT_FALSE(s.error || s.timeout);
+      ASSERT_TRUE(rx == tx);
+    }
+  };
+  ASSERT_NO_FATAL_FAILURE(round(a_to_b_, b_to_a_, 0x1000));
+  const std::string before(reinterpret_cast<const char*>(a_.addr.data()), a_.addr.size());
+  a_.close();
+  a_.open(0, options_);
+  ASSERT_NE(a_.ep, nullptr);
+  EXPECT_NE(std::string(reinterpret_cast<const char*>(a_.addr.data()), a_.addr.size()), before);
+  const fi_addr_t to_b = a_.insert(b_);
+  const fi_addr_t to_a = b_.insert(a_);
+  ASSERT_NO_FATAL_FAILURE(round(to_b, to_a, 0x2000));
+}
+
 TEST_F(Rdm, TwoCardsWritingOneLaneAreAFaultNamingBoth) {
   // A ring of one lane (NPO_FI_RING_LANES=1): the endpoints of cards 0 and 2 both write lane
   // 0 of it and would overwrite each other's slots. The receiver accepts the first sender and

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <random>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -38,6 +39,32 @@ struct Mesh {
     }
   }
 };
+
+TEST(Window, GenerationsStartAtRandomSoAnotherOpenDoesNotReissueThem) {
+  // registers.md §6.4: the host chooses generations. Each open of a card starts every entry's
+  // at a random non-zero value, so the process that opens a card next does not hand out the
+  // (window, generation) pairs of the one before, which peers may still hold or key state by
+  // (the provider's per-peer sequence, docs/libfabric.md). Eight opens of the same card: the
+  // first window's generation is never 0 and not always the same (all equal: p = 65535^-7).
+  std::vector<std::uint16_t> gens;
+  for (int i = 0; i < 8; ++i) {
+    auto sys = npo::System::open("emu:2?hbm=4M");
+    ASSERT_TRUE(sys.has_value()) << sys.error().to_string();
+    auto w = npo::export_window((*sys)->device(0), 0, 4096);
+    ASSERT_TRUE(w.has_value()) << w.error().to_string();
+    EXPECT_EQ((*w)->handle().window_id, 0u);
+    EXPECT_NE((*w)->handle().generation, 0u);
+    gens.push_back((*w)->handle().generation);
+    // within one open a revoked slot's next window takes the next generation
+    const std::uint16_t g = (*w)->handle().generation;
+    w->reset();
+    auto again = npo::export_window((*sys)->device(0), 0, 4096);
+    ASSERT_TRUE(again.has_value());
+    EXPECT_EQ((*again)->handle().window_id, 0u);
+    EXPECT_NE((*again)->handle().generation, g);
+  }
+  EXPECT_GT(std::set<std::uint16_t>(gens.begin(), gens.end()).size(), 1u);
+}
 
 TEST(Window, HandleSerialisesAndImports) {
   Mesh m("emu:2?hbm=4M");

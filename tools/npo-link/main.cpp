@@ -25,9 +25,9 @@ namespace link = npo::tools::link;
 using link::Common;
 
 void add_common(CLI::App* s, Common& c) {
-  npo::tools::add_backend_option(
-      *s, c.backend, "--backend",
-      "backend URI: emu:mesh8 (default; env NPO_BACKEND overrides it), emu:N, emu:file=PATH, emu-remote:DIR (a running npo-emud), vfio:all, vfio:BDF");
+  npo::tools::add_backend_option(*s, c.backend, "--backend",
+                                 "backend URI: emu:mesh8 (default; env NPO_BACKEND overrides it), emu:N, "
+                                 "emu:file=PATH, emu-remote:DIR (a running npo-emud), vfio:all, vfio:BDF");
   s->add_flag("--json", c.json, "print JSON");
   s->add_option("--watch", c.watch,
                 "repeat every SECONDS > 0 until interrupted (on the emulator's virtual clock, waiting advances time)");
@@ -237,8 +237,14 @@ int main(int argc, char** argv) {
     const unsigned ci = card.value_or(0), pi = port.value_or(0);
     if (ci < (*sys)->device_count() && pi < (*sys)->device(ci).port_count()) {
       auto ps = npo::read_port((*sys)->device(ci), pi);
-      auto far = ps ? link::card_of(**sys, ps->neighbor_fabric_id) : std::nullopt;
-      if (!far && ps && ps->state == npo::LinkState::kFault) {
+      // (a plain index, kNoCard when unknown: an optional here trips g++ 12's
+      // -Wmaybe-uninitialized in the sanitizer builds)
+      constexpr unsigned kNoCard = ~0u;
+      unsigned far = kNoCard;
+      if (ps) {
+        if (auto nc = link::card_of(**sys, ps->neighbor_fabric_id)) far = *nc;
+      }
+      if (far == kNoCard && ps && ps->state == npo::LinkState::kFault) {
         // PORT.NEIGHBOR is cleared whenever a port starts training (registers.md §7.1), so a
         // port that failed its retries no longer names its far end. Its far end failed too
         // (a link is down at both ends): when exactly one port of another card is in Fault,
@@ -259,7 +265,7 @@ int main(int argc, char** argv) {
                        sub, ci, pi, faulted.front().first, faulted.front().second);
         }
       }
-      if (!far) {
+      if (far == kNoCard) {
         // No far end known (several ports in Fault): say how to own it too.
         std::fprintf(stderr,
                      "npo-link %s: the far end of card %u port %u is not known (the port has no trained neighbour); "
@@ -267,16 +273,16 @@ int main(int argc, char** argv) {
                      "--backend '%s' with F the far end's card\n",
                      sub, ci, pi, ci, prbs->parsed() ? "checked" : "retrained", (uri + ",F").c_str());
       }
-      if (far && *far != ci) {
+      if (far != kNoCard && far != ci) {
         // The first attach ends before the second asks for the far end (a card has one owner).
-        const std::string both = npo::tools::owner_uri(given_uri, {ci, *far});
+        const std::string both = npo::tools::owner_uri(given_uri, {ci, far});
         sys->reset();
         auto wide = npo::System::open(both);
         if (wide) {
           sys = std::move(wide);
         } else {
           std::fprintf(stderr, "npo-link %s: far end card %u of card %u port %u is not available as owner (%s)\n", sub,
-                       *far, ci, pi, wide.error().to_string().c_str());
+                       far, ci, pi, wide.error().to_string().c_str());
           sys = npo::System::open(uri);
           if (!sys) {
             link::report(sys.error(), uri);

@@ -435,9 +435,10 @@ int main(int argc, char** argv) {
   std::optional<std::string> backend;
   bool json = false;
   npo::tools::LogOptions log;
-  npo::tools::add_backend_option(app, backend, "-b,--backend",
-                                 "backend URI: emu:mesh8 (default), emu:N, emu:file=PATH, emu-remote:DIR (a running npo-emud), vfio:all, vfio:BDF "
-                                 "(env NPO_BACKEND overrides the default)");
+  npo::tools::add_backend_option(
+      app, backend, "-b,--backend",
+      "backend URI: emu:mesh8 (default), emu:N, emu:file=PATH, emu-remote:DIR (a running npo-emud), vfio:all, vfio:BDF "
+      "(env NPO_BACKEND overrides the default)");
   app.add_flag("--json", json,
                "print one JSON object (cards: a 'cards' array; topo: 'cards', 'links', 'hops', 'diameter', "
                "'connected')");

@@ -126,21 +126,33 @@ class Session {
   // ServerOptions::follow_client_cpus: this thread runs where the client may run, if the
   // client is bound to a strict subset of the CPUs this thread may use.
   void follow_client_cpus() {
-    cpu_set_t client;
-    cpu_set_t own;
-    CPU_ZERO(&client);
-    CPU_ZERO(&own);
-    if (::sched_getaffinity(pid_, sizeof client, &client) != 0 ||
-        ::pthread_getaffinity_np(::pthread_self(), sizeof own, &own) != 0) {
-      return;
+    // Sized for every CPU the kernel may have (a fixed cpu_set_t holds 1024: sched_getaffinity
+    // fails with EINVAL beyond). The client's mask is its main thread's (sched_getaffinity of
+    // the pid), as mpirun binds a whole process.
+    const long ncpu = std::max(::sysconf(_SC_NPROCESSORS_CONF), 1L);
+    const std::size_t size = CPU_ALLOC_SIZE(ncpu);
+    cpu_set_t* client = CPU_ALLOC(ncpu);
+    cpu_set_t* own = CPU_ALLOC(ncpu);
+    cpu_set_t* both = CPU_ALLOC(ncpu);
+    if (client && own && both) {
+      CPU_ZERO_S(size, client);
+      CPU_ZERO_S(size, own);
+      if (::sched_getaffinity(pid_, size, client) != 0 || ::pthread_getaffinity_np(::pthread_self(), size, own) != 0) {
+        srv_.log(fmt::format("card={} pid={}: session thread left unbound: reading CPU affinity failed: {}", card_,
+                             pid_, std::strerror(errno)));
+      } else {
+        CPU_AND_S(size, both, client, own);
+        const int n = CPU_COUNT_S(size, both);
+        if (n != 0 && n < CPU_COUNT_S(size, own)) {
+          if (::pthread_setaffinity_np(::pthread_self(), size, both) == 0) {
+            srv_.log(fmt::format("card={} pid={}: session thread follows the client's {} CPU(s)", card_, pid_, n));
+          }
+        }
+      }
     }
-    cpu_set_t both;
-    CPU_AND(&both, &client, &own);
-    if (CPU_COUNT(&both) == 0 || CPU_COUNT(&both) >= CPU_COUNT(&own)) return;
-    if (::pthread_setaffinity_np(::pthread_self(), sizeof both, &both) == 0) {
-      srv_.log(
-          fmt::format("card={} pid={}: session thread follows the client's {} CPU(s)", card_, pid_, CPU_COUNT(&both)));
-    }
+    if (client) CPU_FREE(client);
+    if (own) CPU_FREE(own);
+    if (both) CPU_FREE(both);
   }
 
   void run() {
