@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // libnpo-fi.so: endpoints -- the data path over the HAL (staged remote DMA into the peer's
 // ring, ring polling), progress and faults (docs/libfabric.md "Data path", "Faults").
+#include <sys/random.h>
+
 #include "provider.hpp"
 
 namespace npo::fi {
@@ -227,8 +229,19 @@ Result<std::uint64_t> sync_lane(Ep& e, const Av::Entry& peer, Ep::Dest& d, OpSta
 Result<void> read_peer_words(Ep& e, const WindowHandle& h, std::span<const std::uint64_t> offsets, std::uint64_t* out,
                              OpStatus* status) {
   if (offsets.empty() || offsets.size() > kReadbackWords) return fail(Code::kInvalidArgument, "read batch size");
-  if (e.queue->outstanding() + offsets.size() > e.queue->depth())
+  if (e.queue->outstanding() + offsets.size() + 1 + 6 > e.queue->depth())
     return fail(Code::kDeadlineExceeded, "no queue room for the remote reads yet");  // the caller waits and retries
+  // A batch given up on (timed out) still completes later into the same readback words: no
+  // new batch while one is outstanding, so timeouts against a peer that does not answer do
+  // not pile reads up in the queue.
+  if (std::any_of(e.tx.begin(), e.tx.end(),
+                  [](const Ep::Tx& x) { return x.kind == Ep::Tx::kRead && x.ctx == nullptr && !x.done; }))
+    return fail(Code::kDeadlineExceeded, "an earlier remote read of a peer's ring is still outstanding");
+  // Behind a FENCE op: the batch starts after every earlier op, so no earlier read's data
+  // lands in the readback words after this batch's (registers.md §5.7). The fence is an op
+  // of its own, outside the batch's range: an earlier failure makes it FENCE_SKIPPED, and the
+  // reads still run.
+  if (auto f = e.queue->enqueue_fence(); !f) return std::unexpected(f.error());
   OpHandle first = 0, last = 0;
   for (std::size_t i = 0; i < offsets.size(); ++i) {
     auto op = e.queue->enqueue_remote_read(h, offsets[i], DmaAddress::host(e.readback_iova() + 8 * i), 8);
@@ -436,16 +449,21 @@ ssize_t send_to(Ep& e, const Av::Entry& peer, const iovec* iov, std::size_t coun
   };
   auto room = [&] { return !e.free_slots.empty() && e.queue->outstanding() + 6 <= e.queue->depth(); };
   // tombstones first: the peer's lane is stuck at the oldest seq whose header never landed
-  while (!d.holes.empty()) {
-    while (!room())
-      if (!wait_a_bit()) return -FI_EAGAIN;
-    const std::uint64_t hole = d.holes.front();
-    d.holes.erase(d.holes.begin());
-    if (post_slot(e, peer, d, key, hole, nullptr, 0, 0, nullptr, 0, kFlagSkip, false, SlotMeta{}) != 0) {
-      d.holes.insert(d.holes.begin(), hole);
-      return 0;
+  // (our own failed headers, or a predecessor's gaps that sync_lane found below)
+  auto post_holes = [&]() -> ssize_t {
+    while (!d.holes.empty()) {
+      while (!room())
+        if (!wait_a_bit()) return -FI_EAGAIN;
+      const std::uint64_t hole = d.holes.front();
+      d.holes.erase(d.holes.begin());
+      if (post_slot(e, peer, d, key, hole, nullptr, 0, 0, nullptr, 0, kFlagSkip, false, SlotMeta{}) != 0) {
+        d.holes.insert(d.holes.begin(), hole);
+        return 1;  // reported on the CQ; nothing more is posted now
+      }
     }
-  }
+    return 0;
+  };
+  if (const ssize_t r = post_holes(); r != 0) return r < 0 ? r : 0;
   while (!room())
     if (!wait_a_bit()) return -FI_EAGAIN;
   const unsigned slots = peer.wire.slots;
@@ -486,6 +504,8 @@ ssize_t send_to(Ep& e, const Av::Entry& peer, const iovec* iov, std::size_t coun
     if (!wait_a_bit()) return -FI_EAGAIN;
     std::this_thread::sleep_for(std::chrono::microseconds(50));  // the next remote read a little later
   }
+  // a first contact's sync may have found gaps a predecessor left: they go before our message
+  if (const ssize_t r = post_holes(); r != 0) return r < 0 ? r : 0;
   // staging and queue room may have been used by nothing else meanwhile (one thread per domain)
   while (!room())
     if (!wait_a_bit()) return -FI_EAGAIN;
@@ -840,6 +860,12 @@ int ep_open(fid_domain* f, fi_info* info, fid_ep** out, void* context) {
     e->ep_no = no;
   }
   e->my_lane = d->fabric_id * kEpsPerCard + e->ep_no;
+  // Message ids start at random: a peer may still answer (CTS, RMA replies) a rendezvous of
+  // the endpoint that had this card, number and window slot before; its ids then name none
+  // of ours, and the answer is dropped instead of landing in one of our sends.
+  if (::getrandom(&e->next_send_id, sizeof e->next_send_id, 0) != static_cast<ssize_t>(sizeof e->next_send_id))
+    e->next_send_id = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  e->next_send_id = (e->next_send_id >> 2) | 1;  // far from wrapping, never 0
   std::lock_guard lk(d->mu);
   if (const int r = ep_setup(*e); r != 0) {
     e->queue.reset();
