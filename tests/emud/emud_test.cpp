@@ -1113,6 +1113,55 @@ TEST(Emud, TrainTakesTheFarEndOfALinkThatFailedAtBothEnds) {
   EXPECT_EQ(d.stop(), 0);
 }
 
+// --manage-links routes around a link that stays down (a subnet manager's sweep): on mesh8
+// card 2 reaches card 0 over their direct link; with card 2 port 0's module pulled, a remote
+// write from card 2 into a window of card 0 still lands, over another card (2 hops).
+TEST(Emud, ManagedLinksAreRoutedAroundALinkThatStaysDown) {
+  EmudProcess d;
+  ASSERT_TRUE(d.start(emud_path(), "emu:mesh8", {"--manage-links"})) << d.output();
+  auto sys = npo::System::open(d.uri() + "?owner=0,2");
+  ASSERT_TRUE(sys.has_value()) << sys.error().to_string();
+  auto& target = (*sys)->device(0);
+  auto& source = (*sys)->device(2);
+  constexpr std::size_t kLen = 64u << 10;
+  auto w = npo::export_window(target, 0, kLen);
+  ASSERT_TRUE(w.has_value()) << w.error().to_string();
+  auto q = source.open_queue({.engine = 0, .depth = 64});
+  ASSERT_TRUE(q.has_value()) << q.error().to_string();
+  auto src = npo::allocate_host_memory(source, kLen).value();
+  auto write_once = [&](std::uint8_t fill) {
+    std::memset(src->bytes().data(), fill, kLen);
+    EXPECT_TRUE((*q)->enqueue_remote_write(DmaAddress::host(src->iova()), (*w)->handle(), 0, kLen));
+    const auto c = npo_test::run(**q, 1);
+    return c.size() == 1 ? c[0].status : OpStatus::kTimeout;
+  };
+  ASSERT_EQ(write_once(0x11), OpStatus::kOk) << "over the direct link";
+  auto inj = npo_test::run_command(std::string(NPO_EMU) + " fault --socket-dir " + d.dir() +
+                                   " --kind module_removal --card 2 --port 0 2>&1");
+  ASSERT_EQ(inj.status, 0) << inj.out;
+  for (int i = 0; i < 200 && d.output().find("routes recomputed over 54 ports up") == std::string::npos; ++i)
+    (void)d.pump(100);
+  ASSERT_NE(d.output().find("routes recomputed over 54 ports up: diameter 2 hops, 0 unreachable pairs"),
+            std::string::npos)
+      << d.output();
+  auto ps = npo::read_port(source, 0);
+  ASSERT_TRUE(ps.has_value());
+  EXPECT_NE(ps->state, npo::LinkState::kUp) << "the direct link is down";
+  EXPECT_EQ(write_once(0x22), OpStatus::kOk) << "routed over another card";
+  auto map = npo::map_window(target, **w);
+  ASSERT_TRUE(map.has_value());
+  std::vector<std::byte> seen(kLen);
+  ASSERT_TRUE((*map)->read(0, seen));
+  EXPECT_EQ(seen[0], std::byte{0x22});
+  EXPECT_EQ(seen[kLen - 1], std::byte{0x22});
+  map->reset();  // everything of the cards before the System
+  src.reset();
+  q->reset();
+  w->reset();
+  sys->reset();
+  EXPECT_EQ(d.stop(), 0);
+}
+
 std::vector<std::byte> process_map_msg(std::uint64_t iova, std::uint64_t size, const void* vaddr) {
   std::array<std::byte, emud::dma_map::kBytes> b{};
   emud::store<std::uint64_t>(b, emud::dma_map::kIova, iova);

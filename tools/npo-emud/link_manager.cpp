@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "link_manager.hpp"
 
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -8,6 +9,7 @@
 
 #include "npo/hal/link_monitor.hpp"
 #include "npo/hal/port.hpp"
+#include "npo/hal/topology.hpp"
 
 namespace npo::tools {
 
@@ -29,12 +31,37 @@ bool in_progress(LinkState s) {
 
 }  // namespace
 
+void LinkManager::reroute(std::size_t ports_up) {
+  auto topo = discover_topology(system_);
+  if (!topo) {
+    say_(fmt::format("routes not recomputed: discovery failed: {}", topo.error().to_string()));
+    return;
+  }
+  auto routes = RouteTable::compute(*topo);
+  if (!routes) {
+    say_(fmt::format("routes not recomputed: {}", routes.error().to_string()));
+    return;
+  }
+  if (auto r = program_routes(system_, *routes); !r) {
+    say_(fmt::format("routes not programmed: {}", r.error().to_string()));
+    return;
+  }
+  std::size_t unreachable = 0;
+  for (const std::uint32_t a : topo->cards)
+    for (const std::uint32_t b : topo->cards) unreachable += a != b && routes->hops(a, b) < 0 ? 1 : 0;
+  say_(fmt::format("routes recomputed over {} ports up: diameter {} hops, {} unreachable pairs", ports_up,
+                   routes->diameter(), unreachable));
+}
+
 void LinkManager::run() {
   LinkMonitorOptions mo;
   mo.enforce_flap_policy = false;  // the manager keeps its own dampers
   mo.use_stats_dma = false;        // no DMA map next to the clients' maps on the cards
   LinkMonitor mon(system_, mo);
   std::set<std::pair<std::uint32_t, unsigned>> seen_down;  // not up in the previous poll
+  // Up ports the routes were computed over (the bring-up's, at the first poll), and those
+  // of the previous poll: routes are recomputed once a change held for two polls.
+  std::optional<std::set<std::pair<std::uint32_t, unsigned>>> routed, last_up;
   const FlapPolicy policy;
   while (!stop_.load(std::memory_order_acquire)) {
     auto snap = mon.snapshot();
@@ -43,10 +70,12 @@ void LinkManager::run() {
     const auto now = static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
             .count());
+    std::set<std::pair<std::uint32_t, unsigned>> up_now;
     if (snap) {
       for (const auto& cp : snap->cards) {
         if (cp.removed) continue;
         for (const auto& ps : cp.ports) {
+          if (ps.link_up) up_now.emplace(cp.card, ps.port);
           if (!ps.module_present || !ps.enabled || ps.link_up || in_progress(ps.state)) continue;
           const auto key = std::make_pair(cp.card, ps.port);
           down_now.insert(key);
@@ -74,6 +103,17 @@ void LinkManager::run() {
         }
       }
       down_now.clear();  // judge the retrained ports afresh
+    }
+    if (snap && retrain.empty()) {
+      if (!routed) {
+        routed = up_now;  // the bring-up programmed these
+      } else if (up_now != *routed && last_up && up_now == *last_up) {
+        reroute(up_now.size());
+        routed = up_now;
+      }
+      last_up = std::move(up_now);
+    } else {
+      last_up.reset();  // a retrain is changing the ports: judge after it
     }
     seen_down = std::move(down_now);
     for (int i = 0; i < 10 && !stop_.load(std::memory_order_acquire); ++i) std::this_thread::sleep_for(period_ / 10);

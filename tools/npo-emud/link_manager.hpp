@@ -23,8 +23,13 @@ namespace npo::tools {
 /// longer locks is dropped from LANE_ENABLE by the supervisor, and the link comes back
 /// narrower (DEGRADED, e.g. 7/8 lanes). A port that went down FlapPolicy::max_downs times within
 /// FlapPolicy::window_ns (5 in 60 s) is left down and logged once ("held down"), so a
-/// flapping link is not retrained for ever. Removed cards are skipped. Every decision is one
-/// line through `say`. Thread-safety: owns one thread; the System must outlive the manager.
+/// flapping link is not retrained for ever. Removed cards are skipped. When the set of Up
+/// ports differs from the one the routes were last computed over, and stayed the same for two
+/// polls, it discovers the fabric again and programs every card's routes (registers.md §8:
+/// discover_topology, RouteTable::compute, program_routes), so a link that stays down is
+/// routed around over the cards that remain (a subnet manager's sweep), and one that comes
+/// back is used again. Every decision is one line through `say`. Thread-safety: owns one
+/// thread; the System must outlive the manager.
 class LinkManager {
  public:
   LinkManager(System& system, std::function<void(const std::string&)> say,
@@ -35,6 +40,8 @@ class LinkManager {
 
  private:
   void run();
+  /// Discovers the fabric, recomputes and programs the routes; says what it did.
+  void reroute(std::size_t ports_up);
 
   System& system_;
   std::function<void(const std::string&)> say_;

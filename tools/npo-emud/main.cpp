@@ -105,7 +105,8 @@ int main(int argc, char** argv) {
   bool manage_links = false;
   app.add_flag("--manage-links", manage_links,
                "while serving, retrain links that go down, as a subnet manager does (a dead lane is dropped: the "
-               "link comes back narrower, DEGRADED); 5 downs in 60 s leave a port down");
+               "link comes back narrower, DEGRADED); 5 downs in 60 s leave a port down; when the Up ports change "
+               "for good, reprogram every card's routes around the links that are down");
   npo::tools::LogOptions log;
   npo::tools::add_log_options(app, log);
   std::string trace_path;
