@@ -1328,6 +1328,8 @@ TEST(Emud, ASessionThreadRunsWhereItsBoundClientRuns) {
   cpu_set_t mine;
   CPU_ZERO(&mine);
   ASSERT_EQ(::sched_getaffinity(0, sizeof mine, &mine), 0);
+  // With one CPU no client can be bound to a strict subset of the daemon's CPUs, so the
+  // feature has nothing to do there (it binds only then). CI's machine has 2 and runs it.
   if (CPU_COUNT(&mine) < 2) GTEST_SKIP() << "needs 2 CPUs to bind a client to a strict subset";
   int cpu = 0;
   while (!CPU_ISSET(cpu, &mine)) ++cpu;
