@@ -1,0 +1,181 @@
+// SPDX-License-Identifier: Apache-2.0
+// The copy floor of moving a 1 MiB message between two processes on this host, with no card,
+// daemon or provider involved: what the CPUs and the memory system allow each data path
+// (docs/mpi.md "Where the time goes"). Per iteration, interleaved so that other load on the
+// host falls on both alike:
+//  - one copy: Open MPI's shared-memory path (vader with CMA): the receiver's CPU reads the
+//    sender's buffer with process_vm_readv straight into its own buffer;
+//  - two copies, pipelined: the emulated card's rendezvous path: the engine, a thread on the
+//    sender's CPU (npo-emud's session thread follows its client), copies each chunk of the
+//    sender's buffer with process_vm_readv into shared memory (the receiving card's HBM
+//    landing zone, 16 chunk slots), and the receiver's CPU copies each chunk out into its
+//    buffer as soon as it landed. The engine thread spins instead of sleeping on a doorbell,
+//    so no wake-up is counted: this is the best that design can do here.
+// Counters: one_copy_GBps, two_copies_GBps and their ratio two_over_one (< 1: the two-copy
+// path cannot reach the one-copy path on this host, whatever its protocol). Needs 2 CPUs.
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
+namespace {
+
+constexpr std::size_t kMessage = std::size_t{1} << 20;  // bytes per message
+constexpr std::size_t kLandingSlots = 16;               // chunk slots of the landing zone
+
+void pin(int cpu) {
+  cpu_set_t s;
+  CPU_ZERO(&s);
+  CPU_SET(cpu, &s);
+  (void)::sched_setaffinity(0, sizeof s, &s);
+}
+
+// Two CPUs this process may run on, or {-1, -1}.
+std::pair<int, int> two_cpus() {
+  cpu_set_t s;
+  CPU_ZERO(&s);
+  if (::sched_getaffinity(0, sizeof s, &s) != 0) return {-1, -1};
+  int a = -1;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &s)) continue;
+    if (a < 0) {
+      a = c;
+    } else {
+      return {a, c};
+    }
+  }
+  return {-1, -1};
+}
+
+void* map_anon(std::size_t n) {
+  void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+// Copies `len` bytes at `remote` of process `pid` to `local`; false when the kernel refused.
+bool cma_read(pid_t pid, void* local, const void* remote, std::size_t len) {
+  std::size_t done = 0;
+  while (done < len) {
+    iovec l{static_cast<char*>(local) + done, len - done};
+    iovec r{const_cast<char*>(static_cast<const char*>(remote)) + done, len - done};
+    const ssize_t n = ::process_vm_readv(pid, &l, 1, &r, 1, 0);
+    if (n <= 0) return false;
+    done += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+void BM_CopyFloor(benchmark::State& state) {
+  const std::size_t chunk = static_cast<std::size_t>(state.range(0)) << 10;
+  const std::size_t chunks = kMessage / chunk;
+  const auto [sender_cpu, receiver_cpu] = two_cpus();
+  if (sender_cpu < 0) {
+    state.SkipWithError("needs 2 CPUs");
+    return;
+  }
+  // The sender: a process that owns the source buffer (written once, as a ping-pong's is)
+  // and sleeps on its CPU until the benchmark closes the pipe.
+  auto* src = static_cast<unsigned char*>(map_anon(kMessage));
+  int gate[2];
+  if (src == nullptr || ::pipe(gate) != 0) {
+    state.SkipWithError("mmap or pipe failed");
+    return;
+  }
+  std::memset(src, 0x5a, kMessage);
+  const pid_t sender = ::fork();
+  if (sender == 0) {
+    pin(sender_cpu);
+    ::close(gate[1]);
+    char c;
+    (void)!::read(gate[0], &c, 1);
+    ::_exit(0);
+  }
+  ::close(gate[0]);
+  // The landing zone: shared memory, as the card's HBM is (a memfd the daemon maps).
+  const int fd = ::memfd_create("copy-floor-landing", MFD_CLOEXEC);
+  void* land_map = MAP_FAILED;
+  if (fd >= 0 && ::ftruncate(fd, static_cast<off_t>(kLandingSlots * chunk)) == 0) {
+    land_map = ::mmap(nullptr, kLandingSlots * chunk, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  auto* dst = static_cast<unsigned char*>(map_anon(kMessage));
+  if (sender < 0 || land_map == MAP_FAILED || dst == nullptr) {
+    state.SkipWithError("fork, memfd or mmap failed");
+  } else {
+    auto* land = static_cast<unsigned char*>(land_map);
+    std::memset(land, 0, kLandingSlots * chunk);
+    std::memset(dst, 0, kMessage);
+    cpu_set_t before;
+    CPU_ZERO(&before);
+    const bool restore = ::sched_getaffinity(0, sizeof before, &before) == 0;
+    pin(receiver_cpu);
+    std::atomic<long> go{0}, landed{0};
+    std::atomic<bool> stop{false}, engine_failed{false};
+    std::thread engine([&, cpu = sender_cpu] {
+      pin(cpu);
+      long k = 0;
+      for (long m = 0;; ++m) {
+        while (go.load(std::memory_order_acquire) <= m) {
+          if (stop.load(std::memory_order_relaxed)) return;
+        }
+        for (std::size_t j = 0; j < chunks; ++j, ++k) {
+          if (!cma_read(sender, land + std::size_t(k % kLandingSlots) * chunk, src + j * chunk, chunk))
+            engine_failed.store(true);
+          landed.store(k + 1, std::memory_order_release);
+        }
+      }
+    });
+    double one_s = 0, two_s = 0;
+    long m = 0, k = 0;
+    bool ok = true;
+    for (auto _ : state) {
+      auto t0 = std::chrono::steady_clock::now();
+      ok = ok && cma_read(sender, dst, src, kMessage);
+      auto t1 = std::chrono::steady_clock::now();
+      go.store(++m, std::memory_order_release);
+      for (std::size_t j = 0; j < chunks; ++j, ++k) {
+        while (landed.load(std::memory_order_acquire) <= k) {
+        }
+        std::memcpy(dst + j * chunk, land + std::size_t(k % kLandingSlots) * chunk, chunk);
+      }
+      auto t2 = std::chrono::steady_clock::now();
+      benchmark::DoNotOptimize(dst[kMessage - 1]);
+      one_s += std::chrono::duration<double>(t1 - t0).count();
+      two_s += std::chrono::duration<double>(t2 - t1).count();
+    }
+    stop.store(true);
+    engine.join();
+    if (restore) (void)::sched_setaffinity(0, sizeof before, &before);
+    if (!ok || engine_failed.load()) {
+      state.SkipWithError("process_vm_readv refused (ptrace scope?)");
+    } else if (dst[0] != 0x5a || dst[kMessage - 1] != 0x5a) {
+      state.SkipWithError("the copies did not move the data");
+    } else {
+      const double bytes = static_cast<double>(m) * kMessage;
+      state.counters["one_copy_GBps"] = bytes / one_s / 1e9;
+      state.counters["two_copies_GBps"] = bytes / two_s / 1e9;
+      state.counters["two_over_one"] = one_s / two_s;
+      state.SetBytesProcessed(static_cast<std::int64_t>(2 * bytes));
+    }
+  }
+  ::close(gate[1]);
+  if (sender > 0) (void)::waitpid(sender, nullptr, 0);
+  if (land_map != MAP_FAILED) ::munmap(land_map, kLandingSlots * chunk);
+  if (fd >= 0) ::close(fd);
+  if (dst) ::munmap(dst, kMessage);
+  ::munmap(src, kMessage);
+}
+// 256 KiB: the provider's rendezvous chunk (drivers/libfabric/provider.hpp kRndvChunk).
+BENCHMARK(BM_CopyFloor)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();
