@@ -96,7 +96,7 @@ void Ep::poll_rx() {
       if (hw_load64(slot) != want) break;
       SlotHeader h;
       hw_copy(reinterpret_cast<std::byte*>(&h), slot, sizeof h);
-      if (h.magic == kHdrMagic && lane_shared(lane, h.src_fabric_id, h.src_window, h.src_ep)) return;
+      if (h.magic == kHdrMagic && lane_shared(lane, h.src_fabric_id, h.src_window, h.src_ep, h.src_generation)) return;
       const bool bad_header = (h.flags & kFlagSkip) || h.magic != kHdrMagic || h.len > kMaxMsg;
       if (!bad_header) hw_copy(rx_scratch.data(), slot + kHdr, h.len);
       if (bad_header || payload_sum(rx_scratch.data(), h.len) != h.sum) {
@@ -363,13 +363,14 @@ ssize_t post_slot(Ep& e, const Av::Entry& peer, Ep::Dest& d, std::uint64_t key, 
   hdr.src_window = e.window ? e.window->handle().window_id : 0;
   hdr.kind = meta.kind;
   hdr.src_ep = static_cast<std::uint8_t>(e.ep_no);
+  // the ring's generation tells the receiver a successor from its predecessor (lane_shared)
+  hdr.src_generation = e.window ? e.window->handle().generation : 0;
   if (e.rdm && e.window) {
     // piggybacked credits: how many of the peer's messages we consumed (docs/libfabric.md
     // "Data path"), so its sends need no remote read of our consumer counter
     if (auto it = e.lane_of_src.find(src_key_of(h.fabric_id, h.window_id)); it != e.lane_of_src.end()) {
       hdr.flags |= kFlagAck;
       hdr.ack = e.rx_consumed[it->second];
-      hdr.src_generation = e.window->handle().generation;
     }
   }
   std::memcpy(st, &hdr, sizeof hdr);
@@ -808,6 +809,7 @@ int ep_setup(Ep& e) {
   e.rx_consumed.assign(e.lanes, 0);
   e.lane_owner.assign(e.lanes, 0);
   e.lane_src.assign(e.lanes, 0);
+  e.lane_ring.assign(e.lanes, 0);
   for (unsigned s = kTxSize; s > 0; --s) e.free_slots.push_back(s - 1);
   return e.rdm ? rdm_setup(e) : 0;
 }

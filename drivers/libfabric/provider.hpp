@@ -38,6 +38,7 @@
 #include <string_view>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <rdma/fabric.h>
@@ -95,7 +96,7 @@ struct SlotHeader {
   std::uint16_t src_window;      // RDM: the sender's ring window ID (with src_fabric_id: who sent it)
   std::uint8_t kind;             // RDM: MsgKind; 0 on the DGRAM core
   std::uint8_t src_ep;           // the sender's endpoint number on its card (lane_shared)
-  std::uint16_t src_generation;  // RDM: the generation of the sender's ring window (with kFlagAck)
+  std::uint16_t src_generation;  // RDM: the generation of the sender's ring window
   std::uint8_t pad1[2];
   std::uint64_t ack;  // RDM, kFlagAck: messages of the receiver the sender consumed from its own ring
 };
@@ -535,6 +536,8 @@ struct Ep {
   unsigned slots = kSlotsPerLane;         // slots per lane of the own ring
   std::vector<std::uint64_t> lane_owner;  // per lane: (fabric ID << 8 | endpoint number) + 1 of its sender
   std::vector<std::uint64_t> lane_src;    // per lane: src_key_of() + 1 of its sender's ring window
+  std::vector<std::uint64_t> lane_ring;   // RDM, per lane: dest_key_of() + 1 of its sender's ring (with generation)
+  std::unordered_set<std::uint64_t> gone_rings;  // RDM: rings (dest_key_of) whose owner's successor wrote since
   std::unordered_map<std::uint64_t, unsigned> lane_of_src;  // src_key_of() -> its lane in the own ring
   std::vector<unsigned> hot_lanes;  // RDM: lanes with a sender, scanned on every poll (rdm_poll_rx)
   unsigned rx_polls = 0;            // RDM: polls so far; every 16th scans every lane
@@ -671,6 +674,7 @@ struct Ep {
     bool rma_write = false;
     std::uint64_t rma_key = 0, rma_addr = 0, rma_op = 0;
     std::uint64_t rma_err = 0;
+    std::vector<std::uint64_t> landing;  // landing chunk offsets granted and not yet FIN'd
   };
   std::map<std::uint64_t, RecvReq> recvs;
   struct RmaOp {  // an RMA of this initiator waiting for its ack / data (rma.cpp)
@@ -704,7 +708,8 @@ struct Ep {
   // card and number from another ring window comes from the owner's successor (the owner was
   // closed, or its process is gone), which continued the lane's sequence (sync_lane). The
   // lane's credits (`ack`, post_slot) then go to the successor's window.
-  bool lane_shared(unsigned lane, std::uint32_t src_fabric_id, std::uint16_t src_window, std::uint8_t src_ep) {
+  bool lane_shared(unsigned lane, std::uint32_t src_fabric_id, std::uint16_t src_window, std::uint8_t src_ep,
+                   std::uint16_t src_generation) {
     const std::uint64_t who = ((std::uint64_t{src_fabric_id} << 8) | src_ep) + 1;
     if (lane_owner[lane] == 0) {
       lane_owner[lane] = who;
@@ -723,6 +728,16 @@ struct Ep {
       if (lane_src[lane] != 0) lane_of_src.erase(lane_src[lane] - 1);
       lane_src[lane] = k;
       lane_of_src[k - 1] = lane;
+    }
+    if (rdm) {
+      // The successor may get the same window ID: its ring differs in the generation.
+      const std::uint64_t ring =
+          ((std::uint64_t{src_fabric_id} << 32) | (std::uint64_t{src_window} << 16) | src_generation) + 1;
+      if (lane_ring[lane] != ring) {
+        const std::uint64_t before = lane_ring[lane];
+        lane_ring[lane] = ring;
+        if (before != 0) predecessor_gone(before - 1);
+      }
     }
     return false;
   }
@@ -760,6 +775,12 @@ struct Ep {
   void rdm_poll_rx();                  // rdm.cpp: consume the own ring (never sends)
   void rdm_tx_delivered(const Tx& t);  // rdm.cpp: it landed: free what it held, complete
   void rdm_tx_failed(Tx t);            // rdm.cpp: resend later, or fail the operation
+  // rdm.cpp: the ring `ring` (dest_key_of) belonged to a sender whose successor (the endpoint
+  // opened next with the same card and endpoint number) has written this endpoint's ring: the
+  // sender is closed. What it owed or was owed can never finish: its rendezvous receives fail
+  // (FI_EIO), its announced unmatched messages are dropped, our sends, RMA and control
+  // messages to it fail or are dropped, and failed writes to it are not resent.
+  void predecessor_gone(std::uint64_t ring);
   void report_fatal(const std::string& msg, int err) {
     if (fatal_reported) return;
     fatal_reported = true;

@@ -125,6 +125,7 @@ void queue_grants(Ep& e, std::uint64_t recv_id, Ep::RecvReq& q) {
     e.land_free.pop_back();
     const std::uint64_t len = std::min<std::uint64_t>(kRndvChunk, q.total - q.granted);
     c.body.insert(c.body.end(), {q.granted, e.landing_off() + std::uint64_t{chunk} * kRndvChunk, len});
+    q.landing.push_back(e.landing_off() + std::uint64_t{chunk} * kRndvChunk);
     q.granted += len;
   }
   if (c.body.size() > 2) e.ctrl_out.push_back(std::move(c));
@@ -257,7 +258,7 @@ void Ep::rdm_poll_rx() {
       if (hw_load64(slot) != want) break;
       SlotHeader h;
       hw_copy(reinterpret_cast<std::byte*>(&h), slot, sizeof h);
-      if (h.magic == kHdrMagic && lane_shared(lane, h.src_fabric_id, h.src_window, h.src_ep)) return;
+      if (h.magic == kHdrMagic && lane_shared(lane, h.src_fabric_id, h.src_window, h.src_ep, h.src_generation)) return;
       if (h.magic == kHdrMagic && (h.flags & kFlagSkip) && h.len == 0) {
         // A tombstone: a seq the endpoint that wrote this lane before the sender never
         // delivered (it closed first); the sender found the gap when it took the lane over
@@ -375,6 +376,8 @@ void Ep::rdm_poll_rx() {
               copy_to_iov(r.r.iov.data(), r.r.count, b.msg_off, base + b.land_off, b.len, true);
             }
             land_free.push_back(static_cast<unsigned>((b.land_off - landing_off()) / kRndvChunk));
+            if (auto l = std::find(r.landing.begin(), r.landing.end(), b.land_off); l != r.landing.end())
+              r.landing.erase(l);
           }
           r.received += b.len;
           if (b.err) r.rma_err = b.err;
@@ -442,6 +445,12 @@ void Ep::rdm_tx_delivered(const Tx& t) {
 }
 
 void Ep::rdm_tx_failed(Tx t) {
+  if (gone_rings.count(t.dest_key)) {
+    // a write to a closed sender's ring (predecessor_gone): not resent, nothing to report
+    free_slots.push_back(t.slot);
+    if (t.rndv_chunk >= 0) rndv_free.push_back(static_cast<unsigned>(t.rndv_chunk));
+    return;
+  }
   if (t.rndv_src != 0 && (t.worst == OpStatus::kIommuFault || t.worst == OpStatus::kIommuPermission)) {
     // The card could not read the chunk where it lies: memory process_vm_readv cannot reach
     // (memfd_secret, a device mapping) that the CPU can. Nothing of the FIN landed (its header
@@ -492,6 +501,80 @@ void Ep::rdm_tx_failed(Tx t) {
   }
   if (t.send_id) rma_fail(*this, t.send_id, fi_errno_of(t.worst), msg);
   report_fatal(msg, fi_errno_of(t.worst));
+}
+
+// ---- A sender's successor wrote: the sender is closed -----------------------------------------
+void Ep::predecessor_gone(std::uint64_t ring) {
+  gone_rings.insert(ring);
+  dests.erase(ring);
+  const auto fid = static_cast<std::uint32_t>(ring >> 32);
+  const auto win = static_cast<std::uint32_t>((ring >> 16) & 0xffffu);
+  const std::uint64_t key = src_key_of(fid, win);
+  const std::string msg = "npo: the endpoint on the card with fabric id " + std::to_string(fid) + " (ring window " +
+                          std::to_string(win) + ") that " + where() +
+                          " exchanged a message with was closed before the message finished (the endpoint opened "
+                          "next on that card has written since)";
+  unsigned failed = 0, lost = 0;
+  // rendezvous receives from it: no more chunks will come; their landing chunks are free again
+  for (auto it = recvs.begin(); it != recvs.end();) {
+    RecvReq& q = it->second;
+    if (q.src_key != key) {
+      ++it;
+      continue;
+    }
+    for (const std::uint64_t off : q.landing)
+      land_free.push_back(static_cast<unsigned>((off - landing_off()) / kRndvChunk));
+    if (q.rma_op) {
+      rma_fail(*this, q.rma_op, FI_EIO, msg);
+    } else if (!q.rma_write && q.r.ctx != reinterpret_cast<void*>(1) && rx_cq) {
+      rx_cq->push_error(q.r.ctx, recv_flags(q.tagged, q.has_data), 0, 0, FI_EIO, msg, q.tag, q.has_data ? q.data : 0);
+    }
+    std::erase_if(ctrl_out,
+                  [&](const Ctrl& c) { return c.kind == kCts && c.body.size() > 1 && c.body[1] == it->first; });
+    it = recvs.erase(it);
+    ++failed;
+  }
+  // messages it announced (RTS) that no receive took yet: their data will not come
+  lost += static_cast<unsigned>(
+      std::erase_if(unexp, [&](const Unexp& u) { return u.src_key == key && u.kind == kRts && !u.claimed_by; }));
+  // control messages to it still waiting for credits
+  std::erase_if(ctrl_out, [&](const Ctrl& c) { return c.dest_key == key; });
+  // writes to its ring waiting to be resent: it is gone
+  for (auto it = retry.begin(); it != retry.end();) {
+    if (it->dest_key != ring) {
+      ++it;
+      continue;
+    }
+    free_slots.push_back(it->slot);
+    if (it->rndv_chunk >= 0) rndv_free.push_back(static_cast<unsigned>(it->rndv_chunk));
+    it = retry.erase(it);
+  }
+  // our rendezvous sends and RMA to it: nobody will answer them
+  for (auto it = sends.begin(); it != sends.end();) {
+    if (it->second.dest_key != ring) {
+      ++it;
+      continue;
+    }
+    auto next = std::next(it);
+    if (it->second.rma_src) {
+      sends.erase(it);  // answering its RMA read: nobody waits for the data
+    } else {
+      fail_send_req(*this, it, FI_EIO, msg);
+      ++failed;
+    }
+    it = next;
+  }
+  for (auto it = rma_ops.begin(); it != rma_ops.end();) {
+    auto next = std::next(it);
+    if (dest_key_of(it->second.peer.handle) == ring) {
+      rma_fail(*this, it->first, FI_EIO, msg);
+      ++failed;
+    }
+    it = next;
+  }
+  if (failed + lost > 0)
+    warn(FI_LOG_EP_DATA, msg + ": " + std::to_string(failed) + " operation(s) failed, " + std::to_string(lost) +
+                             " unreceived message(s) dropped");
 }
 
 // ---- Progress -------------------------------------------------------------------------------

@@ -520,6 +520,86 @@ TEST_F(Rdm, APeerAnswersTheSuccessorOfAnEndpointItTalkedTo) {
   ASSERT_NO_FATAL_FAILURE(round(to_b, to_a, 0x2000));
 }
 
+TEST_F(Rdm, AReceiveOfAMessageWhosePredecessorSenderClosedMidwayFailsWhenItsSuccessorWrites) {
+  // a announces 5 MiB (RTS); b matches it and grants all its 16 landing chunks (CTS) to a's
+  // ring; a closes before it moves any data. Nobody will ever send the rest, so once the
+  // endpoint opened next on a's card writes to b, b's receive completes with an error naming
+  // the sender -- it does not wait forever -- and b goes on with the successor, both ways,
+  // with its landing chunks back and no fault on its EQ.
+  // Round 1: b answers the RTS before a closes. Round 2: after (a's RTS landed, a closed,
+  // then b reads it): b's grant meets a revoked window and waits to be resent; it must be
+  // dropped when the successor writes, not resent until the fault timer (300 ms here) fires.
+  fid_eq* eq = nullptr;
+  fi_eq_attr eq_attr{};
+  ASSERT_EQ(fi_eq_open(b_.fabric, &eq_attr, &eq, nullptr), 0);
+  ASSERT_EQ(fi_ep_bind(b_.ep, &eq->fid, 0), 0);
+  ::setenv("NPO_FI_FAULT_MS", "300", 1);
+  fi_addr_t to_b = a_to_b_, to_a = b_to_a_;
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(round == 0 ? "b answered before a closed" : "b answered after a closed");
+    const auto tx = pattern(5 << 20, 91 + round);
+    std::vector<std::uint8_t> rx(tx.size());
+    int rctx = 0, sctx = 0;
+    ASSERT_EQ(fi_trecv(b_.ep, rx.data(), rx.size(), nullptr, FI_ADDR_UNSPEC, 5, 0, &rctx), 0);
+    ASSERT_EQ(fi_tsend(a_.ep, tx.data(), tx.size(), nullptr, to_b, 5, &sctx), 0);
+    if (round == 0) {
+      for (int i = 0; i < 200; ++i) progress(b_);  // b takes the RTS and grants; a is not progressed
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the RTS lands in b's ring
+    }
+    a_.close();
+    if (round == 1)
+      for (int i = 0; i < 200; ++i) progress(b_);  // b grants to the closed ring: refused, resent later
+    a_.open(0, options_);
+    ASSERT_NE(a_.ep, nullptr);
+    to_b = a_.insert(b_);
+    to_a = b_.insert(a_);
+    std::uint32_t got = 0;
+    const std::uint32_t v = 0x5ecc0001u + static_cast<std::uint32_t>(round);
+    ASSERT_EQ(fi_trecv(b_.ep, &got, sizeof got, nullptr, FI_ADDR_UNSPEC, 9, 0, nullptr), 0);
+    ASSERT_EQ(fi_tinject(a_.ep, &v, sizeof v, to_b, 9), 0);
+    const Entry r = wait_entry(b_, {&a_});
+    ASSERT_FALSE(r.timeout);
+    ASSERT_TRUE(r.error) << "the 5 MiB receive completes first, with an error";
+    EXPECT_EQ(r.err.op_context, &rctx);
+    EXPECT_EQ(r.err.err, FI_EIO);
+    const char* text = fi_cq_strerror(b_.cq, r.err.prov_errno, r.err.err_data, nullptr, 0);
+    EXPECT_NE(std::string(text ? text : "").find("was closed before the message finished"), std::string::npos)
+        << (text ? text : "");
+    const Entry e = wait_entry(b_, {&a_});
+    ASSERT_FALSE(e.error || e.timeout);
+    EXPECT_EQ(got, v);
+    // the successor and b: rendezvous both ways (b's landing chunks were given back)
+    for (const bool a_sends : {true, false}) {
+      Side& from = a_sends ? a_ : b_;
+      Side& to = a_sends ? b_ : a_;
+      const auto t2 = pattern(1 << 20, a_sends ? 92 : 93);
+      std::vector<std::uint8_t> r2(t2.size());
+      ASSERT_EQ(fi_trecv(to.ep, r2.data(), r2.size(), nullptr, FI_ADDR_UNSPEC, 6, 0, nullptr), 0);
+      ASSERT_EQ(fi_tsend(from.ep, t2.data(), t2.size(), nullptr, a_sends ? to_b : to_a, 6, nullptr), 0);
+      const Entry x = wait_entry(to, {&from});
+      ASSERT_FALSE(x.error || x.timeout) << (a_sends ? "a -> b" : "b -> a");
+      const Entry y = wait_entry(from, {&to});
+      ASSERT_FALSE(y.error || y.timeout);
+      EXPECT_TRUE(r2 == t2);
+    }
+    // longer than the fault timer: b's EQ stays empty (a fault would be an error entry there)
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(600);
+    while (std::chrono::steady_clock::now() < until) {
+      progress(b_);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::uint32_t event = 0;
+    fi_eq_entry entry{};
+    fi_eq_err_entry err{};
+    if (fi_eq_read(eq, &event, &entry, sizeof entry, 0) == -FI_EAVAIL && fi_eq_readerr(eq, &err, 0) > 0)
+      ADD_FAILURE() << "b reported a fault: " << fi_eq_strerror(eq, err.prov_errno, err.err_data, nullptr, 0);
+  }
+  ::unsetenv("NPO_FI_FAULT_MS");
+  b_.close_ep();
+  EXPECT_EQ(fi_close(&eq->fid), 0);
+}
+
 TEST_F(Rdm, TwoCardsWritingOneLaneAreAFaultNamingBoth) {
   // A ring of one lane (NPO_FI_RING_LANES=1): the endpoints of cards 0 and 2 both write lane
   // 0 of it and would overwrite each other's slots. The receiver accepts the first sender and
