@@ -430,6 +430,16 @@ ssize_t send_to(Ep& e, const Av::Entry& peer, const iovec* iov, std::size_t coun
   e.poll_dma();
   const WindowHandle& h = peer.handle;
   const std::uint64_t key = dest_key_of(h);
+  // the endpoint at that address was closed: its successor on the card wrote to us since
+  // (predecessor_gone); nothing sent there will be read
+  auto gone = [&] {
+    if (!e.rdm || !e.gone_rings.count(key)) return false;
+    warn(FI_LOG_EP_DATA, "npo: send from " + e.where() + " to the card with fabric id " + std::to_string(h.fabric_id) +
+                             " refused: the endpoint at that address was closed (the endpoint opened next on that "
+                             "card has written since)");
+    return true;
+  };
+  if (gone()) return -FI_EIO;
   Ep::Dest& d = e.dests[key];
   // Resources short (staging slots, queue room, the peer's ring credits): wait for them up
   // to `wait` (kSendWait for an application's send), progressing this endpoint's completions
@@ -478,6 +488,7 @@ ssize_t send_to(Ep& e, const Av::Entry& peer, const iovec* iov, std::size_t coun
         if (!wait_a_bit()) return -FI_EAGAIN;
         continue;
       }
+      if (gone()) return -FI_EIO;  // found closed while this send waited (rdm_poll_rx)
       if (e.rdm) {
         // RDM never drops: wait (the route may come back), a fault after NPO_FI_FAULT_MS
         e.send_failed(key, read_status,
@@ -810,6 +821,7 @@ int ep_setup(Ep& e) {
   e.lane_owner.assign(e.lanes, 0);
   e.lane_src.assign(e.lanes, 0);
   e.lane_ring.assign(e.lanes, 0);
+  e.lane_prev.assign(e.lanes, 0);
   for (unsigned s = kTxSize; s > 0; --s) e.free_slots.push_back(s - 1);
   return e.rdm ? rdm_setup(e) : 0;
 }

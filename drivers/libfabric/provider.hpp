@@ -536,8 +536,12 @@ struct Ep {
   unsigned slots = kSlotsPerLane;         // slots per lane of the own ring
   std::vector<std::uint64_t> lane_owner;  // per lane: (fabric ID << 8 | endpoint number) + 1 of its sender
   std::vector<std::uint64_t> lane_src;    // per lane: src_key_of() + 1 of its sender's ring window
-  std::vector<std::uint64_t> lane_ring;   // RDM, per lane: dest_key_of() + 1 of its sender's ring (with generation)
-  std::unordered_set<std::uint64_t> gone_rings;  // RDM: rings (dest_key_of) whose owner's successor wrote since
+  // RDM, per lane: dest_key_of() + 1 of its sender's ring (window and generation), and of the
+  // ring it replaced (a closed predecessor; lane_shared)
+  std::vector<std::uint64_t> lane_ring, lane_prev;
+  std::unordered_set<std::uint64_t> gone_rings;  // RDM: rings (dest_key_of) of closed senders (predecessor_gone)
+  std::vector<std::uint64_t> pending_gone;       // RDM: rings found closed, cleaned up by rdm_progress
+  std::uint64_t rx_ring = 0;                     // RDM: the ring of the message rdm_poll_rx is handling
   std::unordered_map<std::uint64_t, unsigned> lane_of_src;  // src_key_of() -> its lane in the own ring
   std::vector<unsigned> hot_lanes;  // RDM: lanes with a sender, scanned on every poll (rdm_poll_rx)
   unsigned rx_polls = 0;            // RDM: polls so far; every 16th scans every lane
@@ -634,6 +638,8 @@ struct Ep {
     std::vector<std::byte> payload;
     std::uint64_t send_id = 0;   // RTS: the sender's id of the message
     void* claimed_by = nullptr;  // FI_CLAIM: the context that claimed it
+    std::uint64_t ring = 0;      // the sender's ring (dest_key_of; 0: not known)
+    bool sender_gone = false;    // RTS of a sender found closed (predecessor_gone): no data will come
   };
   std::list<Unexp> unexp;
   std::size_t unexp_bytes = 0;
@@ -675,6 +681,7 @@ struct Ep {
     std::uint64_t rma_key = 0, rma_addr = 0, rma_op = 0;
     std::uint64_t rma_err = 0;
     std::vector<std::uint64_t> landing;  // landing chunk offsets granted and not yet FIN'd
+    std::uint64_t ring = 0;              // the sender's ring (dest_key_of; 0: not known)
   };
   std::map<std::uint64_t, RecvReq> recvs;
   struct RmaOp {  // an RMA of this initiator waiting for its ack / data (rma.cpp)
@@ -729,14 +736,21 @@ struct Ep {
       lane_src[lane] = k;
       lane_of_src[k - 1] = lane;
     }
-    if (rdm) {
-      // The successor may get the same window ID: its ring differs in the generation.
+    // The successor may get the same window ID: its ring differs in the generation (never 0
+    // on a ring window; 0 is a sender that does not say). A message of the ring the current
+    // one replaced is one its closed predecessor left below the successor's tombstones
+    // (sync_lane): delivered, but it does not take the lane back.
+    if (rdm && src_generation != 0) {
       const std::uint64_t ring =
           ((std::uint64_t{src_fabric_id} << 32) | (std::uint64_t{src_window} << 16) | src_generation) + 1;
-      if (lane_ring[lane] != ring) {
-        const std::uint64_t before = lane_ring[lane];
+      if (lane_ring[lane] != ring && lane_prev[lane] != ring) {
+        if (lane_ring[lane] != 0) {
+          gone_rings.insert(lane_ring[lane] - 1);
+          pending_gone.push_back(lane_ring[lane] - 1);
+        }
+        lane_prev[lane] = lane_ring[lane];
         lane_ring[lane] = ring;
-        if (before != 0) predecessor_gone(before - 1);
+        gone_rings.erase(ring - 1);  // a ring of that key closed long ago: this one is live
       }
     }
     return false;
@@ -778,9 +792,14 @@ struct Ep {
   // rdm.cpp: the ring `ring` (dest_key_of) belonged to a sender whose successor (the endpoint
   // opened next with the same card and endpoint number) has written this endpoint's ring: the
   // sender is closed. What it owed or was owed can never finish: its rendezvous receives fail
-  // (FI_EIO), its announced unmatched messages are dropped, our sends, RMA and control
-  // messages to it fail or are dropped, and failed writes to it are not resent.
+  // (FI_EIO), its announced unmatched messages are dropped (claimed ones fail at FI_CLAIM),
+  // our sends and RMA to it fail. Run from rdm_progress, never inside a send's wait (which
+  // holds references into `dests`). Control messages and failed writes to a gone ring are
+  // dropped where they are sent (drop_tx_to_gone); the ring stays in gone_rings.
   void predecessor_gone(std::uint64_t ring);
+  // rdm.cpp: a write to a gone ring that failed or waits to be resent: not resent; an eager
+  // send's completion is an FI_EIO error.
+  void drop_tx_to_gone(const Tx& t);
   void report_fatal(const std::string& msg, int err) {
     if (fatal_reported) return;
     fatal_reported = true;

@@ -134,10 +134,12 @@ void queue_grants(Ep& e, std::uint64_t recv_id, Ep::RecvReq& q) {
 namespace {
 
 void start_rndv_recv(Ep& e, const Ep::Posted& r, std::uint64_t total, std::uint64_t send_id, std::uint64_t src_key,
-                     fi_addr_t src, bool tagged, std::uint64_t tag, std::uint64_t data, bool has_data) {
+                     std::uint64_t ring, fi_addr_t src, bool tagged, std::uint64_t tag, std::uint64_t data,
+                     bool has_data) {
   const std::uint64_t id = e.next_recv_id++;
   Ep::RecvReq q;
   q.r = r;
+  q.ring = ring;
   q.total = total;
   q.send_id = send_id;
   q.src_key = src_key;
@@ -157,8 +159,15 @@ void deliver_unexp(Ep& e, const Ep::Posted& r, std::list<Ep::Unexp>::iterator u)
     copy_to_iov(r.iov.data(), r.count, 0, u->payload.data(), u->payload.size(), false);
     complete_recv(e, r, u->total, u->tagged, u->tag, u->data, u->has_data, u->src);
     e.unexp_bytes -= u->payload.size();
+  } else if (u->sender_gone) {  // claimed before its sender was found closed: no data will come
+    if (e.rx_cq)
+      e.rx_cq->push_error(r.ctx, recv_flags(u->tagged, u->has_data), 0, 0, FI_EIO,
+                          "npo: the sender of a claimed message to " + e.where() +
+                              " was closed before the message finished (the endpoint opened next on its card "
+                              "has written since)",
+                          u->tag, u->has_data ? u->data : 0);
   } else {
-    start_rndv_recv(e, r, u->total, u->send_id, u->src_key, u->src, u->tagged, u->tag, u->data, u->has_data);
+    start_rndv_recv(e, r, u->total, u->send_id, u->src_key, u->ring, u->src, u->tagged, u->tag, u->data, u->has_data);
   }
   e.unexp.erase(u);
 }
@@ -168,7 +177,7 @@ void deliver_unexp(Ep& e, const Ep::Posted& r, std::list<Ep::Unexp>::iterator u)
 void discard_unexp(Ep& e, std::list<Ep::Unexp>::iterator u) {
   if (u->kind == kEager) {
     e.unexp_bytes -= u->payload.size();
-  } else {
+  } else if (!u->sender_gone) {
     Ep::Posted sink;
     sink.flags = 0;
     sink.ctx = nullptr;
@@ -178,6 +187,7 @@ void discard_unexp(Ep& e, std::list<Ep::Unexp>::iterator u) {
     q.total = u->total;
     q.send_id = u->send_id;
     q.src_key = u->src_key;
+    q.ring = u->ring;
     q.src = u->src;
     q.tagged = u->tagged;
     q.tag = u->tag;
@@ -279,6 +289,20 @@ void Ep::rdm_poll_rx() {
         continue;
       }
       const std::uint64_t src_key = src_key_of(h.src_fabric_id, h.src_window);
+      // the sender's ring, with its generation (0: a sender that does not say)
+      rx_ring = h.src_generation == 0
+                    ? 0
+                    : (std::uint64_t{h.src_fabric_id} << 32) | (std::uint64_t{h.src_window} << 16) | h.src_generation;
+      if (rx_ring != 0 && gone_rings.count(rx_ring) &&
+          (h.kind == kRts || h.kind == kRmaWriteReq || h.kind == kRmaReadReq || h.kind == kAtomicReq)) {
+        // a request its closed sender left below its successor's tombstones: nobody is there
+        // to move the data or take the answer
+        info(FI_LOG_EP_DATA, "npo: " + where() + " dropped a request (kind " + std::to_string(h.kind) +
+                                 ") of a closed sender on lane " + std::to_string(lane));
+        rx_consumed[lane] = want;
+        hw_store64(base + std::size_t{lane} * 64, want);
+        continue;
+      }
       if (h.flags & kFlagAck) {  // the sender's credits toward it, piggybacked (see post_slot)
         const std::uint64_t dkey =
             (std::uint64_t{h.src_fabric_id} << 32) | (std::uint64_t{h.src_window} << 16) | h.src_generation;
@@ -307,6 +331,7 @@ void Ep::rdm_poll_rx() {
         u.kind = kind;
         u.src = src;
         u.src_key = src_key;
+        u.ring = rx_ring;
         u.tag = h.tag;
         u.data = h.data;
         u.has_data = has_data;
@@ -346,7 +371,7 @@ void Ep::rdm_poll_rx() {
             }
           }
           if (auto r = take_posted()) {
-            start_rndv_recv(*this, *r, b.total, b.send_id, src_key, src, tagged, h.tag, h.data, has_data);
+            start_rndv_recv(*this, *r, b.total, b.send_id, src_key, rx_ring, src, tagged, h.tag, h.data, has_data);
           } else {
             unexpected(kRts, b.total).send_id = b.send_id;
           }
@@ -445,10 +470,8 @@ void Ep::rdm_tx_delivered(const Tx& t) {
 }
 
 void Ep::rdm_tx_failed(Tx t) {
-  if (gone_rings.count(t.dest_key)) {
-    // a write to a closed sender's ring (predecessor_gone): not resent, nothing to report
-    free_slots.push_back(t.slot);
-    if (t.rndv_chunk >= 0) rndv_free.push_back(static_cast<unsigned>(t.rndv_chunk));
+  if (gone_rings.count(t.dest_key)) {  // a write to a closed sender's ring (predecessor_gone)
+    drop_tx_to_gone(t);
     return;
   }
   if (t.rndv_src != 0 && (t.worst == OpStatus::kIommuFault || t.worst == OpStatus::kIommuPermission)) {
@@ -504,9 +527,18 @@ void Ep::rdm_tx_failed(Tx t) {
 }
 
 // ---- A sender's successor wrote: the sender is closed -----------------------------------------
+void Ep::drop_tx_to_gone(const Tx& t) {
+  free_slots.push_back(t.slot);
+  if (t.rndv_chunk >= 0) rndv_free.push_back(static_cast<unsigned>(t.rndv_chunk));
+  if (t.msg_kind == kEager && t.completion && tx_cq)
+    tx_cq->push_error(t.ctx, t.cq_flags, 0, 0, FI_EIO,
+                      "npo: send of " + std::to_string(t.len) + " B from " + where() +
+                          " failed: the endpoint on the card with fabric id " + std::to_string(t.dest_fabric) +
+                          " was closed (the endpoint opened next on that card has written since)",
+                      t.tag);
+}
+
 void Ep::predecessor_gone(std::uint64_t ring) {
-  gone_rings.insert(ring);
-  dests.erase(ring);
   const auto fid = static_cast<std::uint32_t>(ring >> 32);
   const auto win = static_cast<std::uint32_t>((ring >> 16) & 0xffffu);
   const std::uint64_t key = src_key_of(fid, win);
@@ -515,10 +547,14 @@ void Ep::predecessor_gone(std::uint64_t ring) {
                           " exchanged a message with was closed before the message finished (the endpoint opened "
                           "next on that card has written since)";
   unsigned failed = 0, lost = 0;
+  // its failures so far do not count toward a fault of ours (dests is not erased: a send
+  // in progress may hold a reference into it)
+  if (auto d = dests.find(ring); d != dests.end()) d->second.failing_since.reset();
   // rendezvous receives from it: no more chunks will come; their landing chunks are free again
+  // (its writes ended when it closed, before its successor's first message)
   for (auto it = recvs.begin(); it != recvs.end();) {
     RecvReq& q = it->second;
-    if (q.src_key != key) {
+    if (q.ring != ring) {
       ++it;
       continue;
     }
@@ -534,19 +570,28 @@ void Ep::predecessor_gone(std::uint64_t ring) {
     it = recvs.erase(it);
     ++failed;
   }
-  // messages it announced (RTS) that no receive took yet: their data will not come
-  lost += static_cast<unsigned>(
-      std::erase_if(unexp, [&](const Unexp& u) { return u.src_key == key && u.kind == kRts && !u.claimed_by; }));
-  // control messages to it still waiting for credits
-  std::erase_if(ctrl_out, [&](const Ctrl& c) { return c.dest_key == key; });
-  // writes to its ring waiting to be resent: it is gone
+  // messages it announced (RTS) that no receive took yet: their data will not come; one
+  // already claimed (FI_PEEK | FI_CLAIM) fails when it is claimed
+  for (auto it = unexp.begin(); it != unexp.end();) {
+    if (it->ring != ring || it->kind != kRts) {
+      ++it;
+      continue;
+    }
+    ++lost;
+    if (it->claimed_by) {
+      it->sender_gone = true;
+      ++it;
+    } else {
+      it = unexp.erase(it);
+    }
+  }
+  // writes to its ring waiting to be resent
   for (auto it = retry.begin(); it != retry.end();) {
     if (it->dest_key != ring) {
       ++it;
       continue;
     }
-    free_slots.push_back(it->slot);
-    if (it->rndv_chunk >= 0) rndv_free.push_back(static_cast<unsigned>(it->rndv_chunk));
+    drop_tx_to_gone(*it);
     it = retry.erase(it);
   }
   // our rendezvous sends and RMA to it: nobody will answer them
@@ -572,6 +617,8 @@ void Ep::predecessor_gone(std::uint64_t ring) {
     }
     it = next;
   }
+  // the address its RTS or RMA request left for answers
+  if (auto p = peers.find(key); p != peers.end() && dest_key_of(p->second.handle) == ring) peers.erase(p);
   if (failed + lost > 0)
     warn(FI_LOG_EP_DATA, msg + ": " + std::to_string(failed) + " operation(s) failed, " + std::to_string(lost) +
                              " unreceived message(s) dropped");
@@ -583,6 +630,10 @@ void Ep::rdm_progress() {
   progressing = true;
   poll_dma();
   rdm_poll_rx();
+  if (!pending_gone.empty()) {  // senders found closed by rdm_poll_rx (lane_shared)
+    const std::vector<std::uint64_t> gone = std::exchange(pending_gone, {});
+    for (const std::uint64_t r : gone) predecessor_gone(r);
+  }
   const auto now = std::chrono::steady_clock::now();
   // 1. resend failed writes, oldest first (sequence order per peer)
   while (!retry.empty() && retry.front().retry_at <= now && queue->outstanding() + 6 <= queue->depth()) {
@@ -648,7 +699,7 @@ void Ep::rdm_progress() {
   while (!ctrl_out.empty()) {
     const Ctrl& c = ctrl_out.front();
     const Av::Entry* peer = peer_of(*this, c.dest_key);
-    if (!peer) {
+    if (!peer || gone_rings.count(dest_key_of(peer->handle))) {  // nobody to tell, or a closed ring
       ctrl_out.pop_front();
       continue;
     }
