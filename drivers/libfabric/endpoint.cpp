@@ -96,7 +96,8 @@ void Ep::poll_rx() {
       if (hw_load64(slot) != want) break;
       SlotHeader h;
       hw_copy(reinterpret_cast<std::byte*>(&h), slot, sizeof h);
-      if (h.magic == kHdrMagic && lane_shared(lane, h.src_fabric_id, h.src_window, h.src_ep, h.src_generation)) return;
+      if (h.magic == kHdrMagic && lane_shared(lane, h.src_fabric_id, h.src_window, h.src_ep, h.src_generation, false))
+        return;
       const bool bad_header = (h.flags & kFlagSkip) || h.magic != kHdrMagic || h.len > kMaxMsg;
       if (!bad_header) hw_copy(rx_scratch.data(), slot + kHdr, h.len);
       if (bad_header || payload_sum(rx_scratch.data(), h.len) != h.sum) {
@@ -821,7 +822,6 @@ int ep_setup(Ep& e) {
   e.lane_owner.assign(e.lanes, 0);
   e.lane_src.assign(e.lanes, 0);
   e.lane_ring.assign(e.lanes, 0);
-  e.lane_prev.assign(e.lanes, 0);
   for (unsigned s = kTxSize; s > 0; --s) e.free_slots.push_back(s - 1);
   return e.rdm ? rdm_setup(e) : 0;
 }

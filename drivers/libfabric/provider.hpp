@@ -536,9 +536,7 @@ struct Ep {
   unsigned slots = kSlotsPerLane;         // slots per lane of the own ring
   std::vector<std::uint64_t> lane_owner;  // per lane: (fabric ID << 8 | endpoint number) + 1 of its sender
   std::vector<std::uint64_t> lane_src;    // per lane: src_key_of() + 1 of its sender's ring window
-  // RDM, per lane: dest_key_of() + 1 of its sender's ring (window and generation), and of the
-  // ring it replaced (a closed predecessor; lane_shared)
-  std::vector<std::uint64_t> lane_ring, lane_prev;
+  std::vector<std::uint64_t> lane_ring;   // RDM, per lane: dest_key_of() + 1 of its sender's ring (window, generation)
   std::unordered_set<std::uint64_t> gone_rings;  // RDM: rings (dest_key_of) of closed senders (predecessor_gone)
   std::vector<std::uint64_t> pending_gone;       // RDM: rings found closed, cleaned up by rdm_progress
   std::uint64_t rx_ring = 0;                     // RDM: the ring of the message rdm_poll_rx is handling
@@ -716,7 +714,7 @@ struct Ep {
   // closed, or its process is gone), which continued the lane's sequence (sync_lane). The
   // lane's credits (`ack`, post_slot) then go to the successor's window.
   bool lane_shared(unsigned lane, std::uint32_t src_fabric_id, std::uint16_t src_window, std::uint8_t src_ep,
-                   std::uint16_t src_generation) {
+                   std::uint16_t src_generation, bool tombstone) {
     const std::uint64_t who = ((std::uint64_t{src_fabric_id} << 8) | src_ep) + 1;
     if (lane_owner[lane] == 0) {
       lane_owner[lane] = who;
@@ -737,18 +735,17 @@ struct Ep {
       lane_of_src[k - 1] = lane;
     }
     // The successor may get the same window ID: its ring differs in the generation (never 0
-    // on a ring window; 0 is a sender that does not say). A message of the ring the current
-    // one replaced is one its closed predecessor left below the successor's tombstones
-    // (sync_lane): delivered, but it does not take the lane back.
-    if (rdm && src_generation != 0) {
+    // on a ring window; 0 is a sender that does not say). A successor's tombstones come
+    // before messages its predecessor left (sync_lane fills the gaps below the highest one),
+    // so they do not take the lane over: its first own message, after all of those, does.
+    if (rdm && src_generation != 0 && !tombstone) {
       const std::uint64_t ring =
           ((std::uint64_t{src_fabric_id} << 32) | (std::uint64_t{src_window} << 16) | src_generation) + 1;
-      if (lane_ring[lane] != ring && lane_prev[lane] != ring) {
+      if (lane_ring[lane] != ring) {
         if (lane_ring[lane] != 0) {
           gone_rings.insert(lane_ring[lane] - 1);
           pending_gone.push_back(lane_ring[lane] - 1);
         }
-        lane_prev[lane] = lane_ring[lane];
         lane_ring[lane] = ring;
         gone_rings.erase(ring - 1);  // a ring of that key closed long ago: this one is live
       }

@@ -268,7 +268,9 @@ void Ep::rdm_poll_rx() {
       if (hw_load64(slot) != want) break;
       SlotHeader h;
       hw_copy(reinterpret_cast<std::byte*>(&h), slot, sizeof h);
-      if (h.magic == kHdrMagic && lane_shared(lane, h.src_fabric_id, h.src_window, h.src_ep, h.src_generation)) return;
+      if (h.magic == kHdrMagic && lane_shared(lane, h.src_fabric_id, h.src_window, h.src_ep, h.src_generation,
+                                              (h.flags & kFlagSkip) != 0 && h.len == 0))
+        return;
       if (h.magic == kHdrMagic && (h.flags & kFlagSkip) && h.len == 0) {
         // A tombstone: a seq the endpoint that wrote this lane before the sender never
         // delivered (it closed first); the sender found the gap when it took the lane over
@@ -294,9 +296,9 @@ void Ep::rdm_poll_rx() {
                     ? 0
                     : (std::uint64_t{h.src_fabric_id} << 32) | (std::uint64_t{h.src_window} << 16) | h.src_generation;
       if (rx_ring != 0 && gone_rings.count(rx_ring) &&
-          (h.kind == kRts || h.kind == kRmaWriteReq || h.kind == kRmaReadReq || h.kind == kAtomicReq)) {
-        // a request its closed sender left below its successor's tombstones: nobody is there
-        // to move the data or take the answer
+          (h.kind == kRts || h.kind == kRmaWriteReq || h.kind == kRmaReadReq)) {
+        // a request of a closed sender that needs it to move more data or take an answer
+        // (complete ones -- eager messages, eager RMA writes, atomics -- are applied)
         info(FI_LOG_EP_DATA, "npo: " + where() + " dropped a request (kind " + std::to_string(h.kind) +
                                  ") of a closed sender on lane " + std::to_string(lane));
         rx_consumed[lane] = want;
