@@ -212,8 +212,10 @@ std::uint64_t zero_copy_src(const Ep& e, const Ep::SendReq& q, std::uint64_t off
   return 0;
 }
 
+// An error is reported also for an operation posted without FI_COMPLETION (fi_cq(3)), when it
+// has a context to name: an error entry with a NULL context breaks Open MPI 4.1's mtl ofi.
 void fail_send_req(Ep& e, std::map<std::uint64_t, Ep::SendReq>::iterator s, int err, const std::string& msg) {
-  if (e.tx_cq && s->second.completion)
+  if (e.tx_cq && (s->second.completion || s->second.ctx))
     e.tx_cq->push_error(s->second.ctx, s->second.cq_flags, 0, 0, err, msg, s->second.tag);
   e.sends.erase(s);
 }
@@ -521,7 +523,7 @@ void Ep::rdm_tx_failed(Tx t) {
   if (t.rndv_chunk >= 0) rndv_free.push_back(static_cast<unsigned>(t.rndv_chunk));
   if (t.send_id) {
     if (auto s = sends.find(t.send_id); s != sends.end()) fail_send_req(*this, s, fi_errno_of(t.worst), msg);
-  } else if (t.msg_kind == kEager && t.completion && tx_cq) {
+  } else if (t.msg_kind == kEager && (t.completion || t.ctx) && tx_cq) {  // as fail_send_req
     tx_cq->push_error(t.ctx, t.cq_flags, 0, 0, fi_errno_of(t.worst), msg, t.tag);
   }
   if (t.send_id) rma_fail(*this, t.send_id, fi_errno_of(t.worst), msg);
@@ -532,7 +534,7 @@ void Ep::rdm_tx_failed(Tx t) {
 void Ep::drop_tx_to_gone(const Tx& t) {
   free_slots.push_back(t.slot);
   if (t.rndv_chunk >= 0) rndv_free.push_back(static_cast<unsigned>(t.rndv_chunk));
-  if (t.msg_kind == kEager && t.completion && tx_cq)
+  if (t.msg_kind == kEager && (t.completion || t.ctx) && tx_cq)  // as fail_send_req
     tx_cq->push_error(t.ctx, t.cq_flags, 0, 0, FI_EIO,
                       "npo: send of " + std::to_string(t.len) + " B from " + where() +
                           " failed: the endpoint on the card with fabric id " + std::to_string(t.dest_fabric) +
