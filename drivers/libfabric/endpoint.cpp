@@ -409,9 +409,7 @@ ssize_t post_slot(Ep& e, const Av::Entry& peer, Ep::Dest& d, std::uint64_t key, 
   return 0;
 }
 
-std::uint64_t dest_key_of(const WindowHandle& h) {
-  return (std::uint64_t{h.fabric_id} << 32) | (std::uint64_t{h.window_id} << 16) | h.generation;
-}
+std::uint64_t dest_key_of(const WindowHandle& h) { return ring_key(h.fabric_id, h.window_id, h.generation); }
 
 ssize_t do_send(Ep& e, const iovec* iov, std::size_t count, fi_addr_t dest, void* ctx, std::uint64_t data,
                 bool has_data, bool inject, bool completion, const SlotMeta& meta) {
@@ -434,7 +432,7 @@ ssize_t send_to(Ep& e, const Av::Entry& peer, const iovec* iov, std::size_t coun
   // the endpoint at that address was closed: its successor on the card wrote to us since
   // (predecessor_gone); nothing sent there will be read
   auto gone = [&] {
-    if (!e.rdm || !e.gone_rings.count(key)) return false;
+    if (!e.rdm || e.gone_rings.empty() || !e.gone_rings.count(key)) return false;
     warn(FI_LOG_EP_DATA, "npo: send from " + e.where() + " to the card with fabric id " + std::to_string(h.fabric_id) +
                              " refused: the endpoint at that address was closed (the endpoint opened next on that "
                              "card has written since)");

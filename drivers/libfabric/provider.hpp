@@ -453,6 +453,15 @@ struct Domain {
 inline std::uint64_t src_key_of(std::uint32_t fabric_id, std::uint32_t window_id) {
   return (std::uint64_t{fabric_id} << 16) | (window_id & 0xffffu);
 }
+// One ring window (one endpoint's life): its card's fabric ID, window ID and generation. The
+// key of `dests` (dest_key_of) and of the rings a receiver tracks (lane_shared, gone_rings).
+inline std::uint64_t ring_key(std::uint32_t fabric_id, std::uint32_t window_id, std::uint16_t generation) {
+  return (std::uint64_t{fabric_id} << 32) | (std::uint64_t{window_id & 0xffffu} << 16) | generation;
+}
+// The ring of a slot header's sender; 0 when the sender does not say its generation.
+inline std::uint64_t ring_of(const SlotHeader& h) {
+  return h.src_generation == 0 ? 0 : ring_key(h.src_fabric_id, h.src_window, h.src_generation);
+}
 
 // ---- AV -------------------------------------------------------------------------------------
 struct Av {
@@ -539,7 +548,6 @@ struct Ep {
   std::vector<std::uint64_t> lane_ring;   // RDM, per lane: dest_key_of() + 1 of its sender's ring (window, generation)
   std::unordered_set<std::uint64_t> gone_rings;  // RDM: rings (dest_key_of) of closed senders (predecessor_gone)
   std::vector<std::uint64_t> pending_gone;       // RDM: rings found closed, cleaned up by rdm_progress
-  std::uint64_t rx_ring = 0;                     // RDM: the ring of the message rdm_poll_rx is handling
   std::unordered_map<std::uint64_t, unsigned> lane_of_src;  // src_key_of() -> its lane in the own ring
   std::vector<unsigned> hot_lanes;  // RDM: lanes with a sender, scanned on every poll (rdm_poll_rx)
   unsigned rx_polls = 0;            // RDM: polls so far; every 16th scans every lane
@@ -739,8 +747,7 @@ struct Ep {
     // before messages its predecessor left (sync_lane fills the gaps below the highest one),
     // so they do not take the lane over: its first own message, after all of those, does.
     if (rdm && src_generation != 0 && !tombstone) {
-      const std::uint64_t ring =
-          ((std::uint64_t{src_fabric_id} << 32) | (std::uint64_t{src_window} << 16) | src_generation) + 1;
+      const std::uint64_t ring = ring_key(src_fabric_id, src_window, src_generation) + 1;
       if (lane_ring[lane] != ring) {
         if (lane_ring[lane] != 0) {
           gone_rings.insert(lane_ring[lane] - 1);

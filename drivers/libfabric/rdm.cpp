@@ -293,11 +293,8 @@ void Ep::rdm_poll_rx() {
         continue;
       }
       const std::uint64_t src_key = src_key_of(h.src_fabric_id, h.src_window);
-      // the sender's ring, with its generation (0: a sender that does not say)
-      rx_ring = h.src_generation == 0
-                    ? 0
-                    : (std::uint64_t{h.src_fabric_id} << 32) | (std::uint64_t{h.src_window} << 16) | h.src_generation;
-      if (rx_ring != 0 && gone_rings.count(rx_ring) &&
+      const std::uint64_t ring = ring_of(h);  // 0: a sender that does not say its generation
+      if (ring != 0 && !gone_rings.empty() && gone_rings.count(ring) &&
           (h.kind == kRts || h.kind == kRmaWriteReq || h.kind == kRmaReadReq)) {
         // a request of a closed sender that needs it to move more data or take an answer
         // (complete ones -- eager messages, eager RMA writes, atomics -- are applied)
@@ -308,8 +305,7 @@ void Ep::rdm_poll_rx() {
         continue;
       }
       if (h.flags & kFlagAck) {  // the sender's credits toward it, piggybacked (see post_slot)
-        const std::uint64_t dkey =
-            (std::uint64_t{h.src_fabric_id} << 32) | (std::uint64_t{h.src_window} << 16) | h.src_generation;
+        const std::uint64_t dkey = ring_key(h.src_fabric_id, h.src_window, h.src_generation);
         if (auto d = dests.find(dkey); d != dests.end() && h.ack <= d->second.next_seq - 1)
           d->second.consumed = std::max(d->second.consumed, h.ack);
       }
@@ -335,7 +331,7 @@ void Ep::rdm_poll_rx() {
         u.kind = kind;
         u.src = src;
         u.src_key = src_key;
-        u.ring = rx_ring;
+        u.ring = ring;
         u.tag = h.tag;
         u.data = h.data;
         u.has_data = has_data;
@@ -375,7 +371,7 @@ void Ep::rdm_poll_rx() {
             }
           }
           if (auto r = take_posted()) {
-            start_rndv_recv(*this, *r, b.total, b.send_id, src_key, rx_ring, src, tagged, h.tag, h.data, has_data);
+            start_rndv_recv(*this, *r, b.total, b.send_id, src_key, ring, src, tagged, h.tag, h.data, has_data);
           } else {
             unexpected(kRts, b.total).send_id = b.send_id;
           }

@@ -107,7 +107,7 @@ void target_request(Ep& e, const SlotHeader& h, const std::byte* payload, fi_add
     q.total = rq.len;
     q.send_id = rq.op;
     q.src_key = src_key;
-    q.ring = e.rx_ring;
+    q.ring = ring_of(h);
     q.src = src;
     q.data = h.data;
     q.has_data = has_data;
@@ -174,7 +174,7 @@ void rma_on_message(Ep& e, const SlotHeader& h, const std::byte* payload, fi_add
       q.total = it->second.len;
       q.send_id = w[1];
       q.src_key = src_key;
-      q.ring = e.rx_ring;
+      q.ring = ring_of(h);
       q.src = src;
       q.rma_op = w[0];
       const std::uint64_t id = e.next_recv_id++;
