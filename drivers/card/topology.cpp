@@ -156,6 +156,13 @@ std::uint32_t RouteTable::path_count(std::uint32_t from, std::uint32_t to) const
 
 int RouteTable::diameter() const noexcept { return paths_.diameter(); }
 
+std::size_t RouteTable::unreachable_pairs() const noexcept {
+  std::size_t n = 0;
+  for (const std::uint32_t a : cards_)
+    for (const std::uint32_t b : cards_) n += a != b && hops(a, b) < 0 ? 1 : 0;
+  return n;
+}
+
 Result<void> program_routes(System& system, const RouteTable& routes) {
   for (std::size_t c = 0; c < system.device_count(); ++c) {
     auto& d = impl_of(system.device(c));

@@ -84,6 +84,15 @@ TEST(ShortestPaths, AgreeWithRouteTableOnAGeneratedTorus) {
   }
   // (0,0) -> (2,2) on a 4x4 torus: either way round in x (2) and in y (2), C(4,2) = 6 orders.
   EXPECT_EQ(sp.path_count(0, 10), 24u);
+  EXPECT_EQ(rt->unreachable_pairs(), 0u);
+  // One card whose 4 links are all down: it reaches nobody and nobody reaches it, 2 x 15
+  // ordered pairs.
+  for (auto& l : t.links)
+    if (l.a_fabric_id == fabric_id_of(5) || l.b_fabric_id == fabric_id_of(5)) l.up = false;
+  auto cut = RouteTable::compute(t);
+  ASSERT_TRUE(cut.has_value());
+  EXPECT_EQ(cut->unreachable_pairs(), 30u);
+  EXPECT_EQ(cut->hops(fabric_id_of(5), fabric_id_of(0)), -1);
 }
 
 TEST(LightPaths, IndexOnceTraceMany) {

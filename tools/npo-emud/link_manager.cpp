@@ -46,11 +46,8 @@ void LinkManager::reroute(std::size_t ports_up) {
     say_(fmt::format("routes not programmed: {}", r.error().to_string()));
     return;
   }
-  std::size_t unreachable = 0;
-  for (const std::uint32_t a : topo->cards)
-    for (const std::uint32_t b : topo->cards) unreachable += a != b && routes->hops(a, b) < 0 ? 1 : 0;
   say_(fmt::format("routes recomputed over {} ports up: diameter {} hops, {} unreachable pairs", ports_up,
-                   routes->diameter(), unreachable));
+                   routes->diameter(), routes->unreachable_pairs()));
 }
 
 void LinkManager::run() {

@@ -306,10 +306,7 @@ int topo(npo::System& s, bool json, const std::string& expect, const TopoFormat&
   }
   // RouteTable::diameter() is over reachable pairs only: count the unreachable ones so a
   // disconnected fabric is not reported with a small finite diameter.
-  std::size_t unreachable = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    for (std::size_t j = 0; j < n; ++j) unreachable += i != j && rt->hops(t->cards[i], t->cards[j]) < 0 ? 1 : 0;
-  }
+  const std::size_t unreachable = rt->unreachable_pairs();
   if (json) {
     nlohmann::json cards = nlohmann::json::array();
     for (std::size_t i = 0; i < s.device_count(); ++i) {

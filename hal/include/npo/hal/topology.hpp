@@ -71,6 +71,9 @@ class RouteTable {
   [[nodiscard]] std::uint32_t path_count(std::uint32_t from, std::uint32_t to) const;
   /// Longest shortest path between two reachable cards (the fabric's diameter in hops).
   [[nodiscard]] int diameter() const noexcept;
+  /// Ordered pairs (a, b) of distinct cards with no path from a to b over Up links: 0 for a
+  /// connected fabric (diameter() alone does not tell: it covers reachable pairs only).
+  [[nodiscard]] std::size_t unreachable_pairs() const noexcept;
 
  private:
   /// Position of fabric ID `fid` in cards_ (a vertex of paths_), or 0xffffffff if absent.
