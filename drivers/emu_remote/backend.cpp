@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // The emu-remote backend: a client of npo-emud (docs/spec/emud-protocol.md). Each opened card
 // is one SOCK_SEQPACKET connection. Config space and register reads are round trips; register
-// writes are posted (one sendmsg, no reply); the HBM aperture and host DMA memory are shared
-// by fd, so data never crosses the socket.
+// writes are posted (one sendmsg, no reply), except the queues' doorbells (SQ_TAIL, CQ_HEAD),
+// which go into a shadow page shared with the daemon with an eventfd to ring it (spec §5.11);
+// the HBM aperture and host DMA memory are shared by fd, so data never crosses the socket.
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -17,6 +19,7 @@
 #include <atomic>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -25,6 +28,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -44,7 +48,8 @@ namespace {
 namespace emud = fw::emud;
 namespace pci = fw::pci;
 
-constexpr std::string_view kForms = "emu-remote:DIR, emu-remote:DIR?card=K[,L...][&mode=ro|&owner=K[,L...]]";
+constexpr std::string_view kForms =
+    "emu-remote:DIR, emu-remote:DIR?card=K[,L...][&mode=ro|&owner=K[,L...]][&doorbell=shadow|socket]";
 constexpr int kReplyTimeoutMs = 10'000;
 constexpr std::uint64_t kPage = 4096;
 
@@ -92,6 +97,8 @@ class Conn {
   Conn(int fd, std::string what, std::shared_ptr<Daemon> daemon)
       : fd_(fd), what_(std::move(what)), daemon_(std::move(daemon)) {}
   ~Conn() {
+    if (shadow_ != nullptr) ::munmap(shadow_, emud::shadow::kPageBytes);
+    if (bell_fd_ >= 0) ::close(bell_fd_);
     if (fd_ >= 0) ::close(fd_);
   }
   Conn(const Conn&) = delete;
@@ -179,7 +186,10 @@ class Conn {
       mark_dead(err);
       return daemon_->error();
     }
-    if (no_reply) return Reply{};
+    if (no_reply) {
+      posted_.fetch_add(1, std::memory_order_release);
+      return Reply{};
+    }
     for (;;) {
       pollfd p{fd_, POLLIN, 0};
       const int pr = ::poll(&p, 1, kReplyTimeoutMs);
@@ -239,10 +249,112 @@ class Conn {
     }
   }
 
+  /// Asks the daemon for shadow doorbells (spec §5.11): from then on ring_shadow() writes the
+  /// queues' SQ_TAIL and CQ_HEAD into the shared page and rings an eventfd, one write(2) and no
+  /// socket message per doorbell. Call once, before any other thread uses the connection.
+  /// Errors: the daemon's (an npo-emud older than protocol 1.4 answers invalid_argument), or
+  /// kInternal for a malformed reply; the connection keeps REGION_WRITE doorbells then.
+  Result<void> enable_shadow() {
+    const int efd = ::eventfd(0, EFD_CLOEXEC);
+    if (efd < 0) return fail_errno(errno, "emu-remote: eventfd for shadow doorbells");
+    std::array<std::byte, emud::shadow::kBytes> b{};
+    const int attach[1] = {efd};
+    auto r = call(emud::Command::kDoorbellShadow, b, attach);
+    if (!r) {
+      ::close(efd);
+      return std::unexpected(r.error());
+    }
+    void* p = MAP_FAILED;
+    const bool ok = r->fd >= 0 && r->body.size() == emud::shadow::kBytes &&
+                    emud::load<std::uint32_t>(r->body, emud::shadow::kReserved) == emud::shadow::kStride &&
+                    emud::load<std::uint32_t>(r->body, emud::shadow::kFlags) <= emud::shadow::kMaxQueues;
+    if (ok) p = ::mmap(nullptr, emud::shadow::kPageBytes, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
+    if (r->fd >= 0) ::close(r->fd);
+    if (p == MAP_FAILED) {
+      ::close(efd);
+      return fail(Code::kInternal, fmt::format("emu-remote: {}: malformed DOORBELL_SHADOW reply", what_));
+    }
+    shadow_ = static_cast<std::byte*>(p);
+    shadow_queues_ = emud::load<std::uint32_t>(r->body, emud::shadow::kFlags);
+    bell_fd_ = efd;
+    posted_.store(0);  // the daemon counts from here (every earlier posted write preceded this call)
+    return {};
+  }
+
+  /// Rings doorbell register `off` of BAR0 with `v` through the shadow page, if it is one;
+  /// false (nothing done) when the connection has no shadow page or `off` is another register.
+  /// A doorbell never overtakes a posted write this thread sent before it: it waits until the
+  /// daemon counts that write handled. Thread-safe; lock-free unless it has to wait.
+  bool ring_shadow(std::uint64_t off, std::uint32_t v) {
+    if (shadow_ == nullptr) return false;
+    const std::size_t slot = slot_of(off);
+    if (slot == SIZE_MAX) return false;
+    if (dead()) return true;  // dropped, as a posted write to a gone daemon is
+    const std::uint32_t want = posted_.load(std::memory_order_acquire);
+    if (shadow_word(emud::shadow::kHandled).load(std::memory_order_acquire) != want && !wait_handled(want)) {
+      return true;
+    }
+    shadow_word(slot).store(v, std::memory_order_release);
+    const std::uint64_t one = 1;
+    while (::write(bell_fd_, &one, sizeof one) < 0 && errno == EINTR) {
+    }
+    // The eventfd cannot tell that the daemon died: look at the socket once a millisecond.
+    const std::int64_t now =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+            .count();
+    if (now - alive_checked_ns_.load(std::memory_order_relaxed) >= 1'000'000) {
+      alive_checked_ns_.store(now, std::memory_order_relaxed);
+      (void)alive();
+    }
+    return true;
+  }
+
  private:
   void mark_dead(int err) {
     daemon_->mark_gone(fmt::format("connection closed{}, seen on {}",
                                    err != 0 ? fmt::format(": {}", std::strerror(err)) : std::string(), what_));
+  }
+
+  std::atomic_ref<std::uint32_t> shadow_word(std::size_t offset) const {
+    return std::atomic_ref<std::uint32_t>(*reinterpret_cast<std::uint32_t*>(shadow_ + offset));
+  }
+  /// The shadow slot of BAR0 offset `off`, or SIZE_MAX when it is not a shadowed doorbell.
+  std::size_t slot_of(std::uint64_t off) const noexcept {
+    if (off < fw::regs::kQueueBase) return SIZE_MAX;
+    const std::uint64_t q = (off - fw::regs::kQueueBase) / fw::regs::kQueueStride;
+    const std::uint64_t r = (off - fw::regs::kQueueBase) % fw::regs::kQueueStride;
+    if (q >= shadow_queues_) return SIZE_MAX;
+    if (r == fw::regs::queue::kSqTail) return q * emud::shadow::kStride + emud::shadow::kSqTail;
+    if (r == fw::regs::queue::kCqHead) return q * emud::shadow::kStride + emud::shadow::kCqHead;
+    return SIZE_MAX;
+  }
+  /// Waits until the daemon has handled every posted write this thread sent before (count
+  /// `want`), so that a doorbell through the page never overtakes them. False if it died.
+  bool wait_handled(std::uint32_t want) {
+    using Clock = std::chrono::steady_clock;
+    const auto deadline = Clock::now() + std::chrono::milliseconds(kReplyTimeoutMs);
+    for (unsigned spins = 0;; ++spins) {
+      const auto done = shadow_word(emud::shadow::kHandled).load(std::memory_order_acquire);
+      if (static_cast<std::int32_t>(done - want) >= 0) return true;
+      if (dead()) return false;
+      if (spins < 64) continue;
+      std::this_thread::yield();  // the daemon's session thread may need this CPU
+      if ((spins & 1023) != 0) continue;
+      if (!alive()) return false;
+      if (Clock::now() > deadline) {
+        daemon_->mark_gone(fmt::format("{} handled no posted write in {} ms", what_, kReplyTimeoutMs));
+        return false;
+      }
+    }
+  }
+  /// Polls the connection for a hang-up without waiting; marks the daemon gone on one.
+  bool alive() {
+    pollfd p{fd_, POLLRDHUP, 0};
+    if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR)) != 0) {
+      mark_dead(0);
+      return false;
+    }
+    return true;
   }
 
   int fd_;
@@ -251,6 +363,12 @@ class Conn {
   pid_t opener_ = ::getpid();
   std::mutex mu_;
   std::uint16_t next_id_ = 0;
+  std::atomic<std::uint32_t> posted_{0};  ///< posted writes sent (mod 2^32), compared with kHandled
+  // Shadow doorbells (spec §5.11), set once by enable_shadow() before the device is handed out.
+  std::byte* shadow_ = nullptr;
+  std::uint32_t shadow_queues_ = 0;
+  int bell_fd_ = -1;
+  std::atomic<std::int64_t> alive_checked_ns_{0};  ///< steady clock of the last hang-up poll
 };
 
 Result<void> hello(Conn& c, bool read_only) {
@@ -493,6 +611,8 @@ class RemoteMmio final : public backend::Mmio {
       }
       return;
     }
+    // A queue doorbell: through the shadow page when the connection has one (spec §5.11).
+    if (bar_ == pci::kBarRegs && n == 4 && c_.ring_shadow(off, static_cast<std::uint32_t>(v))) return;
     std::array<std::byte, emud::access::kBytes + 8> b{};
     emud::store<std::uint64_t>(b, emud::access::kOffset, off);
     emud::store<std::uint32_t>(b, emud::access::kRegion, bar_);
@@ -906,6 +1026,9 @@ struct Options {
   /// owner=K[,L...]: attach only these cards as owner, every other one read-only (a tool
   /// that changes one card watches the rest without taking them from their jobs).
   std::optional<std::set<std::uint32_t>> owners;
+  /// doorbell=shadow (the default): an owner rings its queues through the shadow page (spec
+  /// §5.11); doorbell=socket: one posted REGION_WRITE per doorbell (protocol 1.3 and before).
+  bool shadow_doorbells = true;
 };
 
 Result<Options> parse(std::string_view rest) {
@@ -941,6 +1064,8 @@ Result<Options> parse(std::string_view rest) {
       }
     } else if (k == "mode" && (v == "ro" || v == "rw")) {
       o.read_only = v == "ro";
+    } else if (k == "doorbell" && (v == "shadow" || v == "socket")) {
+      o.shadow_doorbells = v == "shadow";
     } else {
       return fail(Code::kInvalidArgument, fmt::format("emu-remote: unknown option '{}'; forms: {}", kv, kForms));
     }
@@ -1071,6 +1196,12 @@ class RemoteBackend final : public backend::Backend {
       return std::unexpected(ci.error());
     }
     ci->fi.read_only = read_only;
+    if (!read_only && o_.shadow_doorbells) {
+      if (auto s = (*c)->enable_shadow(); !s) {
+        npo::log::get(npo::log::Subsystem::kBackend)
+            .debug("emu-remote: card {}: doorbells stay posted REGION_WRITEs: {}", *card, s.error().message());
+      }
+    }
     return std::unique_ptr<backend::Device>(std::make_unique<RemoteDevice>(std::move(*c), std::move(*ci), open_));
   }
 

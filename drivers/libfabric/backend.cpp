@@ -179,9 +179,12 @@ std::size_t count_cards(const BackendChoice& b) {
   std::lock_guard lk(s.mu);
   configure_logging_locked(s);
   if (b.remote) {
-    if (!b.query.empty()) {
+    // Only the doorbell option passes through (each domain opens emu-remote:DIR?card=K&QUERY);
+    // which cards and how to attach are the provider's.
+    if (!b.query.empty() && b.query != "doorbell=shadow" && b.query != "doorbell=socket") {
       no_cards(b, "the provider takes no ?" + b.query +
-                      " (it opens every card of the daemon as domain npoK itself; list one card with FI_NPO_CARD=K)");
+                      " (it opens every card of the daemon as domain npoK itself; list one card with FI_NPO_CARD=K; "
+                      "only ?doorbell=shadow|socket passes through)");
       return 0;
     }
     if (auto it = s.remote_cards.find(b.dir); it != s.remote_cards.end()) return it->second;

@@ -99,7 +99,8 @@ int domain_open(fid_fabric* f, fi_info* info, fid_domain** out, void* context) {
   d->fabric = fab;
   d->card = *k;
   if (fab->backend.remote) {
-    const std::string uri = "emu-remote:" + fab->backend.dir + "?card=" + std::to_string(*k);
+    const std::string uri = "emu-remote:" + fab->backend.dir + "?card=" + std::to_string(*k) +
+                            (fab->backend.query.empty() ? std::string() : "&" + fab->backend.query);
     auto& s = shared();
     std::lock_guard lk(s.mu);
     // one System per card per process, shared by the domains on it (a second owner attach of

@@ -228,7 +228,7 @@ struct BackendChoice {
   std::string uri;      // as configured
   bool remote = false;  // emu-remote:DIR (one System per card)
   std::string dir;      // remote: socket dir
-  std::string query;    // remote: what followed '?' (refused: the provider opens each card itself)
+  std::string query;    // remote: what followed '?' (only doorbell=shadow|socket; the provider opens each card)
   std::string origin;   // "NPO_FI_BACKEND", "NPO_BACKEND" or "" (the default)
 };
 

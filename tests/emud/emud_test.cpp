@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -22,6 +23,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <random>
 #include <string>
 #include <thread>
@@ -32,6 +34,7 @@
 #include "common/dma_run.hpp"
 #include "common/emud_process.hpp"
 #include "common/run_command.hpp"
+#include "npo/fw/dma.hpp"
 #include "npo/fw/mailbox.hpp"
 #include "npo/fw/pci.hpp"
 #include "npo/fw/regs.hpp"
@@ -179,6 +182,30 @@ struct Raw {
     if (!send(msg, fds)) return -2;
     return recv().first;
   }
+  /// As recv(), and the fd the reply carries (-1 if none; the caller closes it).
+  std::tuple<int, std::vector<std::byte>, int> recv_fd() const {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 5000) <= 0) return {-1, {}, -1};
+    std::vector<std::byte> b(emud::kMaxMessage);
+    iovec iov{b.data(), b.size()};
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int))> ctrl{};
+    mh.msg_control = ctrl.data();
+    mh.msg_controllen = ctrl.size();
+    const ssize_t n = ::recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+    int rfd = -1;
+    for (cmsghdr* c = n > 0 ? CMSG_FIRSTHDR(&mh) : nullptr; c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
+      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) std::memcpy(&rfd, CMSG_DATA(c), sizeof(int));
+    }
+    if (n < static_cast<ssize_t>(emud::hdr::kBytes)) return {-1, {}, rfd};
+    b.resize(static_cast<std::size_t>(n));
+    const auto flags = emud::load<std::uint32_t>(b, emud::hdr::kFlags);
+    const int code =
+        (flags & emud::kFlagError) != 0 ? static_cast<int>(emud::load<std::uint32_t>(b, emud::hdr::kError)) : 0;
+    return {code, std::vector<std::byte>(b.begin() + emud::hdr::kBytes, b.end()), rfd};
+  }
 };
 
 std::vector<std::byte> message(emud::Command cmd, std::span<const std::byte> body, std::uint32_t flags = 0) {
@@ -213,6 +240,12 @@ std::vector<std::byte> dma_map_msg(std::uint64_t iova, std::uint64_t size, std::
   emud::store<std::uint64_t>(b, emud::dma_map::kFdOffset, fd_off);
   emud::store<std::uint32_t>(b, emud::dma_map::kAccess, 3);
   return message(emud::Command::kDmaMap, b);
+}
+
+std::vector<std::byte> shadow_msg(std::uint32_t flags = 0) {
+  std::array<std::byte, emud::shadow::kBytes> b{};
+  emud::store<std::uint32_t>(b, emud::shadow::kFlags, flags);
+  return message(emud::Command::kDoorbellShadow, b);
 }
 
 std::string sock(const EmudProcess& d, unsigned card) { return d.dir() + "/card-" + std::to_string(card) + ".sock"; }
@@ -446,6 +479,262 @@ TEST(Emud, CraftedMessagesStayInsideTheClientsMemoryAndCard) {
     EXPECT_EQ(ap->size, 64u << 20);
   }
   EXPECT_EQ(d.stop(), 0);
+}
+
+// Shadow doorbells (protocol §5.11): the daemon hands the owner a sealed page for its queues'
+// SQ_TAIL and CQ_HEAD and takes an eventfd to be rung with; a value written there and rung
+// reaches the card with no message, a message never overtakes one written before it, and a
+// queue enabled or reset starts its shadow at 0 again.
+TEST(Emud, ShadowDoorbellsReachTheCardThroughThePageInOrderWithTheSocket) {
+  namespace qr = npo::fw::regs::queue;
+  EmudProcess d;
+  ASSERT_TRUE(d.start(emud_path(), "emu:2", {"--no-bring-up"})) << d.output();
+  Raw r(sock(d, 0));
+  ASSERT_GE(r.fd, 0);
+  ASSERT_EQ(r.call(version_msg(false)), 0);
+  const int inval = static_cast<int>(Code::kInvalidArgument);
+  EXPECT_EQ(r.call(shadow_msg()), inval) << "no eventfd attached";
+  int pipefd[2];
+  ASSERT_EQ(::pipe(pipefd), 0);
+  EXPECT_EQ(r.call(shadow_msg(), std::span(&pipefd[0], 1)), inval) << "a pipe is not an eventfd";
+  ::close(pipefd[0]);
+  ::close(pipefd[1]);
+  const int efd = ::eventfd(0, EFD_CLOEXEC);
+  ASSERT_GE(efd, 0);
+  EXPECT_EQ(r.call(shadow_msg(1), std::span(&efd, 1)), inval) << "flags must be 0";
+  ASSERT_TRUE(r.send(shadow_msg(), std::span(&efd, 1)));
+  auto [code, body, page_fd] = r.recv_fd();
+  ASSERT_EQ(code, 0);
+  ASSERT_EQ(body.size(), emud::shadow::kBytes);
+  EXPECT_EQ(emud::load<std::uint32_t>(body, emud::shadow::kFlags), npo::fw::regs::kNumQueues) << "queues covered";
+  EXPECT_EQ(emud::load<std::uint32_t>(body, emud::shadow::kReserved), emud::shadow::kStride);
+  ASSERT_GE(page_fd, 0);
+  struct stat st {};
+  ASSERT_EQ(::fstat(page_fd, &st), 0);
+  EXPECT_EQ(static_cast<std::size_t>(st.st_size), emud::shadow::kPageBytes);
+  const int seals = ::fcntl(page_fd, F_GET_SEALS);
+  EXPECT_EQ(seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+  EXPECT_NE(::ftruncate(page_fd, 0), 0) << "the client cannot shrink the page under the daemon";
+  void* pm = ::mmap(nullptr, emud::shadow::kPageBytes, PROT_READ | PROT_WRITE, MAP_SHARED, page_fd, 0);
+  ASSERT_NE(pm, MAP_FAILED);
+  ::close(page_fd);
+  auto* page = static_cast<std::byte*>(pm);
+  auto word = [&](std::size_t off) {
+    return std::atomic_ref<std::uint32_t>(*reinterpret_cast<std::uint32_t*>(page + off));
+  };
+  EXPECT_EQ(r.call(shadow_msg(), std::span(&efd, 1)), static_cast<int>(Code::kAlreadyExists));
+  // The shadowed registers are written through the page only.
+  const auto sq_tail0 = npo::fw::regs::queue_reg(0, qr::kSqTail);
+  EXPECT_EQ(r.call(access_msg(emud::Command::kRegionWrite, 0, sq_tail0, 4, 1)),
+            static_cast<int>(Code::kFailedPrecondition));
+  // Queue 0 with a ring of 4 NOP descriptors in client memory: bus master on, rings mapped.
+  const int mfd = ::memfd_create("shadow-rings", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  ASSERT_EQ(::ftruncate(mfd, 8192), 0);
+  void* rings = ::mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+  ASSERT_NE(rings, MAP_FAILED);
+  std::memset(rings, 0, 8192);  // NOP descriptors, an empty CQ
+  constexpr std::uint64_t kRing = 0x100000;
+  ASSERT_EQ(r.call(dma_map_msg(kRing, 8192, 0), std::span(&mfd, 1)), 0);
+  ::close(mfd);
+  ASSERT_EQ(r.call(access_msg(emud::Command::kRegionWrite, emud::kRegionConfig, 4, 2, 0x6)), 0);
+  auto posted = [&](std::uint64_t off, std::uint32_t count, std::uint64_t v) {
+    const auto m = access_msg(emud::Command::kRegionWrite, 0, off, count, v);
+    return r.send(message(emud::Command::kRegionWrite, std::span(m).subspan(emud::hdr::kBytes), emud::kFlagNoReply));
+  };
+
+  const std::uint32_t handled0 = word(emud::shadow::kHandled).load();
+  EXPECT_EQ(handled0, 0u);
+  ASSERT_TRUE(posted(npo::fw::regs::queue_reg(0, qr::kSqBase), 8, kRing));
+  ASSERT_TRUE(posted(npo::fw::regs::queue_reg(0, qr::kCqBase), 8, kRing + 4096));
+  ASSERT_TRUE(posted(npo::fw::regs::queue_reg(0, qr::kConfig), 4, qr::kConfigDepthLog2.make(2)));
+  ASSERT_TRUE(posted(npo::fw::regs::queue_reg(0, qr::kCtrl), 4, qr::kCtrlEnable.mask()));
+  auto read32 = [&](std::uint64_t off) -> std::int64_t {
+    if (!r.send(access_msg(emud::Command::kRegionRead, 0, off, 4))) return -1;
+    auto [c2, b2] = r.recv();
+    if (c2 != 0 || b2.size() != emud::access::kBytes + 4) return -1;
+    return emud::load<std::uint32_t>(b2, emud::access::kBytes);
+  };
+  ASSERT_EQ(read32(npo::fw::regs::queue_reg(0, qr::kStatus)) & qr::kStatusEnabled.mask(), qr::kStatusEnabled.mask());
+  EXPECT_EQ(word(emud::shadow::kHandled).load(), 4u) << "every posted write is counted once handled";
+  // Rung through the page alone: no message follows, and the card runs 3 NOPs.
+  const std::size_t sq0 = 0 * emud::shadow::kStride + emud::shadow::kSqTail;
+  word(sq0).store(3, std::memory_order_release);
+  const std::uint64_t one = 1;
+  ASSERT_EQ(::write(efd, &one, sizeof one), static_cast<ssize_t>(sizeof one));
+  auto* cq = static_cast<std::byte*>(rings) + 4096;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  namespace cpl = npo::fw::dma::cpl;
+  auto phase_of = [&](unsigned i) {
+    return std::atomic_ref<std::uint16_t>(*reinterpret_cast<std::uint16_t*>(cq + i * cpl::kSize + cpl::kFlags))
+               .load(std::memory_order_acquire) &
+           cpl::kPhase;
+  };
+  while (phase_of(2) == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  EXPECT_NE(phase_of(2), 0) << "the third completion arrived without any message";
+  EXPECT_EQ(read32(npo::fw::regs::queue_reg(0, qr::kSqHead)), 3);
+  EXPECT_EQ(read32(npo::fw::regs::queue_reg(0, qr::kCqTail)), 3);
+  // Written before a message, applied before it: the read that follows sees the 4th NOP rung.
+  word(sq0).store(4, std::memory_order_release);
+  EXPECT_EQ(read32(sq_tail0), 4) << "a message never overtakes a doorbell written before it";
+  // CQ_HEAD goes through the page too; the card takes it (registers.md §5.4).
+  word(0 * emud::shadow::kStride + emud::shadow::kCqHead).store(3, std::memory_order_release);
+  EXPECT_EQ(read32(npo::fw::regs::queue_reg(0, qr::kCqHead)), 3);
+  // A queue reset restarts the indexes: the page's slots follow, so an old value is not replayed.
+  ASSERT_TRUE(posted(npo::fw::regs::queue_reg(0, qr::kReset), 4, qr::kResetQueue.mask()));
+  EXPECT_EQ(read32(sq_tail0), 0);
+  EXPECT_EQ(word(sq0).load(), 0u);
+  EXPECT_EQ(word(emud::shadow::kHandled).load(), 5u);
+  // A read-only attach gets no page.
+  Raw ro(sock(d, 1));
+  ASSERT_EQ(ro.call(version_msg(true)), 0);
+  EXPECT_EQ(ro.call(shadow_msg(), std::span(&efd, 1)), static_cast<int>(Code::kPermissionDenied));
+  ::close(efd);
+  ::munmap(pm, emud::shadow::kPageBytes);
+  ::munmap(rings, 8192);
+  EXPECT_EQ(d.stop(), 0);
+  EXPECT_NE(d.output().find("card=0 pid=" + std::to_string(::getpid()) + ": shadow doorbells for 32 queues"),
+            std::string::npos)
+      << d.output();
+}
+
+// The client side of §5.11's order: a doorbell through the page waits until the daemon has
+// handled every posted write the thread sent before it. With npo-emud stopped (SIGSTOP) the
+// queue's enable sits unread in the socket, so the SQ_TAIL doorbell after it must not return;
+// rung past it, the card would see the doorbell first and drop it (a disabled queue).
+TEST(Emud, AShadowDoorbellWaitsUntilThePostedWritesBeforeItWereHandled) {
+  namespace qr = npo::fw::regs::queue;
+  namespace cpl = npo::fw::dma::cpl;
+  EmudProcess d;
+  ASSERT_TRUE(d.start(emud_path(), "emu:2", {"--no-bring-up"})) << d.output();
+  auto be = npo::backend::builtin_registry().open(d.uri() + "?card=0");
+  ASSERT_TRUE(be.has_value());
+  auto fns = (*be)->enumerate();
+  ASSERT_TRUE(fns.has_value() && fns->size() == 1);
+  auto dev = (*be)->open(fns->front().address);
+  ASSERT_TRUE(dev.has_value()) << dev.error().to_string();
+  auto bar0 = (*dev)->mmio(0);
+  ASSERT_TRUE(bar0.has_value());
+  const int mfd = ::memfd_create("shadow-order-rings", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  ASSERT_EQ(::ftruncate(mfd, 8192), 0);
+  void* rings = ::mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+  ASSERT_NE(rings, MAP_FAILED);
+  std::memset(rings, 0, 8192);  // NOP descriptors, an empty CQ
+  npo::backend::register_host_memory_fd(rings, 8192, mfd, 0);
+  constexpr std::uint64_t kRing = 0x100000;
+  ASSERT_TRUE((*dev)->dma_map(rings, kRing, 8192, npo::backend::DmaAccess::kReadWrite).has_value());
+  const std::array<std::byte, 2> command{std::byte{0x6}, std::byte{0}};  // memory space + bus master
+  ASSERT_TRUE((*dev)->config_write(4, command).has_value());
+  auto& b = **bar0;
+  b.write64(npo::fw::regs::queue_reg(0, qr::kSqBase), kRing);
+  b.write64(npo::fw::regs::queue_reg(0, qr::kCqBase), kRing + 4096);
+  b.write32(npo::fw::regs::queue_reg(0, qr::kConfig), qr::kConfigDepthLog2.make(2));
+  EXPECT_EQ(b.read32(npo::fw::regs::queue_reg(0, qr::kStatus)) & qr::kStatusEnabled.mask(), 0u);
+  ASSERT_EQ(::kill(d.pid(), SIGSTOP), 0);
+  // The stop takes effect when each thread next runs: wait until all of them are stopped, so
+  // that none handles the write below before SIGCONT.
+  const auto stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  auto all_stopped = [&] {
+    const auto task_dir = "/proc/" + std::to_string(d.pid()) + "/task";
+    std::error_code ec;
+    for (const auto& t : std::filesystem::directory_iterator(task_dir, ec)) {
+      std::ifstream f(t.path() / "stat");
+      std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      const auto paren = stat.rfind(')');
+      if (paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] != 'T') return false;
+    }
+    return !ec;
+  };
+  while (!all_stopped() && std::chrono::steady_clock::now() < stop_deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(all_stopped()) << "npo-emud did not stop";
+  b.write32(npo::fw::regs::queue_reg(0, qr::kCtrl), qr::kCtrlEnable.mask());  // posted: waits in the socket
+  std::atomic<bool> rang{false};
+  std::thread t([&] {
+    b.write32(npo::fw::regs::queue_reg(0, qr::kSqTail), 2);
+    rang.store(true);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(rang.load()) << "the doorbell returned before the daemon handled the enable posted before it";
+  ASSERT_EQ(::kill(d.pid(), SIGCONT), 0);
+  t.join();
+  auto* cq = static_cast<std::byte*>(rings) + 4096;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  auto phase_of = [&](unsigned i) {
+    return std::atomic_ref<std::uint16_t>(*reinterpret_cast<std::uint16_t*>(cq + i * cpl::kSize + cpl::kFlags))
+               .load(std::memory_order_acquire) &
+           cpl::kPhase;
+  };
+  while (phase_of(1) == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  EXPECT_NE(phase_of(1), 0) << "both NOPs completed";
+  EXPECT_EQ(b.read32(npo::fw::regs::queue_reg(0, qr::kSqTail)), 2u);
+  EXPECT_EQ(b.read32(npo::fw::regs::queue_reg(0, qr::kCqTail)), 2u);
+  dev->reset();
+  npo::backend::unregister_host_memory_fd(rings);
+  ::munmap(rings, 8192);
+  ::close(mfd);
+  EXPECT_EQ(d.stop(), 0);
+}
+
+// Through the HAL: an owner rings through the shadow page by default, doorbell=socket keeps
+// posted REGION_WRITEs, and both move the same bytes. Queues are opened and closed over and over:
+// each open is posted writes (base, config, enable) followed at once by a doorbell through the
+// page, which must not overtake them (the card ignores a doorbell to a disabled queue).
+TEST(Emud, QueuesRungThroughShadowDoorbellsMoveTheSameBytesAsSocketDoorbells) {
+  EmudProcess d;
+  ASSERT_TRUE(d.start(emud_path(), "emu:2", {"--no-bring-up"})) << d.output();
+  constexpr std::size_t kLen = 256u << 10;
+  // On one CPU with its session thread (npo-emud follows a bound client), a posted write only
+  // wakes that thread, and the client rings the page before the daemon ran: the order is the
+  // protocol's, not the scheduler's. Restored at the end.
+  cpu_set_t before;
+  CPU_ZERO(&before);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof before, &before), 0);
+  if (CPU_COUNT(&before) > 1) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &before)) {
+        CPU_SET(c, &one);
+        break;
+      }
+    }
+    ASSERT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);
+  }
+  for (const char* form : {"?card=0", "?card=1&doorbell=socket"}) {
+    SCOPED_TRACE(form);
+    auto sys = npo::System::open(d.uri() + form);
+    ASSERT_TRUE(sys.has_value()) << sys.error().to_string();
+    auto& dev = (*sys)->device(0);
+    auto src = npo::allocate_host_memory(dev, kLen).value();
+    auto dst = npo::allocate_host_memory(dev, kLen).value();
+    for (unsigned round = 0; round < 40; ++round) {
+      for (std::size_t i = 0; i < kLen; ++i) src->bytes()[i] = static_cast<std::byte>(i * 7 + round);
+      auto q = dev.open_queue({.engine = round % 4, .depth = 16}).value();
+      // 64 ops through a ring of 16: every submit after the first also moves CQ_HEAD.
+      std::size_t done = 0;
+      for (unsigned k = 0; k < 64; ++k) {
+        const std::uint32_t part = kLen / 64;
+        ASSERT_TRUE(
+            q->enqueue_copy(DmaAddress::host(src->iova() + k * part), DmaAddress::host(dst->iova() + k * part), part));
+        if (k % 8 == 7) {
+          auto c = npo_test::run(*q, 8);
+          ASSERT_EQ(c.size(), 8u) << "round " << round << " op " << k;
+          for (const auto& e : c) ASSERT_EQ(e.status, OpStatus::kOk);
+          done += c.size();
+        }
+      }
+      ASSERT_EQ(done, 64u);
+      ASSERT_EQ(std::memcmp(src->bytes().data(), dst->bytes().data(), kLen), 0) << "round " << round;
+    }
+  }
+  ASSERT_EQ(::sched_setaffinity(0, sizeof before, &before), 0);
+  EXPECT_EQ(d.stop(), 0);
+  EXPECT_NE(d.output().find("card=0 pid=" + std::to_string(::getpid()) + ": shadow doorbells for 32 queues"),
+            std::string::npos)
+      << d.output();
+  EXPECT_EQ(d.output().find("card=1 pid=" + std::to_string(::getpid()) + ": shadow doorbells"), std::string::npos)
+      << "doorbell=socket asks for no page";
 }
 
 TEST(Emud, UnsealedMemoryIsMappedGuardedAndItsShrinkingCannotKillTheDaemon) {

@@ -47,6 +47,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       require(c.count >= 1 && c.count <= 64 && fds == static_cast<std::size_t>(std::popcount(c.fd_mask)));
       break;
     case emud::Command::kInjectFault: require(fds == 0 && c.fault_kind <= emud::fault::kMaxKind && c.count >= 1); break;
+    case emud::Command::kDoorbellShadow: require(fds == 1); break;
     default: require(fds == 0); break;
   }
   require(!c.no_reply || c.command == emud::Command::kRegionWrite);

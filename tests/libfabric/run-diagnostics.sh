@@ -4,6 +4,7 @@
 # fi_pingpong (libfabric-bin) and a private npo-emud mesh8 (docs/libfabric.md "Backend",
 # "Environment variables", "Domains are cards"):
 #  - NPO_FI_BACKEND without a daemon, bogus, empty, with ?card=: rc 61 and one stderr line why;
+#  - NPO_FI_BACKEND=...?doorbell=socket: every card's queues ring by socket (no shadow page);
 #  - emu:mesh8 inside a job of 2 ranks: no cards, the line says to use npo-emud;
 #  - bad values (FI_NPO_CARD, NPO_FI_LAYERING, NPO_FI_FAULT, NPO_FI_FAULT_MS, NPO_FI_RING_LANES,
 #    NPO_FI_POLL_BACKOFF, NPO_FI_STALL_MS, NPO_FI_TRACE_MAX, NPO_FI_TRACE in a missing directory)
@@ -117,6 +118,29 @@ for want in "NPO_FI_FAULT='bogus' is not valid (accepted: abort, report); using 
   n="$(grep -cF "npo: ${want}" "${dir}/cli.log" || true)"
   [[ "${n}" -eq 1 ]] || fail "expected once, saw ${n} times: npo: ${want}"
 done
+# Doorbells (docs/libfabric.md "Backend"): the ping-pong above rang its queues through the shadow
+# page (npo-emud logs it per connection); ?doorbell=socket passes through to every card the
+# provider opens and asks for none; any other query is refused.
+shadow_lines() { grep -c ': shadow doorbells for 32 queues' "${dir}/emud.log" || true; }
+shadow_before="$(shadow_lines)"
+[[ "${shadow_before}" -ge 2 ]] || fail "the default ping-pong asked for ${shadow_before} shadow pages, not 2"
+NPO_FI_BACKEND="${NPO_FI_BACKEND}?doorbell=socket" timeout 60 fi_pingpong -p npo -e rdm -S 4096 -I 10 -d npo0 \
+  -B "$((port + 4))" >"${dir}/srv-socket.log" 2>&1 &
+srv=$!
+pids+=("${srv}")
+wait_listen "$((port + 4))" "${srv}" || fail "the doorbell=socket server did not listen within 30 s"
+set +e
+NPO_FI_BACKEND="${NPO_FI_BACKEND}?doorbell=socket" timeout 60 fi_pingpong -p npo -e rdm -S 4096 -I 10 -d npo1 \
+  -P "$((port + 4))" 127.0.0.1 >"${dir}/cli-socket.log" 2>&1
+cli_rc=$?
+wait "${srv}"
+srv_rc=$?
+set -e
+[[ ${cli_rc} -eq 0 && ${srv_rc} -eq 0 ]] || fail "doorbell=socket ping-pong failed (rc ${cli_rc} / ${srv_rc})"
+[[ "$(shadow_lines)" -eq "${shadow_before}" ]] || fail "doorbell=socket asked for a shadow page"
+expect_no_cards "?doorbell=bogus" "^npo: no cards: .*the provider takes no \?doorbell=bogus" \
+  NPO_FI_BACKEND="${NPO_FI_BACKEND}?doorbell=bogus"
+
 # upper case is the word: NPO_FI_FAULT=ABORT is abort (nothing reported)
 if NPO_FI_FAULT=ABORT NPO_FI_FAULT_MS=0 fi_info -p npo 2>&1 | grep -q "NPO_FI_FAULT="; then
   fail "NPO_FI_FAULT=ABORT reported at getinfo"
@@ -125,12 +149,14 @@ fi
 # fi_domain on a held card: one line with the holder, the card count; 9 ranks on 8 cards. The
 # holder is a running ping-pong pair on cards 0 and 1 (fi_pingpong opens its domain only once
 # its peer connected); each second job is a pair whose server asks for card 0.
+card0_connects() { grep -c "^npo-emud: connect card=0 pid=[0-9]* mode=owner" "${dir}/emud.log" || true; }
+card0_before="$(card0_connects)"
 timeout 60 fi_pingpong -p npo -e rdm -S 64 -I 100000000 -d npo0 -B "$((port + 1))" >"${dir}/holder.log" 2>&1 &
 pids+=($!)
 wait_listen "$((port + 1))" "$!" || fail "the holder's fi_pingpong server did not listen within 30 s"
 timeout 60 fi_pingpong -p npo -e rdm -S 64 -I 100000000 -d npo1 -P "$((port + 1))" 127.0.0.1 >"${dir}/holder1.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 1 600); do [[ "$(grep -c "^npo-emud: connect card=0 pid=[0-9]* mode=owner" "${dir}/emud.log")" -ge 2 ]] && break; sleep 0.05; done
+for _ in $(seq 1 600); do [[ "$(card0_connects)" -gt "${card0_before}" ]] && break; sleep 0.05; done
 # (its pid: fi_pingpong's, a child of timeout)
 holder="$(sed -n 's/.*npo-emud: connect card=0 pid=\([0-9]*\) mode=owner.*/\1/p' "${dir}/emud.log" | tail -1)"
 [[ -n "${holder}" ]] || fail "the holder did not open card 0"

@@ -180,8 +180,8 @@ def main():
     ap.add_argument("--provider-dir", required=True)
     ap.add_argument("--pingpong", required=True, help="npo-mpi-pingpong binary")
     ap.add_argument("--provider", action="append", default=[],
-                    help="npo provider for mtl_ofi_provider_include (default 'npo;ofi_rxd'); repeatable, the first "
-                    "one is compared with the peers")
+                    help="npo provider for mtl_ofi_provider_include (default 'npo'), optionally with ?doorbell=socket "
+                    "(the cards' emu-remote option); repeatable, the first one is compared with the peers")
     ap.add_argument("--seconds", type=float, default=1.0, help="timed round trips per size / allreduce calls, s")
     ap.add_argument("--allreduce-bytes", type=int, default=1 << 20)
     ap.add_argument("--allreduce-ranks", type=int, default=8)
@@ -211,10 +211,16 @@ def main():
         os.mkdir(trace_dir)
     npo_env = dict(env, FI_PROVIDER_PATH=args.provider_dir, NPO_FI_BACKEND=f"emu-remote:{sockdir}/s")
     emud_desc = " ".join(["npo-emud"] + args.emud_arg)
-    transports = [Transport(p, f"`{p}` on {emud_desc} (mtl ofi)", ofi + ["--mca", "mtl_ofi_provider_include", p],
-                            dict(npo_env, NPO_FI_LAYERING="1") if "ofi_rxd" in p else npo_env,
-                            expect_provider=p, pin=args.pin_card, trace_dir=trace_dir, index=i)
-                  for i, p in enumerate(providers)]
+    def npo_transport(i, spec):
+        # "P?doorbell=socket": provider P with that emu-remote option on every card it opens
+        p, _, query = spec.partition("?")
+        e = dict(npo_env, NPO_FI_LAYERING="1") if "ofi_rxd" in p else dict(npo_env)
+        if query:
+            e["NPO_FI_BACKEND"] += "?" + query
+        label = f"`{p}` on {emud_desc}" + (f" ({query})" if query else "") + " (mtl ofi)"
+        return Transport(spec, label, ofi + ["--mca", "mtl_ofi_provider_include", p], e, expect_provider=p,
+                         pin=args.pin_card, trace_dir=trace_dir, index=i)
+    transports = [npo_transport(i, p) for i, p in enumerate(providers)]
     peers = []
     if not args.skip_peers:
         peers = [Transport("shm", "Open MPI shared memory (ob1, vader)", ["--mca", "pml", "ob1", "--mca", "btl",

@@ -50,6 +50,7 @@ Result<ParsedCommand> parse_command(std::span<const std::byte> msg, std::size_t 
         return (load<std::uint32_t>(body, emud::dma_map::kFlags) & emud::dma_map::kFlagProcessMemory) != 0 ? 0 : 1;
       case emud::Command::kSetIrqs:
         return static_cast<std::size_t>(std::popcount(load<std::uint64_t>(body, emud::irqs::kFdMask)));
+      case emud::Command::kDoorbellShadow: return 1;  // the eventfd the client rings
       default: return 0;
     }
   }();
@@ -125,6 +126,11 @@ Result<ParsedCommand> parse_command(std::span<const std::byte> msg, std::size_t 
       if (c.delay_ns > (1ULL << 62) || c.duration_ns > (1ULL << 62)) return bad("fault delay or duration too large");
       break;
     }
+    case emud::Command::kDoorbellShadow:
+      if (load<std::uint32_t>(body, emud::shadow::kFlags) != 0 ||
+          load<std::uint32_t>(body, emud::shadow::kReserved) != 0)
+        return bad("DOORBELL_SHADOW flags and reserved field must be 0");
+      break;
     case emud::Command::kMailboxObserve:
       if (body.size() < emud::observe::kMinBytes || body.size() > emud::observe::kMaxBytes) {
         return bad(fmt::format("MAILBOX_OBSERVE request of {} bytes not in {}..{}", body.size(),

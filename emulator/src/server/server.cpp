@@ -29,6 +29,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -159,13 +160,20 @@ class Session {
     std::vector<std::byte> buf(emud::kMaxMessage + 1);
     alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int) * emud::kMaxFds) + CMSG_SPACE(sizeof(ucred))> ctrl{};
     while (!srv_.stopping.load()) {
-      pollfd p[2] = {{conn_, POLLIN, 0}, {srv_.wake_fd, POLLIN, 0}};
-      if (::poll(p, 2, -1) < 0) {
+      pollfd p[3] = {{conn_, POLLIN, 0}, {srv_.wake_fd, POLLIN, 0}, {bell_fd_, POLLIN, 0}};
+      if (::poll(p, bell_fd_ >= 0 ? 3 : 2, -1) < 0) {
         if (errno == EINTR) continue;
         srv_.log(fmt::format("card={} pid={}: poll failed: {}", card_, pid_, std::strerror(errno)));
         break;
       }
       if (p[1].revents != 0 || srv_.stopping.load()) break;
+      if (bell_fd_ >= 0 && p[2].revents != 0) {
+        // Shadow doorbells (spec §5.11): take the ring (the eventfd's count), then the values.
+        std::uint64_t rings = 0;
+        (void)!::read(bell_fd_, &rings, sizeof rings);
+        apply_shadow();
+        if (p[0].revents == 0) continue;
+      }
       iovec iov{buf.data(), buf.size()};
       msghdr mh{};
       mh.msg_iov = &iov;
@@ -203,8 +211,18 @@ class Session {
         reply_error(0, 0, Code::kInvalidArgument, "message or its file descriptors exceed the protocol's limits");
         continue;
       }
-      handle(std::span<const std::byte>(buf.data(), static_cast<std::size_t>(n)), fds);
+      // Every doorbell the client put in the shadow page before it sent this message reaches the
+      // card first (§5.11: the page and the socket keep one order).
+      apply_shadow();
+      const auto msg = std::span<const std::byte>(buf.data(), static_cast<std::size_t>(n));
+      handle(msg, fds);
       close_all(fds);  // whatever handle() did not take
+      // A posted write is counted once handled, so the client rings through the page only when
+      // the card has seen all it posted (§5.11).
+      if (shadow_ != nullptr && msg.size() >= emud::hdr::kBytes &&
+          (emud::load<std::uint32_t>(msg, emud::hdr::kFlags) & emud::kFlagNoReply) != 0) {
+        shadow_word(emud::shadow::kHandled).store(++posted_handled_, std::memory_order_release);
+      }
     }
   }
 
@@ -270,10 +288,106 @@ class Session {
       case emud::Command::kInjectFault:
       case emud::Command::kMailboxObserve: return;
       case emud::Command::kDeviceReset: {
-        if (auto r = dev_->reset(); !r) return reply_error(c, r.error());
+        auto r = dev_->reset();
+        // A reset card starts every queue from index 0 (registers.md §5.2): so do its shadows.
+        for (std::uint32_t q = 0; q < shadow_queues_; ++q) zero_shadow(q);
+        if (!r) return reply_error(c, r.error());
         return reply_ok(c);
       }
+      case emud::Command::kDoorbellShadow: return doorbell_shadow(c, fds);
     }
+  }
+
+  // ---- Shadow doorbells (spec §5.11) ----
+
+  std::atomic_ref<std::uint32_t> shadow_word(std::size_t offset) {
+    return std::atomic_ref<std::uint32_t>(*reinterpret_cast<std::uint32_t*>(shadow_ + offset));
+  }
+  /// The queue and register a BAR0 offset names when it is one of the shadowed doorbells.
+  std::optional<std::pair<std::uint32_t, std::size_t>> shadowed(std::uint64_t off) const {
+    if (off < fw::regs::kQueueBase) return std::nullopt;
+    const std::uint64_t q = (off - fw::regs::kQueueBase) / fw::regs::kQueueStride;
+    const std::uint64_t r = (off - fw::regs::kQueueBase) % fw::regs::kQueueStride;
+    if (q >= shadow_queues_) return std::nullopt;
+    if (r == fw::regs::queue::kSqTail) return std::pair{static_cast<std::uint32_t>(q), emud::shadow::kSqTail};
+    if (r == fw::regs::queue::kCqHead) return std::pair{static_cast<std::uint32_t>(q), emud::shadow::kCqHead};
+    return std::nullopt;
+  }
+  /// Queue q restarts from index 0 (enabled, reset): its shadows and what was applied follow.
+  void zero_shadow(std::uint32_t q) {
+    shadow_word(q * emud::shadow::kStride + emud::shadow::kSqTail).store(0, std::memory_order_relaxed);
+    shadow_word(q * emud::shadow::kStride + emud::shadow::kCqHead).store(0, std::memory_order_relaxed);
+    applied_sq_[q] = applied_cq_[q] = 0;
+  }
+  /// Writes to the card every shadowed doorbell that changed since it was last applied: all
+  /// CQ_HEADs first (room in a completion queue before its submissions run), then the SQ_TAILs.
+  /// The card checks each value as it checks a REGION_WRITE (registers.md §5.3, §5.4).
+  void apply_shadow() {
+    if (shadow_ == nullptr || bar0_ == nullptr) return;
+    for (std::uint32_t q = 0; q < shadow_queues_; ++q) {
+      const std::uint32_t v =
+          shadow_word(q * emud::shadow::kStride + emud::shadow::kCqHead).load(std::memory_order_acquire);
+      if (v == applied_cq_[q]) continue;
+      applied_cq_[q] = v;
+      bar0_->write32(fw::regs::queue_reg(q, fw::regs::queue::kCqHead), v);
+    }
+    for (std::uint32_t q = 0; q < shadow_queues_; ++q) {
+      const std::uint32_t v =
+          shadow_word(q * emud::shadow::kStride + emud::shadow::kSqTail).load(std::memory_order_acquire);
+      if (v == applied_sq_[q]) continue;
+      applied_sq_[q] = v;
+      bar0_->write32(fw::regs::queue_reg(q, fw::regs::queue::kSqTail), v);
+    }
+  }
+  void doorbell_shadow(const ParsedCommand& c, std::vector<int>& fds) {
+    if (shadow_ != nullptr) {
+      return reply_error(c, Error(Code::kAlreadyExists, "DOORBELL_SHADOW: this connection has its shadow page"));
+    }
+    // Only an eventfd: anything else could poll readable for ever and spin this thread.
+    const int efd = fds.at(0);
+    std::array<char, 64> link{};
+    const auto path = fmt::format("/proc/self/fd/{}", efd);
+    const ssize_t len = ::readlink(path.c_str(), link.data(), link.size() - 1);
+    if (len <= 0 || std::string_view(link.data(), static_cast<std::size_t>(len)) != "anon_inode:[eventfd]") {
+      return reply_error(c, Error(Code::kInvalidArgument, "DOORBELL_SHADOW: the attached fd is not an eventfd"));
+    }
+    auto m = dev_->mmio(pci::kBarRegs);
+    if (!m) return reply_error(c, m.error());
+    const auto queues = std::min<std::uint32_t>(fw::regs::kNumQueues, emud::shadow::kMaxQueues);
+    const int mfd = ::memfd_create("npo-emud doorbell shadow", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    void* p = MAP_FAILED;
+    if (mfd >= 0 && ::ftruncate(mfd, emud::shadow::kPageBytes) == 0) {
+      p = ::mmap(nullptr, emud::shadow::kPageBytes, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+    }
+    // Sealed: the client can neither shrink the page under this mapping nor resize it.
+    if (p == MAP_FAILED || ::fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+      const int err = errno;
+      if (p != MAP_FAILED) ::munmap(p, emud::shadow::kPageBytes);
+      if (mfd >= 0) ::close(mfd);
+      return reply_error(c,
+                         Error(errno_code(err), fmt::format("DOORBELL_SHADOW: shadow page: {}", std::strerror(err))));
+    }
+    shadow_ = static_cast<std::byte*>(p);
+    bar0_ = *m;
+    shadow_queues_ = queues;
+    // The page starts as the card's registers are, so that nothing is applied at once.
+    for (std::uint32_t q = 0; q < queues; ++q) {
+      applied_sq_[q] = bar0_->read32(fw::regs::queue_reg(q, fw::regs::queue::kSqTail));
+      applied_cq_[q] = bar0_->read32(fw::regs::queue_reg(q, fw::regs::queue::kCqHead));
+      shadow_word(q * emud::shadow::kStride + emud::shadow::kSqTail).store(applied_sq_[q]);
+      shadow_word(q * emud::shadow::kStride + emud::shadow::kCqHead).store(applied_cq_[q]);
+    }
+    posted_handled_ = 0;
+    shadow_word(emud::shadow::kHandled).store(0, std::memory_order_release);
+    (void)::fcntl(efd, F_SETFL, ::fcntl(efd, F_GETFL) | O_NONBLOCK);
+    bell_fd_ = efd;
+    fds.clear();  // the eventfd is ours now
+    std::array<std::byte, emud::shadow::kBytes> body{};
+    emud::store<std::uint32_t>(body, emud::shadow::kFlags, queues);
+    emud::store<std::uint32_t>(body, emud::shadow::kReserved, static_cast<std::uint32_t>(emud::shadow::kStride));
+    reply_ok(c, body, mfd);
+    ::close(mfd);  // the mapping and the client's copy keep the page
+    srv_.log(fmt::format("card={} pid={}: shadow doorbells for {} queues", card_, pid_, queues));
   }
 
   void version(const ParsedCommand& c) {
@@ -465,6 +579,21 @@ class Session {
     }
     auto m = dev_->mmio(c.region);
     if (!m) return reply_error(c, m.error());
+    if (shadow_ != nullptr && c.region == pci::kBarRegs) {
+      if (shadowed(c.offset)) {
+        return reply_error(c, Error(Code::kFailedPrecondition,
+                                    fmt::format("BAR0+0x{:x} is a shadow doorbell on this connection: write it in "
+                                                "the shadow page (spec §5.11)",
+                                                c.offset)));
+      }
+      // Enabling or resetting a queue restarts its indexes at 0 (registers.md §5.2).
+      const std::uint64_t r = (c.offset - fw::regs::kQueueBase) % fw::regs::kQueueStride;
+      const std::uint64_t q = (c.offset - fw::regs::kQueueBase) / fw::regs::kQueueStride;
+      if (c.offset >= fw::regs::kQueueBase && q < shadow_queues_ &&
+          (r == fw::regs::queue::kCtrl || r == fw::regs::queue::kReset)) {
+        zero_shadow(static_cast<std::uint32_t>(q));
+      }
+    }
     if (c.count == 8) {
       (*m)->write64(c.offset, emud::load<std::uint64_t>(c.data, 0));
     } else {
@@ -682,6 +811,12 @@ class Session {
       }
       slot.released.notify_all();
     }
+    if (shadow_ != nullptr) ::munmap(shadow_, emud::shadow::kPageBytes);
+    shadow_ = nullptr;
+    bar0_ = nullptr;
+    shadow_queues_ = 0;
+    if (bell_fd_ >= 0) ::close(bell_fd_);
+    bell_fd_ = -1;
     const std::size_t nmaps = maps_.size();
     maps_.clear();
     if (pidfd_ >= 0) ::close(pidfd_);  // after dev_.reset(): no IOMMU entry refers to it any more
@@ -713,6 +848,15 @@ class Session {
   std::map<std::uint64_t, Mapping> maps_;
   std::array<int, pci::kMsixVectors> msix_fds_{};
   std::vector<std::byte> out_;
+  // Shadow doorbells (spec §5.11): the page shared with the client, the eventfd it rings, what
+  // was last written to the card from each slot, and the posted writes handled so far.
+  std::byte* shadow_ = nullptr;
+  backend::Mmio* bar0_ = nullptr;
+  std::uint32_t shadow_queues_ = 0;
+  int bell_fd_ = -1;
+  std::array<std::uint32_t, fw::emud::shadow::kMaxQueues> applied_sq_{};
+  std::array<std::uint32_t, fw::emud::shadow::kMaxQueues> applied_cq_{};
+  std::uint32_t posted_handled_ = 0;
 };
 
 }  // namespace

@@ -17,7 +17,7 @@ namespace npo::fw::emud {
 /// Protocol version (spec §2). A major mismatch is refused; minors are compatible.
 inline constexpr std::uint16_t kVersionMajor = 1;
 inline constexpr std::uint16_t kVersionMinor =
-    3;  ///< 1: MAILBOX_OBSERVE; 2: DMA_MAP kFlagUnsealed; 3: kFlagProcessMemory
+    4;  ///< 1: MAILBOX_OBSERVE; 2: DMA_MAP kFlagUnsealed; 3: kFlagProcessMemory; 4: DOORBELL_SHADOW
 
 /// Largest message either side sends or accepts, header included (spec §1).
 inline constexpr std::uint32_t kMaxMessage = 8192;
@@ -52,6 +52,9 @@ enum class Command : std::uint16_t {
   /// npo-specific: one read-only firmware mailbox request answered by the daemon beside the
   /// card's BAR0 mailbox (spec §5.10), for read-only attaches.
   kMailboxObserve = 65,
+  /// npo-specific: shadow doorbells (spec §5.11): the client writes SQ_TAIL and CQ_HEAD into a
+  /// page the daemon shares and rings an eventfd it passes, instead of one REGION_WRITE each.
+  kDoorbellShadow = 66,
 };
 
 /// MAILBOX_OBSERVE (spec §5.10): the body is one mailbox request message (mailbox.md §2,
@@ -181,6 +184,27 @@ inline constexpr std::uint32_t kIrqMsix = 0;
 inline constexpr std::uint32_t kIrqMsi = 1;
 }  // namespace irqs
 
+// ---- DOORBELL_SHADOW (spec §5.11) ---------------------------------------------------------
+/// Command body: kBytes (both fields 0), one eventfd attached. Reply body: kBytes (kSlots, the
+/// queues the page covers; kStride), the shadow page attached (a sealed memfd of kPageBytes).
+/// Queue q's doorbells are the u32s at q * kStride + kSqTail and q * kStride + kCqHead; each
+/// holds the value the client last wrote to that register (registers.md §5: both mod 2^32).
+namespace shadow {
+inline constexpr std::size_t kFlags = 0;     ///< command: u32, 0; reply: u32 queues covered
+inline constexpr std::size_t kReserved = 4;  ///< command: u32, 0; reply: u32 stride in bytes
+inline constexpr std::size_t kBytes = 8;
+static_assert(kReserved + 4 == kBytes);
+inline constexpr std::size_t kPageBytes = 4096;  ///< size of the shadow page
+inline constexpr std::size_t kStride = 64;       ///< bytes per queue: one cache line
+inline constexpr std::size_t kSqTail = 0;        ///< u32 SQ_TAIL of the queue
+inline constexpr std::size_t kCqHead = 4;        ///< u32 CQ_HEAD of the queue
+/// u32 written by the daemon: the posted writes (NO_REPLY messages) of this connection it has
+/// handled, mod 2^32. In the page's last cache line, which no queue uses.
+inline constexpr std::size_t kHandled = kPageBytes - kStride;
+inline constexpr std::size_t kMaxQueues = kHandled / kStride;
+static_assert(kCqHead + 4 <= kStride && kMaxQueues == 63);
+}  // namespace shadow
+
 // ---- INJECT_FAULT (spec §5.9) --------------------------------------------------------------
 namespace fault {
 inline constexpr std::size_t kDelayNs = 0;      ///< u64: fire this long after the daemon receives it
@@ -229,6 +253,7 @@ inline void store(std::span<std::byte> b, std::size_t off, T v) noexcept {
     case Command::kDeviceReset: return 0;
     case Command::kInjectFault: return static_cast<long>(fault::kBytes);
     case Command::kMailboxObserve: return -1;
+    case Command::kDoorbellShadow: return static_cast<long>(shadow::kBytes);
   }
   return -1;
 }
