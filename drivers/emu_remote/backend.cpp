@@ -252,9 +252,12 @@ class Conn {
   /// Asks the daemon for shadow doorbells (spec §5.11): from then on ring_shadow() writes the
   /// queues' SQ_TAIL and CQ_HEAD into the shared page and rings an eventfd, one write(2) and no
   /// socket message per doorbell. Call once, before any other thread uses the connection.
-  /// Errors: the daemon's (an npo-emud older than protocol 1.4 answers invalid_argument), or
-  /// kInternal for a malformed reply; the connection keeps REGION_WRITE doorbells then.
-  Result<void> enable_shadow() {
+  /// Errors: the daemon's refusal (an npo-emud older than protocol 1.4 answers invalid_argument),
+  /// with `*armed` false: the connection keeps REGION_WRITE doorbells; or, with `*armed` true,
+  /// kInternal when the daemon set the page up but this process cannot use it (no page fd in the
+  /// reply, a short page, mmap failed): the connection can ring no queue then and must be closed.
+  Result<void> enable_shadow(bool* armed) {
+    *armed = false;
     const int efd = ::eventfd(0, EFD_CLOEXEC);
     if (efd < 0) return fail_errno(errno, "emu-remote: eventfd for shadow doorbells");
     std::array<std::byte, emud::shadow::kBytes> b{};
@@ -264,27 +267,42 @@ class Conn {
       ::close(efd);
       return std::unexpected(r.error());
     }
+    *armed = true;
     void* p = MAP_FAILED;
-    const bool ok = r->fd >= 0 && r->body.size() == emud::shadow::kBytes &&
-                    emud::load<std::uint32_t>(r->body, emud::shadow::kReserved) == emud::shadow::kStride &&
-                    emud::load<std::uint32_t>(r->body, emud::shadow::kFlags) <= emud::shadow::kMaxQueues;
+    struct stat st {};
+    const bool ok = r->fd >= 0 && ::fstat(r->fd, &st) == 0 &&
+                    static_cast<std::uint64_t>(st.st_size) >= emud::shadow::kPageBytes &&
+                    r->body.size() == emud::shadow::kBytes &&
+                    emud::load<std::uint32_t>(r->body, emud::shadow::kReplyStride) == emud::shadow::kStride &&
+                    emud::load<std::uint32_t>(r->body, emud::shadow::kReplyQueues) <= emud::shadow::kMaxQueues;
     if (ok) p = ::mmap(nullptr, emud::shadow::kPageBytes, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
     if (r->fd >= 0) ::close(r->fd);
     if (p == MAP_FAILED) {
       ::close(efd);
-      return fail(Code::kInternal, fmt::format("emu-remote: {}: malformed DOORBELL_SHADOW reply", what_));
+      return fail(
+          Code::kInternal,
+          fmt::format(
+              "emu-remote: {}: npo-emud set up shadow doorbells, but its page cannot be used here ({})", what_,
+              r->fd < 0 ? "no page fd in the reply: is the fd limit reached?" : "a malformed reply or a failed mmap"));
     }
     shadow_ = static_cast<std::byte*>(p);
-    shadow_queues_ = emud::load<std::uint32_t>(r->body, emud::shadow::kFlags);
+    shadow_queues_ = emud::load<std::uint32_t>(r->body, emud::shadow::kReplyQueues);
     bell_fd_ = efd;
     posted_.store(0);  // the daemon counts from here (every earlier posted write preceded this call)
     return {};
+  }
+
+  /// True when BAR0 offset `off` is a doorbell this connection rings through its shadow page.
+  [[nodiscard]] bool shadowed(std::uint64_t off) const noexcept {
+    return shadow_ != nullptr && slot_of(off) != SIZE_MAX;
   }
 
   /// Rings doorbell register `off` of BAR0 with `v` through the shadow page, if it is one;
   /// false (nothing done) when the connection has no shadow page or `off` is another register.
   /// A doorbell never overtakes a posted write this thread sent before it: it waits until the
   /// daemon counts that write handled. Thread-safe; lock-free unless it has to wait.
+  /// A connection inherited across fork() is one process's at a time, as its message ids are: a
+  /// parent and a child posting and ringing at once could each count the other's posted writes.
   bool ring_shadow(std::uint64_t off, std::uint32_t v) {
     if (shadow_ == nullptr) return false;
     const std::size_t slot = slot_of(off);
@@ -611,7 +629,13 @@ class RemoteMmio final : public backend::Mmio {
       }
       return;
     }
-    // A queue doorbell: through the shadow page when the connection has one (spec §5.11).
+    // A queue doorbell: through the shadow page when the connection has one (spec §5.11). An
+    // 8-byte write over one goes as the card takes it, two 32-bit writes, low half first.
+    if (bar_ == pci::kBarRegs && n == 8 && (c_.shadowed(off) || c_.shadowed(off + 4))) {
+      write(off, 4, v & 0xffffffffULL);
+      write(off + 4, 4, v >> 32);
+      return;
+    }
     if (bar_ == pci::kBarRegs && n == 4 && c_.ring_shadow(off, static_cast<std::uint32_t>(v))) return;
     std::array<std::byte, emud::access::kBytes + 8> b{};
     emud::store<std::uint64_t>(b, emud::access::kOffset, off);
@@ -1197,7 +1221,12 @@ class RemoteBackend final : public backend::Backend {
     }
     ci->fi.read_only = read_only;
     if (!read_only && o_.shadow_doorbells) {
-      if (auto s = (*c)->enable_shadow(); !s) {
+      bool armed = false;
+      if (auto s = (*c)->enable_shadow(&armed); !s) {
+        if (armed) {  // the daemon refuses REGION_WRITE doorbells now: this connection is unusable
+          undo();
+          return std::unexpected(Error(s.error()).with({.card = *card}));
+        }
         npo::log::get(npo::log::Subsystem::kBackend)
             .debug("emu-remote: card {}: doorbells stay posted REGION_WRITEs: {}", *card, s.error().message());
       }

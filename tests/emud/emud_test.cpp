@@ -499,6 +499,9 @@ TEST(Emud, ShadowDoorbellsReachTheCardThroughThePageInOrderWithTheSocket) {
   EXPECT_EQ(r.call(shadow_msg(), std::span(&pipefd[0], 1)), inval) << "a pipe is not an eventfd";
   ::close(pipefd[0]);
   ::close(pipefd[1]);
+  const int sem = ::eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
+  EXPECT_EQ(r.call(shadow_msg(), std::span(&sem, 1)), inval) << "a semaphore eventfd stays readable after a read";
+  ::close(sem);
   const int efd = ::eventfd(0, EFD_CLOEXEC);
   ASSERT_GE(efd, 0);
   EXPECT_EQ(r.call(shadow_msg(1), std::span(&efd, 1)), inval) << "flags must be 0";
@@ -527,6 +530,9 @@ TEST(Emud, ShadowDoorbellsReachTheCardThroughThePageInOrderWithTheSocket) {
   const auto sq_tail0 = npo::fw::regs::queue_reg(0, qr::kSqTail);
   EXPECT_EQ(r.call(access_msg(emud::Command::kRegionWrite, 0, sq_tail0, 4, 1)),
             static_cast<int>(Code::kFailedPrecondition));
+  EXPECT_EQ(r.call(access_msg(emud::Command::kRegionWrite, 0, sq_tail0 - 4, 8, 1ULL << 32)),
+            static_cast<int>(Code::kFailedPrecondition))
+      << "an 8-byte write whose upper half is SQ_TAIL";
   // Queue 0 with a ring of 4 NOP descriptors in client memory: bus master on, rings mapped.
   const int mfd = ::memfd_create("shadow-rings", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   ASSERT_EQ(::ftruncate(mfd, 8192), 0);
@@ -584,6 +590,12 @@ TEST(Emud, ShadowDoorbellsReachTheCardThroughThePageInOrderWithTheSocket) {
   EXPECT_EQ(read32(sq_tail0), 0);
   EXPECT_EQ(word(sq0).load(), 0u);
   EXPECT_EQ(word(emud::shadow::kHandled).load(), 5u);
+  // Enabled again by an 8-byte write over CONFIG and CTRL: the slots restart too.
+  word(sq0).store(7, std::memory_order_relaxed);  // as if left from before
+  ASSERT_TRUE(posted(npo::fw::regs::queue_reg(0, qr::kConfig), 8,
+                     (std::uint64_t{qr::kCtrlEnable.mask()} << 32) | qr::kConfigDepthLog2.make(2)));
+  EXPECT_EQ(read32(npo::fw::regs::queue_reg(0, qr::kStatus)) & qr::kStatusEnabled.mask(), qr::kStatusEnabled.mask());
+  EXPECT_EQ(word(sq0).load(), 0u) << "an old value would be replayed into the restarted queue";
   // A read-only attach gets no page.
   Raw ro(sock(d, 1));
   ASSERT_EQ(ro.call(version_msg(true)), 0);
@@ -677,9 +689,9 @@ TEST(Emud, AShadowDoorbellWaitsUntilThePostedWritesBeforeItWereHandled) {
 }
 
 // Through the HAL: an owner rings through the shadow page by default, doorbell=socket keeps
-// posted REGION_WRITEs, and both move the same bytes. Queues are opened and closed over and over:
-// each open is posted writes (base, config, enable) followed at once by a doorbell through the
-// page, which must not overtake them (the card ignores a doorbell to a disabled queue).
+// posted REGION_WRITEs, and both move the same bytes. Queues are opened and closed over and over
+// (the driver reads STATUS after its enable, so rule (2) of §5.11 is AShadowDoorbellWaits...'s),
+// 64 ops through rings of 16, so every submit after the first also moves CQ_HEAD by the page.
 TEST(Emud, QueuesRungThroughShadowDoorbellsMoveTheSameBytesAsSocketDoorbells) {
   EmudProcess d;
   ASSERT_TRUE(d.start(emud_path(), "emu:2", {"--no-bring-up"})) << d.output();

@@ -25,6 +25,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <list>
 #include <map>
 #include <mutex>
@@ -343,13 +345,18 @@ class Session {
     if (shadow_ != nullptr) {
       return reply_error(c, Error(Code::kAlreadyExists, "DOORBELL_SHADOW: this connection has its shadow page"));
     }
-    // Only an eventfd: anything else could poll readable for ever and spin this thread.
+    // Only a counting eventfd: anything else (another fd, or an EFD_SEMAPHORE eventfd, which a
+    // read decrements by one) could poll readable for ever and spin this thread.
     const int efd = fds.at(0);
-    std::array<char, 64> link{};
-    const auto path = fmt::format("/proc/self/fd/{}", efd);
-    const ssize_t len = ::readlink(path.c_str(), link.data(), link.size() - 1);
-    if (len <= 0 || std::string_view(link.data(), static_cast<std::size_t>(len)) != "anon_inode:[eventfd]") {
+    std::ifstream info(fmt::format("/proc/self/fdinfo/{}", efd));
+    const std::string fdinfo((std::istreambuf_iterator<char>(info)), std::istreambuf_iterator<char>());
+    if (fdinfo.find("\neventfd-count:") == std::string::npos) {
       return reply_error(c, Error(Code::kInvalidArgument, "DOORBELL_SHADOW: the attached fd is not an eventfd"));
+    }
+    if (fdinfo.find("\neventfd-semaphore: 1") != std::string::npos) {
+      return reply_error(c, Error(Code::kInvalidArgument,
+                                  "DOORBELL_SHADOW: the eventfd is in semaphore mode (EFD_SEMAPHORE); ring with a "
+                                  "counting one"));
     }
     auto m = dev_->mmio(pci::kBarRegs);
     if (!m) return reply_error(c, m.error());
@@ -383,8 +390,8 @@ class Session {
     bell_fd_ = efd;
     fds.clear();  // the eventfd is ours now
     std::array<std::byte, emud::shadow::kBytes> body{};
-    emud::store<std::uint32_t>(body, emud::shadow::kFlags, queues);
-    emud::store<std::uint32_t>(body, emud::shadow::kReserved, static_cast<std::uint32_t>(emud::shadow::kStride));
+    emud::store<std::uint32_t>(body, emud::shadow::kReplyQueues, queues);
+    emud::store<std::uint32_t>(body, emud::shadow::kReplyStride, static_cast<std::uint32_t>(emud::shadow::kStride));
     reply_ok(c, body, mfd);
     ::close(mfd);  // the mapping and the client's copy keep the page
     srv_.log(fmt::format("card={} pid={}: shadow doorbells for {} queues", card_, pid_, queues));
@@ -580,18 +587,24 @@ class Session {
     auto m = dev_->mmio(c.region);
     if (!m) return reply_error(c, m.error());
     if (shadow_ != nullptr && c.region == pci::kBarRegs) {
-      if (shadowed(c.offset)) {
-        return reply_error(c, Error(Code::kFailedPrecondition,
-                                    fmt::format("BAR0+0x{:x} is a shadow doorbell on this connection: write it in "
-                                                "the shadow page (spec §5.11)",
-                                                c.offset)));
+      // An 8-byte write reaches the 32-bit registers at offset and offset + 4 (registers.md §1).
+      for (std::uint64_t off = c.offset; off < c.offset + c.count; off += 4) {
+        if (shadowed(off)) {
+          return reply_error(c, Error(Code::kFailedPrecondition,
+                                      fmt::format("BAR0+0x{:x} is a shadow doorbell on this connection: write it in "
+                                                  "the shadow page (spec §5.11)",
+                                                  off)));
+        }
       }
-      // Enabling or resetting a queue restarts its indexes at 0 (registers.md §5.2).
-      const std::uint64_t r = (c.offset - fw::regs::kQueueBase) % fw::regs::kQueueStride;
-      const std::uint64_t q = (c.offset - fw::regs::kQueueBase) / fw::regs::kQueueStride;
-      if (c.offset >= fw::regs::kQueueBase && q < shadow_queues_ &&
-          (r == fw::regs::queue::kCtrl || r == fw::regs::queue::kReset)) {
-        zero_shadow(static_cast<std::uint32_t>(q));
+      // Enabling a queue (every restart of its indexes ends with one) or resetting it starts its
+      // indexes at 0 (registers.md §5.2): its slots follow, so an old value is never replayed.
+      for (std::uint64_t off = c.offset; off < c.offset + c.count; off += 4) {
+        if (off < fw::regs::kQueueBase) continue;
+        const std::uint64_t r = (off - fw::regs::kQueueBase) % fw::regs::kQueueStride;
+        const std::uint64_t q = (off - fw::regs::kQueueBase) / fw::regs::kQueueStride;
+        if (q < shadow_queues_ && (r == fw::regs::queue::kCtrl || r == fw::regs::queue::kReset)) {
+          zero_shadow(static_cast<std::uint32_t>(q));
+        }
       }
     }
     if (c.count == 8) {

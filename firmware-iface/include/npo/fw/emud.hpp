@@ -190,10 +190,12 @@ inline constexpr std::uint32_t kIrqMsi = 1;
 /// Queue q's doorbells are the u32s at q * kStride + kSqTail and q * kStride + kCqHead; each
 /// holds the value the client last wrote to that register (registers.md §5: both mod 2^32).
 namespace shadow {
-inline constexpr std::size_t kFlags = 0;     ///< command: u32, 0; reply: u32 queues covered
-inline constexpr std::size_t kReserved = 4;  ///< command: u32, 0; reply: u32 stride in bytes
+inline constexpr std::size_t kFlags = 0;        ///< command: u32, 0
+inline constexpr std::size_t kReserved = 4;     ///< command: u32, 0
+inline constexpr std::size_t kReplyQueues = 0;  ///< reply: u32 queues the page covers
+inline constexpr std::size_t kReplyStride = 4;  ///< reply: u32 bytes per queue (kStride)
 inline constexpr std::size_t kBytes = 8;
-static_assert(kReserved + 4 == kBytes);
+static_assert(kReserved + 4 == kBytes && kReplyStride + 4 == kBytes);
 inline constexpr std::size_t kPageBytes = 4096;  ///< size of the shadow page
 inline constexpr std::size_t kStride = 64;       ///< bytes per queue: one cache line
 inline constexpr std::size_t kSqTail = 0;        ///< u32 SQ_TAIL of the queue
