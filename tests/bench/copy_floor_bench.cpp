@@ -31,34 +31,15 @@
 
 #include <benchmark/benchmark.h>
 
+#include "floor_bench.hpp"
+
 namespace {
 
 constexpr std::size_t kMessage = std::size_t{1} << 20;  // bytes per message
 constexpr std::size_t kLandingSlots = 16;               // chunk slots of the landing zone
 
-void pin(int cpu) {
-  cpu_set_t s;
-  CPU_ZERO(&s);
-  CPU_SET(cpu, &s);
-  (void)::sched_setaffinity(0, sizeof s, &s);
-}
-
-// Two CPUs this process may run on, or {-1, -1}.
-std::pair<int, int> two_cpus() {
-  cpu_set_t s;
-  CPU_ZERO(&s);
-  if (::sched_getaffinity(0, sizeof s, &s) != 0) return {-1, -1};
-  int a = -1;
-  for (int c = 0; c < CPU_SETSIZE; ++c) {
-    if (!CPU_ISSET(c, &s)) continue;
-    if (a < 0) {
-      a = c;
-    } else {
-      return {a, c};
-    }
-  }
-  return {-1, -1};
-}
+using npo_bench::pin;
+using npo_bench::two_cpus;
 
 void* map_anon(std::size_t n) {
   void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -190,13 +171,4 @@ constexpr const char* kAbout =
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") std::fputs(kAbout, stdout);
-  }
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+int main(int argc, char** argv) { return npo_bench::bench_main(argc, argv, kAbout); }

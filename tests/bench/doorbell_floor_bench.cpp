@@ -41,6 +41,8 @@
 
 #include <benchmark/benchmark.h>
 
+#include "floor_bench.hpp"
+
 namespace {
 
 constexpr int kRounds = 200;  // round trips of each path per iteration
@@ -76,29 +78,8 @@ struct Bell {
   }
 };
 
-void pin(int cpu) {
-  cpu_set_t s;
-  CPU_ZERO(&s);
-  CPU_SET(cpu, &s);
-  (void)::sched_setaffinity(0, sizeof s, &s);
-}
-
-// Two CPUs this process may run on, or {-1, -1}.
-std::pair<int, int> two_cpus() {
-  cpu_set_t s;
-  CPU_ZERO(&s);
-  if (::sched_getaffinity(0, sizeof s, &s) != 0) return {-1, -1};
-  int a = -1;
-  for (int c = 0; c < CPU_SETSIZE; ++c) {
-    if (!CPU_ISSET(c, &s)) continue;
-    if (a < 0) {
-      a = c;
-    } else {
-      return {a, c};
-    }
-  }
-  return {-1, -1};
-}
+using npo_bench::pin;
+using npo_bench::two_cpus;
 
 // Empty polls before a waiting rank yields its CPU on every further poll, as the provider's CQ
 // back-off does (drivers/libfabric/cq_eq.cpp, NPO_FI_POLL_BACKOFF=yield, the default). On the
@@ -337,13 +318,4 @@ constexpr const char* kAbout =
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") std::fputs(kAbout, stdout);
-  }
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+int main(int argc, char** argv) { return npo_bench::bench_main(argc, argv, kAbout); }

@@ -248,6 +248,16 @@ std::vector<std::byte> shadow_msg(std::uint32_t flags = 0) {
   return message(emud::Command::kDoorbellShadow, b);
 }
 
+/// The phase bit of completion `i` in a completion ring at `cq` (dma.md §3.3), read as the host
+/// polls it.
+unsigned cq_phase(const std::byte* cq, unsigned i) {
+  namespace cpl = npo::fw::dma::cpl;
+  return std::atomic_ref<std::uint16_t>(
+             *reinterpret_cast<std::uint16_t*>(const_cast<std::byte*>(cq) + i * cpl::kSize + cpl::kFlags))
+             .load(std::memory_order_acquire) &
+         cpl::kPhase;
+}
+
 std::string sock(const EmudProcess& d, unsigned card) { return d.dir() + "/card-" + std::to_string(card) + ".sock"; }
 
 // ---- Tests ------------------------------------------------------------------------------------
@@ -569,12 +579,7 @@ TEST(Emud, ShadowDoorbellsReachTheCardThroughThePageInOrderWithTheSocket) {
   ASSERT_EQ(::write(efd, &one, sizeof one), static_cast<ssize_t>(sizeof one));
   auto* cq = static_cast<std::byte*>(rings) + 4096;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  namespace cpl = npo::fw::dma::cpl;
-  auto phase_of = [&](unsigned i) {
-    return std::atomic_ref<std::uint16_t>(*reinterpret_cast<std::uint16_t*>(cq + i * cpl::kSize + cpl::kFlags))
-               .load(std::memory_order_acquire) &
-           cpl::kPhase;
-  };
+  auto phase_of = [&](unsigned i) { return cq_phase(cq, i); };
   while (phase_of(2) == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
   EXPECT_NE(phase_of(2), 0) << "the third completion arrived without any message";
   EXPECT_EQ(read32(npo::fw::regs::queue_reg(0, qr::kSqHead)), 3);
@@ -615,7 +620,6 @@ TEST(Emud, ShadowDoorbellsReachTheCardThroughThePageInOrderWithTheSocket) {
 // rung past it, the card would see the doorbell first and drop it (a disabled queue).
 TEST(Emud, AShadowDoorbellWaitsUntilThePostedWritesBeforeItWereHandled) {
   namespace qr = npo::fw::regs::queue;
-  namespace cpl = npo::fw::dma::cpl;
   EmudProcess d;
   ASSERT_TRUE(d.start(emud_path(), "emu:2", {"--no-bring-up"})) << d.output();
   auto be = npo::backend::builtin_registry().open(d.uri() + "?card=0");
@@ -672,11 +676,7 @@ TEST(Emud, AShadowDoorbellWaitsUntilThePostedWritesBeforeItWereHandled) {
   t.join();
   auto* cq = static_cast<std::byte*>(rings) + 4096;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  auto phase_of = [&](unsigned i) {
-    return std::atomic_ref<std::uint16_t>(*reinterpret_cast<std::uint16_t*>(cq + i * cpl::kSize + cpl::kFlags))
-               .load(std::memory_order_acquire) &
-           cpl::kPhase;
-  };
+  auto phase_of = [&](unsigned i) { return cq_phase(cq, i); };
   while (phase_of(1) == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
   EXPECT_NE(phase_of(1), 0) << "both NOPs completed";
   EXPECT_EQ(b.read32(npo::fw::regs::queue_reg(0, qr::kSqTail)), 2u);

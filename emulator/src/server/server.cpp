@@ -326,20 +326,16 @@ class Session {
   /// The card checks each value as it checks a REGION_WRITE (registers.md §5.3, §5.4).
   void apply_shadow() {
     if (shadow_ == nullptr || bar0_ == nullptr) return;
-    for (std::uint32_t q = 0; q < shadow_queues_; ++q) {
-      const std::uint32_t v =
-          shadow_word(q * emud::shadow::kStride + emud::shadow::kCqHead).load(std::memory_order_acquire);
-      if (v == applied_cq_[q]) continue;
-      applied_cq_[q] = v;
-      bar0_->write32(fw::regs::queue_reg(q, fw::regs::queue::kCqHead), v);
-    }
-    for (std::uint32_t q = 0; q < shadow_queues_; ++q) {
-      const std::uint32_t v =
-          shadow_word(q * emud::shadow::kStride + emud::shadow::kSqTail).load(std::memory_order_acquire);
-      if (v == applied_sq_[q]) continue;
-      applied_sq_[q] = v;
-      bar0_->write32(fw::regs::queue_reg(q, fw::regs::queue::kSqTail), v);
-    }
+    auto apply = [&](std::size_t slot, std::uint32_t reg, auto& applied) {
+      for (std::uint32_t q = 0; q < shadow_queues_; ++q) {
+        const std::uint32_t v = shadow_word(q * emud::shadow::kStride + slot).load(std::memory_order_acquire);
+        if (v == applied[q]) continue;
+        applied[q] = v;
+        bar0_->write32(fw::regs::queue_reg(q, reg), v);
+      }
+    };
+    apply(emud::shadow::kCqHead, fw::regs::queue::kCqHead, applied_cq_);
+    apply(emud::shadow::kSqTail, fw::regs::queue::kSqTail, applied_sq_);
   }
   void doorbell_shadow(const ParsedCommand& c, std::vector<int>& fds) {
     if (shadow_ != nullptr) {
