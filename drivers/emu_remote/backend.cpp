@@ -49,7 +49,8 @@ namespace emud = fw::emud;
 namespace pci = fw::pci;
 
 constexpr std::string_view kForms =
-    "emu-remote:DIR, emu-remote:DIR?card=K[,L...][&mode=ro|&owner=K[,L...]][&doorbell=shadow|socket]";
+    "emu-remote:DIR, emu-remote:DIR?card=K[,L...][&mode=ro|&owner=K[,L...]], and with or without those "
+    "?doorbell=shadow|socket (&doorbell=... after another option)";
 constexpr int kReplyTimeoutMs = 10'000;
 constexpr std::uint64_t kPage = 4096;
 
@@ -1088,7 +1089,11 @@ Result<Options> parse(std::string_view rest) {
       }
     } else if (k == "mode" && (v == "ro" || v == "rw")) {
       o.read_only = v == "ro";
-    } else if (k == "doorbell" && (v == "shadow" || v == "socket")) {
+    } else if (k == "doorbell") {
+      if (v != "shadow" && v != "socket") {
+        return fail(Code::kInvalidArgument,
+                    fmt::format("emu-remote: doorbell={} is neither shadow nor socket; forms: {}", v, kForms));
+      }
       o.shadow_doorbells = v == "shadow";
     } else {
       return fail(Code::kInvalidArgument, fmt::format("emu-remote: unknown option '{}'; forms: {}", kv, kForms));

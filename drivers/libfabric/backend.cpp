@@ -181,7 +181,11 @@ std::size_t count_cards(const BackendChoice& b) {
   if (b.remote) {
     // Only the doorbell option passes through (each domain opens emu-remote:DIR?card=K&QUERY);
     // which cards and how to attach are the provider's.
-    if (!b.query.empty() && b.query != "doorbell=shadow" && b.query != "doorbell=socket") {
+    if (b.query.starts_with("doorbell=") && b.query != "doorbell=shadow" && b.query != "doorbell=socket") {
+      no_cards(b, "?" + b.query + " is neither ?doorbell=shadow nor ?doorbell=socket");
+      return 0;
+    }
+    if (!b.query.empty() && !b.query.starts_with("doorbell=")) {
       no_cards(b, "the provider takes no ?" + b.query +
                       " (it opens every card of the daemon as domain npoK itself; list one card with FI_NPO_CARD=K; "
                       "only ?doorbell=shadow|socket passes through)");

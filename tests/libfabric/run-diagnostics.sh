@@ -138,7 +138,7 @@ srv_rc=$?
 set -e
 [[ ${cli_rc} -eq 0 && ${srv_rc} -eq 0 ]] || fail "doorbell=socket ping-pong failed (rc ${cli_rc} / ${srv_rc})"
 [[ "$(shadow_lines)" -eq "${shadow_before}" ]] || fail "doorbell=socket asked for a shadow page"
-expect_no_cards "?doorbell=bogus" "^npo: no cards: .*the provider takes no \?doorbell=bogus" \
+expect_no_cards "?doorbell=bogus" "^npo: no cards: .*: \?doorbell=bogus is neither \?doorbell=shadow nor \?doorbell=socket" \
   NPO_FI_BACKEND="${NPO_FI_BACKEND}?doorbell=bogus"
 
 # upper case is the word: NPO_FI_FAULT=ABORT is abort (nothing reported)
