@@ -295,7 +295,7 @@ class Conn {
 
   /// True when BAR0 offset `off` is a doorbell this connection rings through its shadow page.
   [[nodiscard]] bool shadowed(std::uint64_t off) const noexcept {
-    return shadow_ != nullptr && slot_of(off) != SIZE_MAX;
+    return shadow_ != nullptr && slot_of(off) != emud::shadow::kNoSlot;
   }
 
   /// Rings doorbell register `off` of BAR0 with `v` through the shadow page, if it is one;
@@ -307,7 +307,7 @@ class Conn {
   bool ring_shadow(std::uint64_t off, std::uint32_t v) {
     if (shadow_ == nullptr) return false;
     const std::size_t slot = slot_of(off);
-    if (slot == SIZE_MAX) return false;
+    if (slot == emud::shadow::kNoSlot) return false;
     if (dead()) return true;  // dropped, as a posted write to a gone daemon is
     const std::uint32_t want = posted_.load(std::memory_order_acquire);
     if (shadow_word(emud::shadow::kHandled).load(std::memory_order_acquire) != want && !wait_handled(want)) {
@@ -337,16 +337,8 @@ class Conn {
   std::atomic_ref<std::uint32_t> shadow_word(std::size_t offset) const {
     return std::atomic_ref<std::uint32_t>(*reinterpret_cast<std::uint32_t*>(shadow_ + offset));
   }
-  /// The shadow slot of BAR0 offset `off`, or SIZE_MAX when it is not a shadowed doorbell.
-  std::size_t slot_of(std::uint64_t off) const noexcept {
-    if (off < fw::regs::kQueueBase) return SIZE_MAX;
-    const std::uint64_t q = (off - fw::regs::kQueueBase) / fw::regs::kQueueStride;
-    const std::uint64_t r = (off - fw::regs::kQueueBase) % fw::regs::kQueueStride;
-    if (q >= shadow_queues_) return SIZE_MAX;
-    if (r == fw::regs::queue::kSqTail) return q * emud::shadow::kStride + emud::shadow::kSqTail;
-    if (r == fw::regs::queue::kCqHead) return q * emud::shadow::kStride + emud::shadow::kCqHead;
-    return SIZE_MAX;
-  }
+  /// The shadow slot of BAR0 offset `off`, or kNoSlot when it is not a shadowed doorbell.
+  std::size_t slot_of(std::uint64_t off) const noexcept { return emud::shadow::slot_of(off, shadow_queues_); }
   /// Waits until the daemon has handled every posted write this thread sent before (count
   /// `want`), so that a doorbell through the page never overtakes them. False if it died.
   bool wait_handled(std::uint32_t want) {

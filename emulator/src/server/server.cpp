@@ -305,16 +305,6 @@ class Session {
   std::atomic_ref<std::uint32_t> shadow_word(std::size_t offset) {
     return std::atomic_ref<std::uint32_t>(*reinterpret_cast<std::uint32_t*>(shadow_ + offset));
   }
-  /// The queue and register a BAR0 offset names when it is one of the shadowed doorbells.
-  std::optional<std::pair<std::uint32_t, std::size_t>> shadowed(std::uint64_t off) const {
-    if (off < fw::regs::kQueueBase) return std::nullopt;
-    const std::uint64_t q = (off - fw::regs::kQueueBase) / fw::regs::kQueueStride;
-    const std::uint64_t r = (off - fw::regs::kQueueBase) % fw::regs::kQueueStride;
-    if (q >= shadow_queues_) return std::nullopt;
-    if (r == fw::regs::queue::kSqTail) return std::pair{static_cast<std::uint32_t>(q), emud::shadow::kSqTail};
-    if (r == fw::regs::queue::kCqHead) return std::pair{static_cast<std::uint32_t>(q), emud::shadow::kCqHead};
-    return std::nullopt;
-  }
   /// Queue q restarts from index 0 (enabled, reset): its shadows and what was applied follow.
   void zero_shadow(std::uint32_t q) {
     shadow_word(q * emud::shadow::kStride + emud::shadow::kSqTail).store(0, std::memory_order_relaxed);
@@ -585,7 +575,7 @@ class Session {
     if (shadow_ != nullptr && c.region == pci::kBarRegs) {
       // An 8-byte write reaches the 32-bit registers at offset and offset + 4 (registers.md §1).
       for (std::uint64_t off = c.offset; off < c.offset + c.count; off += 4) {
-        if (shadowed(off)) {
+        if (emud::shadow::slot_of(off, shadow_queues_) != emud::shadow::kNoSlot) {
           return reply_error(c, Error(Code::kFailedPrecondition,
                                       fmt::format("BAR0+0x{:x} is a shadow doorbell on this connection: write it in "
                                                   "the shadow page (spec §5.11)",

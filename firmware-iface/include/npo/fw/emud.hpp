@@ -12,6 +12,8 @@
 #include <cstring>
 #include <span>
 
+#include "npo/fw/regs.hpp"
+
 namespace npo::fw::emud {
 
 /// Protocol version (spec §2). A major mismatch is refused; minors are compatible.
@@ -205,6 +207,23 @@ inline constexpr std::size_t kCqHead = 4;        ///< u32 CQ_HEAD of the queue
 inline constexpr std::size_t kHandled = kPageBytes - kStride;
 inline constexpr std::size_t kMaxQueues = kHandled / kStride;
 static_assert(kCqHead + 4 <= kStride && kMaxQueues == 63);
+/// slot_of's answer for a register that is no shadowed doorbell.
+inline constexpr std::size_t kNoSlot = ~std::size_t{0};
+/// The page offset of the slot that shadows 32-bit BAR0 register `bar0_offset` on a connection
+/// whose page covers `queues` queues: SQ_TAIL and CQ_HEAD of queue q < queues (registers.md §5);
+/// kNoSlot for any other register. Both ends decode offsets with it.
+[[nodiscard]] constexpr std::size_t slot_of(std::uint64_t bar0_offset, std::uint32_t queues) noexcept {
+  if (bar0_offset < regs::kQueueBase) return kNoSlot;
+  const std::uint64_t q = (bar0_offset - regs::kQueueBase) / regs::kQueueStride;
+  const std::uint64_t r = (bar0_offset - regs::kQueueBase) % regs::kQueueStride;
+  if (q >= queues) return kNoSlot;
+  if (r == regs::queue::kSqTail) return static_cast<std::size_t>(q) * kStride + kSqTail;
+  if (r == regs::queue::kCqHead) return static_cast<std::size_t>(q) * kStride + kCqHead;
+  return kNoSlot;
+}
+static_assert(slot_of(regs::queue_reg(1, regs::queue::kCqHead), 32) == kStride + kCqHead);
+static_assert(slot_of(regs::queue_reg(1, regs::queue::kCtrl), 32) == kNoSlot);
+static_assert(slot_of(regs::queue_reg(32, regs::queue::kSqTail), 32) == kNoSlot);
 }  // namespace shadow
 
 // ---- INJECT_FAULT (spec §5.9) --------------------------------------------------------------
