@@ -3,6 +3,7 @@
 // bring_up_links. One non-blocking FSM per port, all stepped from one poll loop that sleeps
 // on the platform clock until the next deadline or poll tick.
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <chrono>
 #include <limits>
@@ -22,6 +23,13 @@ namespace npo {
 
 namespace regs = fw::regs;
 namespace pr = fw::regs::port;
+
+namespace {
+/// CMIS 5.2 §8.9.3: page 11h bytes 134..152 are the latched lane flags (Tx fault, LOS, CDR
+/// LOL, adaptive-EQ fault, power/bias alarms and warnings; Rx LOS at 147, Rx CDR LOL at 148).
+constexpr std::uint8_t kCmisLatchedLaneFlagsBegin = 134;
+constexpr std::uint8_t kCmisLatchedLaneFlagsEnd = 153;  // one past the last
+}  // namespace
 
 std::string_view train_code_name(TrainCode c) noexcept {
   switch (c) {
@@ -621,6 +629,17 @@ Result<LinkBringUp> bring_up_links(System& system, const TrainingPolicy& policy,
       return fail(Code::kUnavailable, "card removed", {.card = static_cast<std::uint32_t>(c)});
     }
   }
+  // Ports Up before this bring-up keep their latched module flags (events an SRE has not
+  // read yet); the ones it brings up have theirs cleared at the end (below).
+  std::vector<std::vector<bool>> up_before(system.device_count());
+  for (std::size_t c = 0; c < system.device_count(); ++c) {
+    auto& dev = system.device(c);
+    auto& m = *card::access(dev).bar0;
+    up_before[c].resize(dev.port_count());
+    for (unsigned p = 0; p < dev.port_count(); ++p) {
+      up_before[c][p] = pr::kStatusLinkUp.get(m.read32(regs::port_reg(p, pr::kStatus))) != 0;
+    }
+  }
   auto res = supervise(system, {}, policy, timeout_ns, false, {}, true);
   if (!res) return std::unexpected(res.error());
   if (auto gone = removed_card(*res)) return fail(Code::kUnavailable, "card removed", {.card = *gone});
@@ -649,6 +668,21 @@ Result<LinkBringUp> bring_up_links(System& system, const TrainingPolicy& policy,
       return fail(Code::kUnavailable, "card removed", {.card = *gone});
     }
     for (std::size_t k = 0; k < redo->size() && k < where.size(); ++k) (*res)[where[k]] = std::move((*redo)[k]);
+  }
+  // A module latches Rx LOS / CDR LOL on a lane whose data path is active while the far end
+  // is still dark, which is how every link comes up when its two ends start at different
+  // times. Those latches describe the bring-up, not the link: read them away (CMIS 5.2
+  // §8.9.3, latched lane flags clear on read; mailbox.md §3.5) once every port has settled
+  // Up, so the first read after the bring-up (npo-link ddm, a LinkMonitor judging module
+  // flags) reports only what happened on the running link. A condition that persists (a
+  // dead lane) latches again at the module's next refresh.
+  for (const auto& r : *res) {
+    if (r.code != TrainCode::kOk || r.card >= up_before.size() || r.port >= up_before[r.card].size()) continue;
+    auto& dev = system.device(r.card);
+    if (up_before[r.card][r.port] || dev.info().read_only) continue;
+    std::array<std::byte, kCmisLatchedLaneFlagsEnd - kCmisLatchedLaneFlagsBegin> latched{};
+    // A module that does not answer is no bring-up failure: its flags just stay.
+    (void)read_transceiver(dev, r.port, 0, 0x11, kCmisLatchedLaneFlagsBegin, latched);
   }
   LinkBringUp out;
   for (auto& r : *res) {

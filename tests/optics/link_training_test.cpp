@@ -67,6 +67,44 @@ TEST(BringUpFabric, Mesh8CompleteWithRoutesProgrammed) {
   EXPECT_TRUE(ps->events.link_up);
 }
 
+// A module latches Rx LOS and CDR LOL (CMIS 5.2 §8.9.3, page 11h bytes 147/148, clear on
+// read) on lanes whose data path is active while the far end is dark: here card 0 port 0 is
+// enabled alone and its monitors read, so the latches are set before the bring-up. Once the
+// bring-up has the link Up they describe nothing on the link, and the first read after it
+// (what npo-link ddm --train shows) finds them clear. A lane lost afterwards latches again.
+TEST(BringUpFabric, FlagsLatchedWhileALinkCameUpAreClearedOnceItIsUp) {
+  EmuRig rig("mesh8?clock=virtual&hbm=1M");
+  ASSERT_TRUE(rig.ok());
+  auto& d0 = rig.sys->device(0);
+  ASSERT_TRUE(npo::enable_port(d0, 0, true).has_value());
+  auto clock = rig.sys->clock();
+  clock.sleep_until(clock.now_ns() + 200 * kMs);  // module ready (5..10 ms) and data path init (5..10 ms)
+  std::array<std::byte, 2> flags{};
+  std::array<std::byte, 16> rx{};
+  ASSERT_TRUE(npo::read_transceiver(d0, 0, 0, 0x11, 186, rx).has_value());  // a monitor read refreshes the module
+  ASSERT_TRUE(npo::read_transceiver(d0, 0, 0, 0x11, 147, flags).has_value());
+  EXPECT_EQ(flags[0], std::byte{0xff}) << "Rx LOS on all 8 lanes while card 1 is dark";
+  EXPECT_EQ(flags[1], std::byte{0xff}) << "Rx CDR LOL on all 8 lanes";
+  ASSERT_TRUE(npo::read_transceiver(d0, 0, 0, 0x11, 186, rx).has_value());  // latched again (still dark)
+  auto f = npo::bring_up_fabric(*rig.sys);
+  ASSERT_TRUE(f.has_value()) << f.error().to_string();
+  ASSERT_EQ(f->links.up, 56u);
+  for (std::size_t c = 0; c < 8; ++c) {
+    for (unsigned p = 0; p < 7; ++p) {
+      ASSERT_TRUE(npo::read_transceiver(rig.sys->device(c), p, 0, 0x11, 147, flags).has_value());
+      EXPECT_EQ(flags[0], std::byte{0}) << "card " << c << " port " << p << " Rx LOS";
+      EXPECT_EQ(flags[1], std::byte{0}) << "card " << c << " port " << p << " Rx CDR LOL";
+    }
+  }
+  // Cleared, not masked: a lane that loses light after the bring-up latches Rx LOS again.
+  ASSERT_TRUE(rig.emu->inject(
+      {.at_ns = rig.emu->now_ns(), .kind = emu::FaultKind::kLaneLoss, .card = 0, .port = 0, .lane = 3}));
+  clock.sleep_until(clock.now_ns() + 5 * kMs);
+  ASSERT_TRUE(npo::read_transceiver(d0, 0, 0, 0x11, 186, rx).has_value());
+  ASSERT_TRUE(npo::read_transceiver(d0, 0, 0, 0x11, 147, flags).has_value());
+  EXPECT_EQ(std::to_integer<unsigned>(flags[0]), 0x08u) << "Rx LOS on lane 3 (CMIS lane 4) only";
+}
+
 TEST(TrainingSupervisor, Mesh8AllPortsUpWithStageTimes) {
   EmuRig rig("mesh8?clock=virtual&hbm=1M");
   ASSERT_TRUE(rig.ok());

@@ -162,6 +162,9 @@ struct LinkBringUp {
 /// (on the emulator's virtual clock, waiting advances emulated time). Ports without a module
 /// end with NO_MODULE and are not counted in ports_with_module. `timeout_ns` caps the whole
 /// bring-up (platform clock); ports still training then end with their stage's timeout code.
+/// On every port it brought Up (not those Up before) it then reads page 11h bytes 134..152 once
+/// (CMIS 5.2 §8.9.3, latched lane flags clear on read): the Rx LOS / CDR LOL a module latched
+/// while its far end was dark belong to the bring-up; a persisting condition latches again.
 /// Errors: kUnavailable naming the card when a card was removed before or during the
 /// bring-up (it stops at the first poll that finds the card gone, instead of letting the
 /// partners run into their stage timeouts). Per-port failures are results, not errors. Thread-safety: one bring-up per
