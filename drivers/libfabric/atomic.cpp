@@ -371,7 +371,7 @@ ssize_t start(Ep& e, const Call& c) {
   m.send_id = id;
   m.cq_flags = FI_ATOMIC | (op.read ? FI_READ : FI_WRITE);
   iovec v{msg.data(), len};
-  const ssize_t r = send_to(e, peer, &v, 1, nullptr, c.data, c.has_data, true, false, m, kSendWait);
+  const ssize_t r = send_to(e, peer, &v, 1, nullptr, c.data, c.has_data, false, m, kSendWait);
   if (r != 0) e.rma_ops.erase(id);
   if (r == 0) e.domain->atomics.fetch_add(1, std::memory_order_relaxed);
   return r;

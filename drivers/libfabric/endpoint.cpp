@@ -412,17 +412,17 @@ ssize_t post_slot(Ep& e, const Av::Entry& peer, Ep::Dest& d, std::uint64_t key, 
 std::uint64_t dest_key_of(const WindowHandle& h) { return ring_key(h.fabric_id, h.window_id, h.generation); }
 
 ssize_t do_send(Ep& e, const iovec* iov, std::size_t count, fi_addr_t dest, void* ctx, std::uint64_t data,
-                bool has_data, bool inject, bool completion, const SlotMeta& meta) {
+                bool has_data, bool completion, const SlotMeta& meta) {
   if (!e.enabled) return -FI_EOPBADSTATE;
   if (!e.av) return -FI_EINVAL;
   if (count > kIovLimit) return -FI_EINVAL;
   if (dest >= e.av->table.size() || !e.av->table[dest].valid) return -FI_EINVAL;
   const Av::Entry peer = e.av->table[dest];
-  return send_to(e, peer, iov, count, ctx, data, has_data, inject, completion, meta, kSendWait);
+  return send_to(e, peer, iov, count, ctx, data, has_data, completion, meta, kSendWait);
 }
 
 ssize_t send_to(Ep& e, const Av::Entry& peer, const iovec* iov, std::size_t count, void* ctx, std::uint64_t data,
-                bool has_data, bool inject, bool completion, const SlotMeta& meta, std::chrono::milliseconds wait) {
+                bool has_data, bool completion, const SlotMeta& meta, std::chrono::milliseconds wait) {
   std::size_t len = 0;
   for (std::size_t i = 0; i < count; ++i) len += iov[i].iov_len;
   if (len > kMaxMsg) return -FI_EMSGSIZE;
@@ -502,7 +502,7 @@ ssize_t send_to(Ep& e, const Av::Entry& peer, const iovec* iov, std::size_t coun
       ++e.dropped_tx;
       e.domain->datagrams_dropped.fetch_add(1, std::memory_order_relaxed);
       warn(FI_LOG_EP_DATA, msg);
-      if (e.tx_cq && completion && !inject) e.tx_cq->push({ctx, FI_SEND | FI_MSG, len, nullptr, 0});
+      if (e.tx_cq && completion) e.tx_cq->push({ctx, FI_SEND | FI_MSG, len, nullptr, 0});
       e.send_failed(key, read_status, msg);
       return 0;
     }
@@ -520,9 +520,8 @@ ssize_t send_to(Ep& e, const Av::Entry& peer, const iovec* iov, std::size_t coun
   // staging and queue room may have been used by nothing else meanwhile (one thread per domain)
   while (!room())
     if (!wait_a_bit()) return -FI_EAGAIN;
-  const ssize_t r =
-      post_slot(e, peer, d, key, d.next_seq, iov, count, len, ctx, data,
-                (has_data ? kFlagData : 0) | (meta.tagged ? kFlagTagged : 0), completion && !inject, meta);
+  const ssize_t r = post_slot(e, peer, d, key, d.next_seq, iov, count, len, ctx, data,
+                              (has_data ? kFlagData : 0) | (meta.tagged ? kFlagTagged : 0), completion, meta);
   if (r == 0) ++d.next_seq;
   return r == 1 ? 0 : r;
 }
@@ -532,7 +531,7 @@ Ep* ep_of(fid_ep* f) { return reinterpret_cast<Ep*>(f); }
 ssize_t ep_sendv(fid_ep* f, const iovec* iov, void**, std::size_t count, fi_addr_t dest, void* ctx) {
   Ep* e = ep_of(f);
   std::lock_guard lk(e->domain->mu);
-  return do_send(*e, iov, count, dest, ctx, 0, false, false, e->tx_default_completion());
+  return do_send(*e, iov, count, dest, ctx, 0, false, e->tx_default_completion());
 }
 ssize_t ep_send(fid_ep* f, const void* buf, std::size_t len, void* desc, fi_addr_t dest, void* ctx) {
   iovec iov{const_cast<void*>(buf), len};
@@ -542,25 +541,25 @@ ssize_t ep_sendmsg(fid_ep* f, const fi_msg* msg, std::uint64_t flags) {
   Ep* e = ep_of(f);
   std::lock_guard lk(e->domain->mu);
   return do_send(*e, msg->msg_iov, msg->iov_count, msg->addr, msg->context, msg->data, (flags & FI_REMOTE_CQ_DATA) != 0,
-                 (flags & FI_INJECT) != 0, !e->tx_selective || (flags & FI_COMPLETION));
+                 !e->tx_selective || (flags & FI_COMPLETION));
 }
 ssize_t ep_inject(fid_ep* f, const void* buf, std::size_t len, fi_addr_t dest) {
   Ep* e = ep_of(f);
   std::lock_guard lk(e->domain->mu);
   iovec iov{const_cast<void*>(buf), len};
-  return do_send(*e, &iov, 1, dest, nullptr, 0, false, true, false);
+  return do_send(*e, &iov, 1, dest, nullptr, 0, false, false);
 }
 ssize_t ep_senddata(fid_ep* f, const void* buf, std::size_t len, void*, std::uint64_t data, fi_addr_t dest, void* ctx) {
   Ep* e = ep_of(f);
   std::lock_guard lk(e->domain->mu);
   iovec iov{const_cast<void*>(buf), len};
-  return do_send(*e, &iov, 1, dest, ctx, data, true, false, e->tx_default_completion());
+  return do_send(*e, &iov, 1, dest, ctx, data, true, e->tx_default_completion());
 }
 ssize_t ep_injectdata(fid_ep* f, const void* buf, std::size_t len, std::uint64_t data, fi_addr_t dest) {
   Ep* e = ep_of(f);
   std::lock_guard lk(e->domain->mu);
   iovec iov{const_cast<void*>(buf), len};
-  return do_send(*e, &iov, 1, dest, nullptr, data, true, true, false);
+  return do_send(*e, &iov, 1, dest, nullptr, data, true, false);
 }
 ssize_t do_recv(Ep& e, const iovec* iov, std::size_t count, void* ctx, std::uint64_t flags) {
   if (!e.enabled) return -FI_EOPBADSTATE;

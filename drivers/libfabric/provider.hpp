@@ -894,13 +894,17 @@ struct SlotMeta {
 
 // ---- Defined in the other sources of the module --------------------------------------------
 // endpoint.cpp: the ring transport shared by DGRAM and RDM endpoints
+// The payload is copied into a ring slot (or staging) before the call returns, so every send
+// is also an inject (FI_INJECT: the buffer is the caller's again at once); `completion` alone
+// says whether the send reports a CQ entry (fi_inject passes false, fi_sendmsg(FI_INJECT)
+// with FI_COMPLETION true, fi_msg(3)).
 ssize_t do_send(Ep& e, const iovec* iov, std::size_t count, fi_addr_t dest, void* ctx, std::uint64_t data,
-                bool has_data, bool inject, bool completion, const SlotMeta& meta = SlotMeta{});
+                bool has_data, bool completion, const SlotMeta& meta = SlotMeta{});
 // Sends one ring message of at most kMaxMsg payload bytes to `peer`, waiting up to `wait` for
 // resources (0: answer -FI_EAGAIN at once). Returns 0 (posted, or failed and reported on the
 // CQ), -FI_EAGAIN, -FI_EMSGSIZE or -FI_EIO (a fault was reported).
 ssize_t send_to(Ep& e, const Av::Entry& peer, const iovec* iov, std::size_t count, void* ctx, std::uint64_t data,
-                bool has_data, bool inject, bool completion, const SlotMeta& meta, std::chrono::milliseconds wait);
+                bool has_data, bool completion, const SlotMeta& meta, std::chrono::milliseconds wait);
 Result<void> enqueue_tx(Ep& e, Ep::Tx& t);
 // Remote reads of the peer's ring (8 bytes, waited for up to kRefreshTimeout): our lane's
 // consumer counter, or any 8 bytes (a slot's seq). Errors: kUnavailable (the read failed),

@@ -706,7 +706,7 @@ void Ep::rdm_progress() {
     iovec iov{const_cast<std::uint64_t*>(c.body.data()), c.body.size() * sizeof(std::uint64_t)};
     SlotMeta m;
     m.kind = c.kind;
-    if (send_to(*this, *peer, &iov, 1, nullptr, 0, false, true, false, m, std::chrono::milliseconds(0)) != 0) break;
+    if (send_to(*this, *peer, &iov, 1, nullptr, 0, false, false, m, std::chrono::milliseconds(0)) != 0) break;
     ctrl_out.pop_front();
   }
   // 3. rendezvous data: each granted chunk written with its FIN behind it, straight from the
@@ -748,7 +748,7 @@ void Ep::rdm_progress() {
       m.data_len = g.len;
       m.cq_flags = q.cq_flags;
       m.tag = q.tag;
-      if (send_to(*this, q.peer, &iov, 1, nullptr, 0, false, true, false, m, std::chrono::milliseconds(0)) != 0) {
+      if (send_to(*this, q.peer, &iov, 1, nullptr, 0, false, false, m, std::chrono::milliseconds(0)) != 0) {
         blocked = true;
         break;
       }
@@ -796,7 +796,7 @@ ssize_t rdm_send(Ep& e, const iovec* iov, std::size_t count, fi_addr_t dest, voi
   m.tag = tag;
   m.cq_flags = FI_SEND | (tagged ? FI_TAGGED : FI_MSG);
   if (len <= kEagerMax) {
-    const ssize_t r = do_send(e, iov, count, dest, ctx, data, has_data, inject, completion, m);
+    const ssize_t r = do_send(e, iov, count, dest, ctx, data, has_data, completion, m);
     if (trace::on()) trace::send_end(e, static_cast<long>(r), 0);
     return r;
   }
@@ -806,7 +806,7 @@ ssize_t rdm_send(Ep& e, const iovec* iov, std::size_t count, fi_addr_t dest, voi
   iovec biov{&b, sizeof b};
   m.kind = kRts;
   m.send_id = id;
-  const ssize_t r = do_send(e, &biov, 1, dest, nullptr, data, has_data, true, false, m);
+  const ssize_t r = do_send(e, &biov, 1, dest, nullptr, data, has_data, false, m);
   if (trace::on()) trace::send_end(e, static_cast<long>(r), id);
   if (r != 0) return r;
   Ep::SendReq q;

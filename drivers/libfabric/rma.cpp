@@ -247,7 +247,7 @@ ssize_t rma_write(Ep& e, const iovec* iov, std::size_t count, fi_addr_t dest, st
   RmaReq rq{id, key, addr, len, e.wire};
   Ep::RmaOp op;
   op.ctx = ctx;
-  op.completion = completion && !inject;
+  op.completion = completion;  // fi_writemsg(FI_INJECT) still completes; r_inject passes false
   op.len = len;
   op.peer = peer;
   e.rma_ops[id] = op;
@@ -259,7 +259,7 @@ ssize_t rma_write(Ep& e, const iovec* iov, std::size_t count, fi_addr_t dest, st
     v[0] = {&rq, sizeof rq};
     for (std::size_t i = 0; i < count; ++i) v[i + 1] = iov[i];
     m.kind = kRmaWrite;
-    const ssize_t r = send_to(e, peer, v.data(), count + 1, nullptr, data, has_data, true, false, m, kSendWait);
+    const ssize_t r = send_to(e, peer, v.data(), count + 1, nullptr, data, has_data, false, m, kSendWait);
     if (r != 0) e.rma_ops.erase(id);
     if (r == 0) e.domain->rma_writes.fetch_add(1, std::memory_order_relaxed);
     return r;
@@ -283,7 +283,7 @@ ssize_t rma_write(Ep& e, const iovec* iov, std::size_t count, fi_addr_t dest, st
   if (inject) it->second.iov[0].iov_base = it->second.owned.data();
   m.kind = kRmaWriteReq;
   iovec biov{&rq, sizeof rq};
-  const ssize_t r = send_to(e, peer, &biov, 1, nullptr, data, has_data, true, false, m, kSendWait);
+  const ssize_t r = send_to(e, peer, &biov, 1, nullptr, data, has_data, false, m, kSendWait);
   if (r != 0) {
     e.sends.erase(id);
     e.rma_ops.erase(id);
@@ -314,7 +314,7 @@ ssize_t rma_read(Ep& e, const iovec* iov, std::size_t count, fi_addr_t src, std:
   m.send_id = id;
   m.cq_flags = FI_RMA | FI_READ;
   iovec biov{&rq, sizeof rq};
-  const ssize_t r = send_to(e, peer, &biov, 1, nullptr, 0, false, true, false, m, kSendWait);
+  const ssize_t r = send_to(e, peer, &biov, 1, nullptr, 0, false, false, m, kSendWait);
   if (r != 0) e.rma_ops.erase(id);
   if (r == 0) e.domain->rma_reads.fetch_add(1, std::memory_order_relaxed);
   return r;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -197,6 +198,48 @@ TEST_F(Rdm, TagMaskDirectedReceiveAndRemoteCqData) {
   EXPECT_EQ(r.err.op_context, &ctx_never);
   EXPECT_EQ(fi_cancel(&b_.ep->fid, &ctx_never), -FI_ENOENT) << "canceled twice";
   c.close();
+}
+
+// fi_sendmsg / fi_tsendmsg with FI_INJECT (fi_msg(3), fi_tagged(3)): the buffer is the
+// caller's again when the call returns, and the send still reports its completion (only
+// fi_inject / fi_tinject never do). The buffer is overwritten at once; the receiver gets the
+// bytes of the call.
+TEST_F(Rdm, SendmsgWithInjectReusesTheBufferAndStillCompletes) {
+  std::array<std::uint8_t, 64> buf{};
+  std::array<std::uint8_t, 64> rx_t{}, rx_m{};
+  for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<std::uint8_t>(i + 1);
+  const auto sent = buf;
+  int ctx_t = 0, ctx_m = 0, rctx_t = 0, rctx_m = 0;
+  iovec iov{buf.data(), buf.size()};
+  fi_msg_tagged tm{};
+  tm.msg_iov = &iov;
+  tm.iov_count = 1;
+  tm.addr = a_to_b_;
+  tm.tag = 0x42;
+  tm.context = &ctx_t;
+  ASSERT_EQ(fi_tsendmsg(a_.ep, &tm, FI_INJECT | FI_COMPLETION), 0);
+  buf.fill(0xdd);
+  fi_msg m{};
+  m.msg_iov = &iov;
+  m.iov_count = 1;
+  m.addr = a_to_b_;
+  m.context = &ctx_m;
+  ASSERT_EQ(fi_sendmsg(a_.ep, &m, FI_INJECT | FI_COMPLETION), 0);
+  buf.fill(0x11);
+  ASSERT_EQ(fi_trecv(b_.ep, rx_t.data(), rx_t.size(), nullptr, FI_ADDR_UNSPEC, 0x42, 0, &rctx_t), 0);
+  ASSERT_EQ(fi_recv(b_.ep, rx_m.data(), rx_m.size(), nullptr, FI_ADDR_UNSPEC, &rctx_m), 0);
+  std::vector<void*> tx_done;
+  for (int i = 0; i < 2; ++i) {
+    const Entry t = wait_entry(a_, {&b_});
+    ASSERT_FALSE(t.error || t.timeout) << "FI_INJECT send " << i << " never completed";
+    tx_done.push_back(t.e.op_context);
+  }
+  EXPECT_EQ(tx_done, (std::vector<void*>{&ctx_t, &ctx_m}));
+  for (int i = 0; i < 2; ++i) EXPECT_FALSE(wait_entry(b_, {&a_}).error);
+  EXPECT_EQ(rx_t, sent);
+  std::array<std::uint8_t, 64> second{};
+  second.fill(0xdd);
+  EXPECT_EQ(rx_m, second);
 }
 
 TEST_F(Rdm, PeekClaimAndDiscard) {
