@@ -1318,6 +1318,35 @@ TEST(Emud, PrbsRefusesAReadOnlyAttachAndSaysWhenTheFarEndWasNotChecked) {
   EXPECT_EQ(d.stop(), 0);
 }
 
+// An observer's topo takes the links as they are: after a lane is lost on card 2 port 3 (the
+// daemon leaves the narrower retrain to the card's owner) it used to run the training
+// supervisor, which tried to drop the lane, warned that its register write was dropped and
+// said 2 ports "did not train Up". Now nothing is written and the message says why.
+TEST(Emud, AnObserversTopoTrainsNothingAfterALaneIsLost) {
+  EmudProcess d;
+  ASSERT_TRUE(d.start(emud_path(), "emu:mesh8")) << d.output();
+  const std::string emu = NPO_EMU, smi = NPO_SMI;
+  auto fault = npo_test::run_command(emu + " fault --socket-dir " + d.dir() +
+                                     " --kind lane_loss --card 2 --port 3 --lane 5 2>&1");
+  ASSERT_EQ(fault.status, 0) << fault.out;
+  std::string out;
+  for (int i = 0; i < 50; ++i) {  // the link goes down 10 ms after the lane (link-loss debounce)
+    auto topo = npo_test::run_command(smi + " topo --backend '" + d.uri() + "?mode=ro' 2>&1");
+    EXPECT_EQ(topo.status, 0) << topo.out;
+    out = topo.out;
+    if (out.find("54 of 56 ports with a module Up") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_NE(out.find("npo-smi: 2 of 56 ports with a module are not Up (read-only observer: nothing was trained)"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("54 of 56 ports with a module Up (read-only observer: trained nothing)"), std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("dropped"), std::string::npos) << "an observer wrote a register: " << out;
+  EXPECT_EQ(out.find("did not train"), std::string::npos) << out;
+  EXPECT_EQ(d.stop(), 0);
+}
+
 // Newcomer trial D: while a job holds card 0, `npo-link train --card 2 --port 0` used to fail
 // "card 0 is open by pid P" (the owner tools attached every card). On emu-remote they now own
 // the card asked for (URI option owner=K: the others read-only) and its link's far end when

@@ -346,7 +346,10 @@ int topo(npo::System& s, bool json, const std::string& expect, const TopoFormat&
   }
   // The plan check is printed after the matrix (or summary); its status is the exit status.
   const auto finish = [&] { return expect.empty() ? 0 : check_expected(*t, expect, false, nullptr); };
-  if (up.up < up.ports_with_module) {
+  if (up.up < up.ports_with_module && observer(s)) {
+    fmt::print(stderr, "npo-smi: {} of {} ports with a module are not Up (read-only observer: nothing was trained)\n",
+               up.ports_with_module - up.up, up.ports_with_module);
+  } else if (up.up < up.ports_with_module) {
     fmt::print(stderr, "npo-smi: {} of {} ports with a module did not train Up\n", up.ports_with_module - up.up,
                up.ports_with_module);
   }
