@@ -461,7 +461,12 @@ PortHealth assess_port(const PortStatus& st, std::span<const LaneHealthReport> l
     if (lr.lane < 8 && ((used >> lr.lane) & 1u) == 0) {
       // Not part of the link (negotiated away by either end, registers.md §7.2): its
       // receiver state says nothing about the link's health.
-      if (((dropped >> lr.lane) & 1u) == 0) details.push_back(fmt::format("lane {} not in use (partner)", lr.lane));
+      // This end kept it enabled, so the far end negotiated it away; a lane dark here too
+      // (a lost lane goes dark at both ends) says so, naming this end's loss as well.
+      if (((dropped >> lr.lane) & 1u) == 0) {
+        details.push_back(fmt::format("lane {} not in use (the far end dropped it{})", lr.lane,
+                                      lr.verdict == LaneHealth::kDown ? "; no signal here either" : ""));
+      }
       continue;
     }
     if (lr.lane < 8) reported |= static_cast<std::uint8_t>(1u << lr.lane);

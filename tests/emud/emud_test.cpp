@@ -982,9 +982,10 @@ TEST(Emud, FaultInjectedIntoTheRunningDaemonShowsInTheTools) {
   EXPECT_EQ(train.status, 0) << train.out;
   seen = npo_test::run_command(link + " show --backend " + backend + " --port 0 2>&1").out;
   EXPECT_NE(seen.find("7/8"), std::string::npos) << seen;
-  // The end that lost the light names its lane; its partner names it as negotiated away.
+  // The end that retrained names the lane it dropped; the other end names it as the far
+  // end's choice, and that it has no light on it either (a lost lane is dark at both ends).
   EXPECT_TRUE(seen.find("lane 3 dropped") != std::string::npos ||
-              seen.find("lane 3 not in use (partner)") != std::string::npos)
+              seen.find("lane 3 not in use (the far end dropped it; no signal here either)") != std::string::npos)
       << seen;
   // The daemon checks the fault as a scenario file would, and the target card must be the
   // socket's; no daemon: unavailable.

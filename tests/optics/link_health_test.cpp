@@ -271,7 +271,10 @@ TEST(PortState, ReasonsForEachState) {
   dark.reasons = {"no signal (Rx LOS)"};
   const auto nh = npo::assess_port(narrow, std::span(&dark, 1), 8, "", nullptr);
   EXPECT_EQ(nh.state, PortState::kDegraded) << nh.reason;
-  EXPECT_EQ(nh.reason, "up 7/8 lanes: lane 3 not in use (partner)");
+  EXPECT_EQ(nh.reason, "up 7/8 lanes: lane 3 not in use (the far end dropped it; no signal here either)");
+  dark.verdict = LaneHealth::kGood;  // lit here: only the far end's choice
+  EXPECT_EQ(npo::assess_port(narrow, std::span(&dark, 1), 8, "", nullptr).reason,
+            "up 7/8 lanes: lane 3 not in use (the far end dropped it)");
 
   npo::LaneHealthReport bad;
   bad.lane = 2;
