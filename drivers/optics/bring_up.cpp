@@ -3,13 +3,59 @@
 // call, over the public API only.
 #include "npo/hal/bring_up.hpp"
 
+#include <chrono>
+
 #include "npo/hal/system.hpp"
 
 namespace npo {
 
+namespace {
+
+/// Every card of `system` is attached read-only (emu-remote mode=ro): an observer.
+bool observer(System& system) {
+  if (system.device_count() == 0) return false;
+  for (std::size_t c = 0; c < system.device_count(); ++c) {
+    if (!system.device(c).info().read_only) return false;
+  }
+  return true;
+}
+
+/// An observer's step 1: the links as they are, read from the registers. Nothing is enabled
+/// or trained: a read-only attach's writes would be dropped, and the owner's training is not
+/// the observer's to drive. `ports` stays empty.
+Result<LinkBringUp> observe_links(System& system) {
+  const auto w0 = std::chrono::steady_clock::now();
+  LinkBringUp out;
+  for (std::size_t c = 0; c < system.device_count(); ++c) {
+    auto& dev = system.device(c);
+    if (dev.info().removed) return fail(Code::kUnavailable, "card removed", {.card = static_cast<std::uint32_t>(c)});
+    for (unsigned p = 0; p < dev.port_count(); ++p) {
+      auto ps = read_port(dev, p);
+      if (!ps) return std::unexpected(ps.error());
+      if (!ps->module_present) continue;
+      ++out.ports_with_module;
+      if (ps->state != LinkState::kUp) {
+        ++out.failed;
+        continue;
+      }
+      ++out.up;
+      if (ps->lane_count < dev.info().lanes_per_port) ++out.degraded;
+    }
+  }
+  out.wall_ns = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - w0).count());
+  return out;
+}
+
+}  // namespace
+
 Result<FabricBringUp> bring_up_fabric(System& system, const BringUpOptions& options) {
+  const bool watch_only = observer(system);
+  if (watch_only && options.program_routes) {
+    return fail(Code::kPermissionDenied, "a read-only attach (mode=ro) cannot program routes: attach as the owner");
+  }
   FabricBringUp out;
-  auto links = bring_up_links(system, options.policy, options.timeout_ns);
+  auto links = watch_only ? observe_links(system) : bring_up_links(system, options.policy, options.timeout_ns);
   if (!links) return std::unexpected(links.error());
   out.links = std::move(*links);
   auto topology = discover_topology(system);
@@ -21,10 +67,7 @@ Result<FabricBringUp> bring_up_fabric(System& system, const BringUpOptions& opti
   if (options.program_routes) {
     if (auto r = program_routes(system, out.routes); !r) return std::unexpected(r.error());
   }
-  const auto& cards = out.topology.cards;
-  for (const std::uint32_t a : cards) {
-    for (const std::uint32_t b : cards) out.unreachable_pairs += a != b && out.routes.hops(a, b) < 0 ? 1 : 0;
-  }
+  out.unreachable_pairs = out.routes.unreachable_pairs();
   return out;
 }
 

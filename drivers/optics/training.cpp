@@ -194,6 +194,7 @@ class Supervisor {
       if (!ro) f.m->write32(regs::port_reg(ref.port, pr::kTrainTimeout), pol_.train_timeout_ms);
       const std::uint32_t st = f.m->read32(regs::port_reg(ref.port, pr::kStatus));
       const auto state = static_cast<LinkState>(pr::kStatusState.get(st));
+      f.res.up_at_start = state == LinkState::kUp;
       // A fresh training tries every lane again; a link already up keeps the lanes it runs on.
       const auto cur = static_cast<std::uint8_t>(
           pr::kLaneEnableMask.get(f.m->read32(regs::port_reg(ref.port, pr::kLaneEnable))) & f.full_mask);
@@ -629,17 +630,6 @@ Result<LinkBringUp> bring_up_links(System& system, const TrainingPolicy& policy,
       return fail(Code::kUnavailable, "card removed", {.card = static_cast<std::uint32_t>(c)});
     }
   }
-  // Ports Up before this bring-up keep their latched module flags (events an SRE has not
-  // read yet); the ones it brings up have theirs cleared at the end (below).
-  std::vector<std::vector<bool>> up_before(system.device_count());
-  for (std::size_t c = 0; c < system.device_count(); ++c) {
-    auto& dev = system.device(c);
-    auto& m = *card::access(dev).bar0;
-    up_before[c].resize(dev.port_count());
-    for (unsigned p = 0; p < dev.port_count(); ++p) {
-      up_before[c][p] = pr::kStatusLinkUp.get(m.read32(regs::port_reg(p, pr::kStatus))) != 0;
-    }
-  }
   auto res = supervise(system, {}, policy, timeout_ns, false, {}, true);
   if (!res) return std::unexpected(res.error());
   if (auto gone = removed_card(*res)) return fail(Code::kUnavailable, "card removed", {.card = *gone});
@@ -675,11 +665,12 @@ Result<LinkBringUp> bring_up_links(System& system, const TrainingPolicy& policy,
   // §8.9.3, latched lane flags clear on read; mailbox.md §3.5) once every port has settled
   // Up, so the first read after the bring-up (npo-link ddm, a LinkMonitor judging module
   // flags) reports only what happened on the running link. A condition that persists (a
-  // dead lane) latches again at the module's next refresh.
+  // dead lane) latches again at the module's next refresh. Ports Up before this bring-up keep
+  // their latches (events a reader has not seen yet).
   for (const auto& r : *res) {
-    if (r.code != TrainCode::kOk || r.card >= up_before.size() || r.port >= up_before[r.card].size()) continue;
+    if (r.code != TrainCode::kOk || r.up_at_start) continue;
     auto& dev = system.device(r.card);
-    if (up_before[r.card][r.port] || dev.info().read_only) continue;
+    if (dev.info().read_only) continue;
     std::array<std::byte, kCmisLatchedLaneFlagsEnd - kCmisLatchedLaneFlagsBegin> latched{};
     // A module that does not answer is no bring-up failure: its flags just stay.
     (void)read_transceiver(dev, r.port, 0, 0x11, kCmisLatchedLaneFlagsBegin, latched);

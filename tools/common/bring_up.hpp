@@ -44,11 +44,9 @@ struct BringUpFailure {
 
 /// Enables and trains every port of every card of `system` (bring_up_links with
 /// options.timeout_ns), then with options.program_routes runs route_fabric. Per-port training
-/// failures are results in FabricUp::links. A read-only attach (emu-remote mode=ro) trains
-/// nothing: FabricUp::links counts the ports as they are (failed = cabled and not Up; `ports`
-/// is empty) and the graph and routes are computed from them; program_routes is then
-/// kPermissionDenied. Errors: those of the library calls, tagged with the step; kUnavailable
-/// "card removed" naming the card. Thread-safety: one bring-up per System at a time.
+/// failures are results in FabricUp::links. On a System whose cards are all attached read-only
+/// nothing is trained (bring_up_fabric, npo/hal/bring_up.hpp). Errors: those of the library calls, tagged with the
+/// step; kUnavailable "card removed" naming the card. Thread-safety: one bring-up per System at a time.
 std::expected<FabricUp, BringUpFailure> bring_up(System& system, const BringUpOptions& options = {});
 
 }  // namespace npo::tools

@@ -125,6 +125,9 @@ struct PortTraining {
   std::optional<bool> cmis_datapath_activated;
   /// One-line explanation, e.g. "OK: up 7/8 lanes, lane 3 dropped (no CDR lock)".
   std::string detail;
+  /// PORT.STATUS said Up when supervision of the port began (before any write of this
+  /// supervision); false for a port it found down, removed or held down.
+  bool up_at_start = false;
 };
 
 /// One port of one card.
