@@ -20,31 +20,51 @@ bool observer(System& system) {
   return true;
 }
 
-/// An observer's step 1: the links as they are, read from the registers. Nothing is enabled
-/// or trained: a read-only attach's writes would be dropped, and the owner's training is not
-/// the observer's to drive. `ports` stays empty.
-Result<LinkBringUp> observe_links(System& system) {
+/// Whether a port in `s` is on its way up (the owner's or the card's training is running).
+bool training(LinkState s) {
+  return s == LinkState::kModuleWait || s == LinkState::kDataPathInit || s == LinkState::kTraining ||
+         s == LinkState::kFecLock;
+}
+
+/// An observer's step 1: the links as the cards have them. Nothing is enabled or trained (a
+/// read-only attach's writes would be dropped, and the owner's training is not the
+/// observer's to drive), but ports with a module that are still training are waited for, up
+/// to `timeout_ns` of the platform clock, as the supervisor would follow them. `ports` stays
+/// empty.
+Result<LinkBringUp> observe_links(System& system, std::uint64_t timeout_ns) {
   const auto w0 = std::chrono::steady_clock::now();
-  LinkBringUp out;
-  for (std::size_t c = 0; c < system.device_count(); ++c) {
-    auto& dev = system.device(c);
-    if (dev.info().removed) return fail(Code::kUnavailable, "card removed", {.card = static_cast<std::uint32_t>(c)});
-    for (unsigned p = 0; p < dev.port_count(); ++p) {
-      auto ps = read_port(dev, p);
-      if (!ps) return std::unexpected(ps.error());
-      if (!ps->module_present) continue;
-      ++out.ports_with_module;
-      if (ps->state != LinkState::kUp) {
-        ++out.failed;
-        continue;
+  auto clock = system.clock();
+  const std::uint64_t t0 = clock.now_ns();
+  constexpr std::uint64_t kPollNs = 10'000'000;
+  for (;;) {
+    LinkBringUp out;
+    bool pending = false;
+    for (std::size_t c = 0; c < system.device_count(); ++c) {
+      auto& dev = system.device(c);
+      if (dev.info().removed) return fail(Code::kUnavailable, "card removed", {.card = static_cast<std::uint32_t>(c)});
+      for (unsigned p = 0; p < dev.port_count(); ++p) {
+        auto ps = read_port(dev, p);
+        if (!ps) return std::unexpected(ps.error());
+        if (!ps->module_present) continue;
+        ++out.ports_with_module;
+        if (ps->state != LinkState::kUp) {
+          ++out.failed;
+          pending = pending || (ps->enabled && training(ps->state));
+          continue;
+        }
+        ++out.up;
+        if (ps->lane_count < dev.info().lanes_per_port) ++out.degraded;
       }
-      ++out.up;
-      if (ps->lane_count < dev.info().lanes_per_port) ++out.degraded;
     }
+    const std::uint64_t now = clock.now_ns();
+    if (!pending || now - t0 >= timeout_ns) {
+      out.elapsed_ns = now - t0;
+      out.wall_ns = static_cast<std::uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - w0).count());
+      return out;
+    }
+    clock.sleep_until(now + kPollNs);
   }
-  out.wall_ns = static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - w0).count());
-  return out;
 }
 
 }  // namespace
@@ -55,7 +75,8 @@ Result<FabricBringUp> bring_up_fabric(System& system, const BringUpOptions& opti
     return fail(Code::kPermissionDenied, "a read-only attach (mode=ro) cannot program routes: attach as the owner");
   }
   FabricBringUp out;
-  auto links = watch_only ? observe_links(system) : bring_up_links(system, options.policy, options.timeout_ns);
+  auto links = watch_only ? observe_links(system, options.timeout_ns)
+                          : bring_up_links(system, options.policy, options.timeout_ns);
   if (!links) return std::unexpected(links.error());
   out.links = std::move(*links);
   auto topology = discover_topology(system);

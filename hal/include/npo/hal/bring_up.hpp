@@ -54,8 +54,9 @@ struct FabricBringUp {
 /// after open, before any remote DMA; calling it again retrains nothing that is Up and
 /// reprograms routes for the links as they are now.
 /// On a System whose every card is attached read-only (an observer, emu-remote mode=ro) step 1
-/// trains nothing: `links` counts the ports as PORT.STATUS has them (failed = cabled and not
-/// Up; `links.ports` empty) and steps 2 and 3 compute from them; `options.program_routes` is
+/// trains nothing: it waits (up to `options.timeout_ns`) for ports still training, then
+/// `links` counts the ports as PORT.STATUS has them (failed = cabled and not Up;
+/// `links.ports` empty) and steps 2 and 3 compute from them; `options.program_routes` is
 /// then kPermissionDenied.
 /// Waits on the platform clock (System::clock()): on the emulator's virtual clock waiting
 /// advances emulated time instead of sleeping.
