@@ -66,6 +66,9 @@ class ChildProcess {
   /// SIGTERM, then waits up to `timeout_ms` (SIGKILL after). Returns the exit status (-1:
   /// killed by a signal or never started).
   int stop(int timeout_ms = 10000) { return end(SIGTERM, timeout_ms); }
+  /// Waits up to `timeout_ms` for the child to exit by itself (SIGKILL after), draining the
+  /// output. Returns the exit status (-1: killed by a signal or never started).
+  int wait_exit(int timeout_ms) { return end(0, timeout_ms); }
   /// SIGKILL and reap: the child dies without cleaning up. Returns -1 (killed), or its exit
   /// status if it had already exited.
   int kill() { return end(SIGKILL, 10000); }
@@ -73,10 +76,10 @@ class ChildProcess {
   [[nodiscard]] const std::string& output() const { return output_; }
 
  private:
-  // Sends `sig`, then reaps within `timeout_ms` (SIGKILL after), draining the output.
+  // Sends `sig` (0: none), then reaps within `timeout_ms` (SIGKILL after), draining the output.
   int end(int sig, int timeout_ms) {
     if (pid_ <= 0) return status_;
-    ::kill(pid_, sig);
+    if (sig != 0) ::kill(pid_, sig);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
     int st = 0;
     for (;;) {
