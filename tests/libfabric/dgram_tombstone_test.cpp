@@ -27,14 +27,6 @@ namespace {
 
 using namespace npo_fi_test;
 
-fi_info* dgram_hints() {
-  fi_info* h = fi_allocinfo();
-  h->caps = FI_MSG;
-  h->ep_attr->type = FI_EP_DGRAM;
-  h->fabric_attr->prov_name = strdup("npo");
-  return h;
-}
-
 // One entry (or -FI_EAVAIL for an error entry) within 10 s, progressing `other` too.
 ssize_t read_one(fid_cq* cq, fi_cq_data_entry* entry, Side* other = nullptr) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);

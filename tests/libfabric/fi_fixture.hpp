@@ -44,6 +44,16 @@ inline void use_provider() {
   (void)once;
 }
 
+/// New hints (fi_allocinfo; the caller frees them) for the provider's DGRAM core: FI_MSG on
+/// FI_EP_DGRAM from `npo`.
+inline fi_info* dgram_hints() {
+  fi_info* h = fi_allocinfo();
+  h->caps = FI_MSG;
+  h->ep_attr->type = FI_EP_DGRAM;
+  h->fabric_attr->prov_name = strdup("npo");
+  return h;
+}
+
 /// What one test file asks of its endpoints.
 struct SideOptions {
   /// New hints (fi_allocinfo) without a domain name: Side::open sets "npoK" and frees them.

@@ -28,14 +28,6 @@ namespace {
 
 using namespace npo_fi_test;
 
-fi_info* npo_hints() {
-  fi_info* h = fi_allocinfo();
-  h->caps = FI_MSG;
-  h->ep_attr->type = FI_EP_DGRAM;
-  h->fabric_attr->prov_name = strdup("npo");
-  return h;
-}
-
 void check_domain(const fi_info* info, const std::string& domain) {
   ASSERT_STREQ(info->domain_attr->name, domain.c_str());
 }
@@ -43,7 +35,7 @@ void check_domain(const fi_info* info, const std::string& domain) {
 // A DGRAM endpoint with a CQ of `format` (256 entries).
 SideOptions dgram(fi_cq_format format) {
   return SideOptions{
-      .hints = npo_hints, .check_info = check_domain, .cq_format = format, .cq_size = 256, .check_addr_len = true};
+      .hints = dgram_hints, .check_info = check_domain, .cq_format = format, .cq_size = 256, .check_addr_len = true};
 }
 
 // Reads one entry (or an error: returns -FI_EAVAIL) within 5 s.
@@ -137,7 +129,7 @@ class ProviderPair : public ::testing::TestWithParam<fi_cq_format> {
 
 TEST(Provider, GetinfoListsEveryCardInOrderWithoutTakingThem) {
   use_provider();
-  fi_info* hints = npo_hints();
+  fi_info* hints = dgram_hints();
   fi_info* info = nullptr;
   ASSERT_EQ(fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &info), 0);
   std::vector<std::string> names;
@@ -172,7 +164,7 @@ TEST(Provider, GetinfoListsEveryCardInOrderWithoutTakingThem) {
 TEST(Provider, CardChosenByFiNpoCard) {
   use_provider();
   ::setenv("FI_NPO_CARD", "5", 1);
-  fi_info* hints = npo_hints();
+  fi_info* hints = dgram_hints();
   fi_info* info = nullptr;
   ASSERT_EQ(fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &info), 0);
   ::unsetenv("FI_NPO_CARD");
@@ -295,7 +287,7 @@ TEST(Provider, ABadFiNpoCardIsReportedAndEveryCardListed) {
   use_provider();
   ::setenv("FI_NPO_CARD", "abc", 1);
   testing::internal::CaptureStderr();
-  fi_info* hints = npo_hints();
+  fi_info* hints = dgram_hints();
   fi_info* info = nullptr;
   const int rc = fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &info);
   const std::string err = testing::internal::GetCapturedStderr();
