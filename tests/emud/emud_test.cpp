@@ -1145,12 +1145,22 @@ TEST(Emud, ToolsWatchCardsAnotherProcessOwnsWhileItRunsDma) {
 
   // Watch card 2 port 0 every 0.2 s; inject a lane loss while it runs.
   std::string watch_out;
+  const std::string frames = d.dir() + "/watch.out";  // each frame as printed (npo-link flushes it)
   std::thread watcher([&] {
-    watch_out =
-        npo_test::run_command(link + " show --port 0 --watch 0.2 --count 12 --backend '" + uri + "?card=2' 2>&1").out;
+    watch_out = npo_test::run_command(link + " show --port 0 --watch 0.2 --count 12 --backend '" + uri +
+                                      "?card=2' 2>&1 | tee " + frames)
+                    .out;
   });
-  // The first frame samples 2 intervals of 0.2 s (trial finding 3) before it prints.
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  // The first frame samples 2 intervals of 0.2 s (trial finding 3) before it prints, later under
+  // a sanitizer: inject once it is out (a fixed 1.5 s once came before it under TSan), plus a
+  // little, so that at least one frame precedes the injection.
+  for (int i = 0; i < 600; ++i) {
+    std::ifstream f(frames);
+    const std::string seen((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (seen.find("--- npo-link show frame") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   auto inj = npo_test::run_command(emu + " fault --socket-dir " + d.dir() +
                                    " --kind lane_loss --card 2 --port 0 --lane 3 2>&1");
   const auto injected = std::chrono::system_clock::now();
