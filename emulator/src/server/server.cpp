@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/file.h>
 #include <sys/mman.h>
@@ -123,8 +124,41 @@ class Session {
     const int one = 1;
     (void)::setsockopt(conn, SOL_SOCKET, SO_PASSCRED, &one, sizeof one);
     msix_fds_.fill(-1);
+    // One epoll set for the thread's whole life instead of a poll(2) of the same fds per wake,
+    // which registers and unregisters a wait on each fd in every call, on the doorbell's path.
+    ep_ = ::epoll_create1(EPOLL_CLOEXEC);
+    if (ep_ >= 0 && (!watch(conn_, kEvConn) || !watch(srv_.wake_fd, kEvWake))) {
+      ::close(ep_);
+      ep_ = -1;
+    }
   }
   ~Session() { release(); }
+
+  static constexpr int kEvConn = 1, kEvWake = 2, kEvBell = 4;
+  /// Adds `fd` to the epoll set, readable, reported as `tag` (kEv*). False if epoll_ctl failed.
+  bool watch(int fd, int tag) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u32 = static_cast<std::uint32_t>(tag);
+    return ::epoll_ctl(ep_, EPOLL_CTL_ADD, fd, &ev) == 0;
+  }
+  /// Waits until the connection, the server's wake fd or the doorbell eventfd is readable and
+  /// returns the tags (kEv*) of those that are; 0 on EINTR, -1 on another error (errno set).
+  /// poll(2) when the epoll set could not be made.
+  int wait_ready() {
+    if (ep_ >= 0) {
+      std::array<epoll_event, 3> ev{};
+      const int n = ::epoll_wait(ep_, ev.data(), static_cast<int>(ev.size()), -1);
+      if (n < 0) return errno == EINTR ? 0 : -1;
+      int tags = 0;
+      for (int i = 0; i < n; ++i) tags |= static_cast<int>(ev[static_cast<std::size_t>(i)].data.u32);
+      return tags;
+    }
+    pollfd p[3] = {{conn_, POLLIN, 0}, {srv_.wake_fd, POLLIN, 0}, {bell_fd_, POLLIN, 0}};
+    if (::poll(p, bell_fd_ >= 0 ? 3 : 2, -1) < 0) return errno == EINTR ? 0 : -1;
+    return (p[0].revents != 0 ? kEvConn : 0) | (p[1].revents != 0 ? kEvWake : 0) |
+           (bell_fd_ >= 0 && p[2].revents != 0 ? kEvBell : 0);
+  }
 
   // ServerOptions::follow_client_cpus: this thread runs where the client may run, if the
   // client is bound to a strict subset of the CPUs this thread may use.
@@ -162,19 +196,23 @@ class Session {
     std::vector<std::byte> buf(emud::kMaxMessage + 1);
     alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int) * emud::kMaxFds) + CMSG_SPACE(sizeof(ucred))> ctrl{};
     while (!srv_.stopping.load()) {
-      pollfd p[3] = {{conn_, POLLIN, 0}, {srv_.wake_fd, POLLIN, 0}, {bell_fd_, POLLIN, 0}};
-      if (::poll(p, bell_fd_ >= 0 ? 3 : 2, -1) < 0) {
-        if (errno == EINTR) continue;
-        srv_.log(fmt::format("card={} pid={}: poll failed: {}", card_, pid_, std::strerror(errno)));
+      const int ready = wait_ready();
+      if (ready < 0) {
+        srv_.log(fmt::format("card={} pid={}: waiting for the client failed: {}", card_, pid_, std::strerror(errno)));
         break;
       }
-      if (p[1].revents != 0 || srv_.stopping.load()) break;
-      if (bell_fd_ >= 0 && p[2].revents != 0) {
-        // Shadow doorbells (spec §5.11): take the ring (the eventfd's count), then the values.
+      if (ready == 0) continue;
+      if ((ready & kEvWake) != 0 || srv_.stopping.load()) break;
+      if (bell_fd_ >= 0 && (ready & kEvBell) != 0) {
+        // Shadow doorbells (spec §5.11): the values first, so that the card runs them before
+        // the read(2) that takes the ring (the eventfd's count; ~1 us on the doorbell's path on
+        // a 2-vCPU VM), then the values once more: a doorbell whose ring that read took was
+        // stored before it, so the second scan sees it.
+        apply_shadow();
         std::uint64_t rings = 0;
         (void)!::read(bell_fd_, &rings, sizeof rings);
         apply_shadow();
-        if (p[0].revents == 0) continue;
+        if ((ready & kEvConn) == 0) continue;
       }
       iovec iov{buf.data(), buf.size()};
       msghdr mh{};
@@ -346,6 +384,13 @@ class Session {
     }
     auto m = dev_->mmio(pci::kBarRegs);
     if (!m) return reply_error(c, m.error());
+    // Watched before anything changes; taken out again on the error below (closing our fd would
+    // not do it: the client's copy keeps the open file, and so its registration, alive).
+    if (ep_ >= 0 && !watch(efd, kEvBell)) {
+      const int err = errno;
+      return reply_error(
+          c, Error(errno_code(err), fmt::format("DOORBELL_SHADOW: epoll_ctl of the eventfd: {}", std::strerror(err))));
+    }
     const auto queues = std::min<std::uint32_t>(fw::regs::kNumQueues, emud::shadow::kMaxQueues);
     const int mfd = ::memfd_create("npo-emud doorbell shadow", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     void* p = MAP_FAILED;
@@ -357,6 +402,7 @@ class Session {
       const int err = errno;
       if (p != MAP_FAILED) ::munmap(p, emud::shadow::kPageBytes);
       if (mfd >= 0) ::close(mfd);
+      if (ep_ >= 0) (void)::epoll_ctl(ep_, EPOLL_CTL_DEL, efd, nullptr);
       return reply_error(c,
                          Error(errno_code(err), fmt::format("DOORBELL_SHADOW: shadow page: {}", std::strerror(err))));
     }
@@ -831,6 +877,8 @@ class Session {
     attached_ = owner_ = false;
     if (conn_ >= 0) ::close(conn_);
     conn_ = -1;
+    if (ep_ >= 0) ::close(ep_);
+    ep_ = -1;
   }
 
   Server::Impl& srv_;
@@ -853,6 +901,7 @@ class Session {
   backend::Mmio* bar0_ = nullptr;
   std::uint32_t shadow_queues_ = 0;
   int bell_fd_ = -1;
+  int ep_ = -1;  ///< epoll set of conn_, the server's wake fd and bell_fd_; -1: poll(2) instead
   std::array<std::uint32_t, fw::emud::shadow::kMaxQueues> applied_sq_{};
   std::array<std::uint32_t, fw::emud::shadow::kMaxQueues> applied_cq_{};
   std::uint32_t posted_handled_ = 0;
