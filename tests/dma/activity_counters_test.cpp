@@ -132,7 +132,8 @@ TEST(ActivityCounters, AReaderRacingTheEngineSeesMonotonicCountsAndTheExactTotal
   auto host = npo::allocate_host_memory(r.dev(), 1u << 16).value();
   constexpr unsigned kBatches = 40, kPerBatch = 64, kLen = 256;
   std::atomic<bool> stop{false};
-  unsigned reads = 0, backwards = 0;
+  std::atomic<unsigned> reads{0};
+  unsigned backwards = 0;
   std::thread reader([&] {
     npo::QueueCounters last{};
     while (!stop.load()) {
@@ -141,18 +142,37 @@ TEST(ActivityCounters, AReaderRacingTheEngineSeesMonotonicCountsAndTheExactTotal
       const auto& now = (*c)[24];  // engine 3, queue 0
       if (now.ops_ok < last.ops_ok || now.bytes < last.bytes) ++backwards;
       last = now;
-      ++reads;
+      reads.fetch_add(1);
     }
   });
+  // The reader must read while batches run, not only before or after them: on a loaded
+  // 2-CPU host it may not be scheduled for a while, so every batch waits (up to 10 s) for
+  // one more read after its doorbell before it is reaped.
+  auto wait_for_read_past = [&](unsigned n) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (reads.load() <= n && std::chrono::steady_clock::now() < end) std::this_thread::yield();
+    return reads.load() > n;
+  };
+  struct Join {  // also when an assertion below ends the test early
+    std::atomic<bool>& stop;
+    std::thread& t;
+    ~Join() {
+      stop.store(true);
+      if (t.joinable()) t.join();
+    }
+  } join{stop, reader};
+  EXPECT_TRUE(wait_for_read_past(0)) << "the reader never read";
   for (unsigned b = 0; b < kBatches; ++b) {
     for (unsigned i = 0; i < kPerBatch; ++i)
       ASSERT_TRUE(q->enqueue_fill(DmaAddress::host(host->iova() + i * kLen), i, kLen));
+    const unsigned before = reads.load();
     ASSERT_TRUE(q->submit());
+    EXPECT_TRUE(wait_for_read_past(before)) << "batch " << b;
     ASSERT_EQ(reap(*q, kPerBatch).size(), kPerBatch);
   }
   stop.store(true);
   reader.join();
-  EXPECT_GT(reads, 0u);
+  EXPECT_GT(reads.load(), kBatches);
   EXPECT_EQ(backwards, 0u);
   const auto c = r.dev().queue_counters().value();
   EXPECT_EQ(c[24].ops_ok, kBatches * kPerBatch);
