@@ -144,18 +144,22 @@ TEST(RdmTombstone, ASuccessorFillsThePredecessorsGapAndThePredecessorsMessageBeh
   const auto big = pattern(64 << 10, 3);  // past the eager limit (4 KiB): a rendezvous
   int ctx2 = 0, ctx3 = 0;
   progress(a);  // its once-a-second check that the card still answers (a register read) is done now
-  ASSERT_EQ(::kill(emud.pid(), SIGSTOP), 0);
-  std::thread resume([&] {
+  const pid_t daemon = emud.pid();
+  ASSERT_EQ(::kill(daemon, SIGSTOP), 0);
+  std::thread resume([daemon] {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    (void)::kill(emud.pid(), SIGCONT);
+    (void)::kill(daemon, SIGCONT);
   });
   struct Join {  // the daemon goes on also when an assertion ends the test early
     std::thread& t;
-    ~Join() { t.join(); }
+    ~Join() {
+      if (t.joinable()) t.join();
+    }
   } join{resume};
-  ASSERT_TRUE(all_threads_stopped(emud.pid())) << "npo-emud did not stop within 5 s";
+  ASSERT_TRUE(all_threads_stopped(daemon)) << "npo-emud did not stop within 5 s";
   const ssize_t s2 = fi_tsend(a.ep, &v2, sizeof v2, nullptr, a_to_b, kTag, &ctx2);
   const ssize_t s3 = fi_tsend(a.ep, big.data(), big.size(), nullptr, a_to_b, kTag, &ctx3);
+  resume.join();
   ASSERT_EQ(s2, 0);
   ASSERT_EQ(s3, 0) << "seq 3 was refused: the endpoint saw seq 2 fail first";
 
