@@ -41,19 +41,10 @@ ssize_t read_one(fid_cq* cq, fi_cq_data_entry* entry, Side* other = nullptr) {
 TEST(DgramTombstone, ADatagramWhoseHeaderNeverLandedIsSkippedAndTheLaneGoesOn) {
   npo_test::EmudProcess emud;
   ASSERT_TRUE(emud.start(NPO_EMUD, "emu:mesh8")) << emud.output();
-  ::setenv("FI_PROVIDER_PATH", NPO_FI_DIR, 1);
-  ::setenv("NPO_FI_BACKEND", emud.uri().c_str(), 1);
-  ::unsetenv("FI_NPO_CARD");
-  ::unsetenv("FI_PROVIDER");
+  use_provider_on(emud.uri());
   const SideOptions o{.hints = dgram_hints, .cq_format = FI_CQ_FORMAT_DATA, .cq_size = 64};
   Side a, b;
-  struct Close {  // also when an assertion ends the test early
-    Side &a, &b;
-    ~Close() {
-      b.close();
-      a.close();
-    }
-  } close_both{a, b};
+  CloseSides close_both{a, b};
   a.open(0, o);
   ASSERT_FALSE(::testing::Test::HasFatalFailure());
   b.open(1, o);

@@ -31,14 +31,21 @@ namespace npo_fi_test {
 /// Bytes of an `npo` endpoint name (fi_getname).
 constexpr std::size_t kAddrLen = 48;
 
+/// Points the provider of the build tree at `backend` (NPO_FI_BACKEND, e.g. "emu:mesh8" or an
+/// npo-emud's "emu-remote:DIR"), with FI_NPO_CARD and FI_PROVIDER unset. Takes effect only
+/// before libfabric initialises at the first fi_getinfo of the process.
+inline void use_provider_on(const std::string& backend) {
+  ::setenv("FI_PROVIDER_PATH", NPO_FI_DIR, 1);
+  ::setenv("NPO_FI_BACKEND", backend.c_str(), 1);
+  ::unsetenv("FI_NPO_CARD");
+  ::unsetenv("FI_PROVIDER");
+}
+
 /// Loads the provider from the build tree on emu:mesh8 (once per process, before libfabric
 /// initialises at the first fi_getinfo); FI_NPO_CARD and FI_PROVIDER unset.
 inline void use_provider() {
   static const bool once = [] {
-    ::setenv("FI_PROVIDER_PATH", NPO_FI_DIR, 1);
-    ::setenv("NPO_FI_BACKEND", "emu:mesh8", 1);
-    ::unsetenv("FI_NPO_CARD");
-    ::unsetenv("FI_PROVIDER");
+    use_provider_on("emu:mesh8");
     return true;
   }();
   (void)once;
@@ -52,6 +59,32 @@ inline fi_info* dgram_hints() {
   h->ep_attr->type = FI_EP_DGRAM;
   h->fabric_attr->prov_name = strdup("npo");
   return h;
+}
+
+/// New hints (fi_allocinfo) as Open MPI 4.1's mtl ofi asks (mtl_ofi_component.c): FI_TAGGED
+/// with FI_DIRECTED_RECV on FI_EP_RDM, FI_ORDER_SAS, FI_CONTEXT | FI_CONTEXT2, 4 bytes of CQ
+/// data, FI_AV_TABLE, FI_THREAD_SAFE; restricted to provider `npo`.
+inline fi_info* mtl_ofi_hints() {
+  fi_info* h = fi_allocinfo();
+  h->mode = FI_CONTEXT | FI_CONTEXT2;
+  h->ep_attr->type = FI_EP_RDM;
+  h->caps = FI_TAGGED | FI_LOCAL_COMM | FI_REMOTE_COMM | FI_DIRECTED_RECV;
+  h->tx_attr->msg_order = FI_ORDER_SAS;
+  h->rx_attr->msg_order = FI_ORDER_SAS;
+  h->rx_attr->op_flags = FI_COMPLETION;
+  h->tx_attr->op_flags = FI_COMPLETION;
+  h->domain_attr->threading = FI_THREAD_SAFE;
+  h->domain_attr->cq_data_size = sizeof(int);
+  h->domain_attr->av_type = FI_AV_TABLE;
+  h->domain_attr->resource_mgmt = FI_RM_ENABLED;
+  h->fabric_attr->prov_name = strdup("npo");
+  return h;
+}
+
+/// Checks of getinfo's first entry for mtl ofi's hints: the native RDM endpoint of `npo`.
+inline void check_native(const fi_info* info, const std::string&) {
+  ASSERT_STREQ(info->fabric_attr->prov_name, "npo") << "the first entry must be the native endpoint";
+  ASSERT_EQ(info->ep_attr->type, FI_EP_RDM);
 }
 
 /// What one test file asks of its endpoints.
@@ -151,6 +184,17 @@ struct Side {
     }
     if (info) fi_freeinfo(info);
     *this = Side{};
+  }
+};
+
+/// Closes two sides (b first) when it goes out of scope, also when an assertion ends a test
+/// early.
+struct CloseSides {
+  Side& a;
+  Side& b;
+  ~CloseSides() {
+    b.close();
+    a.close();
   }
 };
 

@@ -35,30 +35,6 @@ using namespace npo_fi_test;
 
 constexpr std::size_t kEager = 4096;  // the provider's inject_size / eager limit
 
-// The hints of Open MPI 4.1's mtl ofi (mtl_ofi_component.c), restricted to provider `npo`.
-fi_info* mtl_ofi_hints() {
-  fi_info* h = fi_allocinfo();
-  h->mode = FI_CONTEXT | FI_CONTEXT2;
-  h->ep_attr->type = FI_EP_RDM;
-  h->caps = FI_TAGGED | FI_LOCAL_COMM | FI_REMOTE_COMM | FI_DIRECTED_RECV;
-  h->tx_attr->msg_order = FI_ORDER_SAS;
-  h->rx_attr->msg_order = FI_ORDER_SAS;
-  h->rx_attr->op_flags = FI_COMPLETION;
-  h->tx_attr->op_flags = FI_COMPLETION;
-  h->domain_attr->threading = FI_THREAD_SAFE;
-  h->domain_attr->cq_data_size = sizeof(int);
-  h->domain_attr->av_type = FI_AV_TABLE;
-  h->domain_attr->resource_mgmt = FI_RM_ENABLED;
-  h->fabric_attr->prov_name = strdup("npo");
-  return h;
-}
-
-// Checks of getinfo's first entry for mtl ofi's hints.
-void check_native(const fi_info* info, const std::string&) {
-  ASSERT_STREQ(info->fabric_attr->prov_name, "npo") << "the first entry must be the native endpoint";
-  ASSERT_EQ(info->ep_attr->type, FI_EP_RDM);
-}
-
 const SideOptions kSide{.hints = mtl_ofi_hints, .check_info = check_native};
 
 class Rdm : public SidePair<> {

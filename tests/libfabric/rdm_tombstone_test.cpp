@@ -39,25 +39,6 @@ using namespace npo_fi_test;
 
 constexpr std::uint64_t kTag = 9;
 
-// The hints of Open MPI 4.1's mtl ofi, as rdm_test.cpp asks, restricted to provider `npo`.
-fi_info* rdm_hints() {
-  fi_info* h = fi_allocinfo();
-  h->mode = FI_CONTEXT | FI_CONTEXT2;
-  h->ep_attr->type = FI_EP_RDM;
-  h->caps = FI_TAGGED | FI_LOCAL_COMM | FI_REMOTE_COMM | FI_DIRECTED_RECV;
-  h->tx_attr->msg_order = FI_ORDER_SAS;
-  h->rx_attr->msg_order = FI_ORDER_SAS;
-  h->domain_attr->av_type = FI_AV_TABLE;
-  h->domain_attr->resource_mgmt = FI_RM_ENABLED;
-  h->fabric_attr->prov_name = strdup("npo");
-  return h;
-}
-
-void check_native(const fi_info* info, const std::string&) {
-  ASSERT_STREQ(info->fabric_attr->prov_name, "npo");
-  ASSERT_EQ(info->ep_attr->type, FI_EP_RDM);
-}
-
 // Progresses `s` for `ms` milliseconds and says whether a completion (or error) came meanwhile.
 bool any_entry_within(Side& s, int ms) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
@@ -93,19 +74,10 @@ bool all_threads_stopped(pid_t pid) {
 TEST(RdmTombstone, ASuccessorFillsThePredecessorsGapAndThePredecessorsMessageBehindItIsStillItsOwn) {
   npo_test::EmudProcess emud;
   ASSERT_TRUE(emud.start(NPO_EMUD, "emu:mesh8")) << emud.output();
-  ::setenv("FI_PROVIDER_PATH", NPO_FI_DIR, 1);
-  ::setenv("NPO_FI_BACKEND", emud.uri().c_str(), 1);
-  ::unsetenv("FI_NPO_CARD");
-  ::unsetenv("FI_PROVIDER");
-  const SideOptions o{.hints = rdm_hints, .check_info = check_native};
+  use_provider_on(emud.uri());
+  const SideOptions o{.hints = mtl_ofi_hints, .check_info = check_native};
   Side a, b;
-  struct Close {  // also when an assertion ends the test early
-    Side &a, &b;
-    ~Close() {
-      b.close();
-      a.close();
-    }
-  } close_both{a, b};
+  CloseSides close_both{a, b};
   a.open(0, o);
   ASSERT_FALSE(::testing::Test::HasFatalFailure());
   b.open(1, o);
