@@ -173,22 +173,33 @@ std::size_t count_daemon_cards(const std::string& dir, std::string& why) {
 }
 }  // namespace
 
+// Why the emu-remote options `query` (k=v&k=v) cannot pass through to the domains' cards, or ""
+// when they can: doorbell=shadow|socket and engine=local|daemon (docs/libfabric.md "Backend").
+std::string bad_pass_through(std::string_view query) {
+  while (!query.empty()) {
+    const auto amp = query.find('&');
+    const std::string_view kv = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+    if (kv == "doorbell=shadow" || kv == "doorbell=socket" || kv == "engine=local" || kv == "engine=daemon") continue;
+    if (kv.starts_with("doorbell=")) return "?" + std::string(kv) + " is neither ?doorbell=shadow nor ?doorbell=socket";
+    if (kv.starts_with("engine=")) return "?" + std::string(kv) + " is neither ?engine=local nor ?engine=daemon";
+    return "the provider takes no ?" + std::string(kv) +
+           " (it opens every card of the daemon as domain npoK itself; list one card with FI_NPO_CARD=K; only "
+           "?doorbell=shadow|socket and ?engine=local|daemon pass through)";
+  }
+  return {};
+}
+
 // Number of cards the chosen backend offers; 0 when nothing is reachable.
 std::size_t count_cards(const BackendChoice& b) {
   auto& s = shared();
   std::lock_guard lk(s.mu);
   configure_logging_locked(s);
   if (b.remote) {
-    // Only the doorbell option passes through (each domain opens emu-remote:DIR?card=K&QUERY);
-    // which cards and how to attach are the provider's.
-    if (b.query.starts_with("doorbell=") && b.query != "doorbell=shadow" && b.query != "doorbell=socket") {
-      no_cards(b, "?" + b.query + " is neither ?doorbell=shadow nor ?doorbell=socket");
-      return 0;
-    }
-    if (!b.query.empty() && !b.query.starts_with("doorbell=")) {
-      no_cards(b, "the provider takes no ?" + b.query +
-                      " (it opens every card of the daemon as domain npoK itself; list one card with FI_NPO_CARD=K; "
-                      "only ?doorbell=shadow|socket passes through)");
+    // Only the doorbell and engine options pass through (each domain opens
+    // emu-remote:DIR?card=K&QUERY); which cards and how to attach are the provider's.
+    if (const std::string bad = bad_pass_through(b.query); !bad.empty()) {
+      no_cards(b, bad);
       return 0;
     }
     if (auto it = s.remote_cards.find(b.dir); it != s.remote_cards.end()) return it->second;

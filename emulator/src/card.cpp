@@ -83,17 +83,46 @@ Card::Card(EmulatorImpl& sys, std::uint32_t index, const CardConfig& cfg, std::u
       serial_(serial),
       hbm_(hbm),
       hbm_memfd_offset_(hbm_memfd_offset),
+      state_(sys.fabric_state->card(index)),
       config_(cfg.hbm_bytes),
-      windows_(cfg.hbm_bytes),
-      routes_(new std::atomic<std::uint32_t>[regs::kRouteEntries]),
+      windows_(cfg.hbm_bytes, *sys.fabric_state, index),
       ports_(*this, cfg.num_ports),
       stats_(*this),
       firmware_(*this, mailbox_) {
+  state_.num_ports.store(cfg.num_ports);
+  state_.hbm_bytes.store(cfg.hbm_bytes);
   queues_.reserve(regs::kNumQueues);
-  for (unsigned q = 0; q < regs::kNumQueues; ++q) queues_.push_back(std::make_unique<QueueModel>(*this, q));
+  for (unsigned q = 0; q < regs::kNumQueues; ++q) {
+    queues_.push_back(std::make_unique<QueueModel>(*this, state_.queues[q], q));
+  }
   for (auto& fd : msix_fd_) fd.store(-1);
-  for (unsigned i = 0; i < regs::kRouteEntries; ++i) routes_[i].store(0);
+  sync_bus_master();
 }
+
+FabricState& Card::fabric() noexcept { return *sys_.fabric_state; }
+
+std::uint32_t Card::lock_tag() const noexcept {
+  static const auto pid = static_cast<std::uint32_t>(::getpid());
+  return pid;
+}
+
+std::span<std::byte> Card::card_hbm(std::uint32_t index) noexcept {
+  return index < sys_.cards.size() ? sys_.cards[index]->hbm() : std::span<std::byte>{};
+}
+
+void Card::kick(QueueModel& q, bool doorbell) {
+  if (doorbell) {
+    sys_.workers.ring(q);
+  } else {
+    sys_.workers.post(q);
+  }
+}
+
+void Card::queue_halted(unsigned queue, std::uint64_t iova) {
+  log_event(fmt::format("queue={} halted: descriptor fetch fault iova=0x{:x}", queue, iova));
+}
+
+void Card::sync_bus_master() noexcept { state_.set(CardState::kBusMaster, config_.bus_master()); }
 
 Card::~Card() = default;
 
@@ -126,6 +155,7 @@ std::uint32_t Card::cfg_read(std::uint32_t off, unsigned size) {
 void Card::cfg_write(std::uint32_t off, unsigned size, std::uint32_t value) {
   if (removed()) return;
   if (config_.write(off, size, value)) reset("flr", true);
+  sync_bus_master();
 }
 
 std::uint64_t Card::bar_size(unsigned bar) const noexcept {
@@ -167,7 +197,7 @@ std::uint64_t Card::bar0_read(std::uint64_t off64, unsigned width) {
     v = windows_.read((base - regs::kWindowBase) / regs::kWindowStride,
                       (base - regs::kWindowBase) % regs::kWindowStride);
   } else if (base >= regs::kRouteBase && base < regs::kRouteBase + regs::kRouteEntries * 4) {
-    v = routes_[(base - regs::kRouteBase) / 4].load(std::memory_order_acquire);
+    v = state_.routes[(base - regs::kRouteBase) / 4].load(std::memory_order_acquire);
   } else if (base >= regs::kPortBase && base < regs::kPortBase + ports_.size() * regs::kPortStride) {
     v = ports_[(base - regs::kPortBase) / regs::kPortStride].read((base - regs::kPortBase) % regs::kPortStride);
   }
@@ -202,7 +232,7 @@ void Card::bar0_write(std::uint64_t off64, unsigned width, std::uint64_t value) 
   } else if (base >= regs::kRouteBase && base < regs::kRouteBase + regs::kRouteEntries * 4) {
     const unsigned fid = (base - regs::kRouteBase) / 4;
     const auto v32 = static_cast<std::uint32_t>(value) & (regs::route::kPortMask.mask() | regs::route::kValid.mask());
-    if (fid != 0) routes_[fid].store(v32, std::memory_order_release);  // entry 0 (no fabric ID 0) is RO 0
+    if (fid != 0) state_.routes[fid].store(v32, std::memory_order_release);  // entry 0 (no fabric ID 0) is RO 0
   } else if (base >= regs::kPortBase && base < regs::kPortBase + ports_.size() * regs::kPortStride) {
     const unsigned p = (base - regs::kPortBase) / regs::kPortStride;
     ports_[p].write((base - regs::kPortBase) % regs::kPortStride, value);
@@ -255,7 +285,7 @@ std::uint64_t Card::global_read(std::uint32_t off) {
     case g::kStatsSeq: return stats_.seq();
     case g::kWindowsValid: return windows_.valid_count();
     case g::kMboxErrors: return mbox_errors_.load(std::memory_order_relaxed);
-    case g::kQueuesActive: return queues_active_.load(std::memory_order_acquire);
+    case g::kQueuesActive: return state_.queues_active.load(std::memory_order_acquire);
     default: return 0;
   }
 }
@@ -309,14 +339,6 @@ void Card::record_iommu_fault(std::uint64_t iova, unsigned queue, bool write, bo
   log_event(fmt::format("iommu_fault iova=0x{:x} queue={} access={}{}", iova, queue, write ? "write" : "read",
                         perm ? " perm" : ""));
   set_error(g::kErrIommuFault.mask());
-}
-
-bool Card::take_injected_iommu_fault_slow() {
-  std::uint32_t n = inject_iommu_.load();
-  while (n > 0) {
-    if (inject_iommu_.compare_exchange_weak(n, n - 1)) return true;
-  }
-  return false;
 }
 
 // ==== BAR4: MSI-X table and PBA (PCIe 6.0 §7.7.2.6) ==========================================
@@ -391,7 +413,7 @@ void Card::reset(const char* why, bool rebuild_config) {
   for (auto& q : queues_) q->reset_state();
   firmware_.reset_state();
   mailbox_.reset();
-  for (unsigned i = 0; i < regs::kRouteEntries; ++i) routes_[i].store(0);
+  for (auto& r : state_.routes) r.store(0);
   windows_.reset();
   ports_.reset();
   stats_.reset();
@@ -406,8 +428,8 @@ void Card::reset(const char* why, bool rebuild_config) {
   fault_count_.store(0);
   mbox_errors_.store(0);
   for (auto& q : queues_) q->reset_counters();  // the activity counters (registers.md §9)
-  queues_active_.store(0);
-  inject_iommu_.store(0);
+  state_.queues_active.store(0);
+  state_.inject_iommu.store(0);
   {
     // The MSI-X table returns to its power-on state; eventfd routing is platform state (the
     // kernel's, under VFIO) and survives, as VFIO restores MSI-X after a reset.
@@ -416,6 +438,7 @@ void Card::reset(const char* why, bool rebuild_config) {
     for (auto& p : msix_pending_) p.store(false);
   }
   if (rebuild_config) config_.rebuild();
+  sync_bus_master();
 }
 
 void Card::release_client_state() {
@@ -429,9 +452,9 @@ void Card::remove() {
   // A removed card writes no more host memory: stop the engines and wait for the batches in
   // progress before the card reads all-ones, so a driver that saw all-ones and reclaims its
   // rings (DmaQueue's recover) never races a completion write.
-  dma_stopped_.store(true, std::memory_order_release);
+  state_.set(CardState::kDmaStopped, true);
   for (auto& q : queues_) q->quiesce();
-  removed_.store(true, std::memory_order_release);
+  state_.set(CardState::kRemoved, true);
   err_status_.fetch_or(regs::global::kErrRemoved.mask());
   ports_.remove();
 }

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "config_space.hpp"
+#include "engine_host.hpp"
 #include "firmware.hpp"
 #include "iommu.hpp"
 #include "mailbox.hpp"
@@ -34,6 +35,7 @@
 #include "npo/hal/topology_plan.hpp"
 #include "port.hpp"
 #include "queue.hpp"
+#include "shared_state.hpp"
 #include "stats_engine.hpp"
 #include "window_table.hpp"
 
@@ -41,12 +43,13 @@ namespace npo::emu {
 
 class EmulatorImpl;
 
-/// The card.
-class Card {
+/// The card. Its engine-visible state (queues, routes, link words, windows, flags, DMA totals)
+/// lives in the system's FabricState; the card is also its engines' host in this process.
+class Card final : public EngineHost {
  public:
   Card(EmulatorImpl& sys, std::uint32_t index, const CardConfig& cfg, std::uint64_t serial, std::byte* hbm,
        std::uint64_t hbm_memfd_offset);
-  ~Card();
+  ~Card() override;
 
   [[nodiscard]] std::uint32_t index() const noexcept { return index_; }
   [[nodiscard]] std::uint32_t fabric_id() const noexcept { return fabric_id_of(index_); }
@@ -69,14 +72,14 @@ class Card {
   /// BAR4: MSI-X table and PBA (PCIe 6.0 §7.7.2.6).
   std::uint64_t bar4_read(std::uint64_t off, unsigned width);
   void bar4_write(std::uint64_t off, unsigned width, std::uint64_t value);
-  [[nodiscard]] std::span<std::byte> hbm() noexcept { return {hbm_, cfg_.hbm_bytes}; }
+  [[nodiscard]] std::span<std::byte> hbm() noexcept override { return {hbm_, cfg_.hbm_bytes}; }
   [[nodiscard]] std::uint64_t hbm_memfd_offset() const noexcept { return hbm_memfd_offset_; }
 
   // ---- Platform hooks ------------------------------------------------------------------
-  [[nodiscard]] Iommu& iommu() noexcept { return iommu_; }
+  [[nodiscard]] Iommu& iommu() noexcept override { return iommu_; }
   void set_msix_eventfd(unsigned vector, int fd);
   /// Raises an MSI-X vector: signals its eventfd unless masked (then sets the PBA bit).
-  void raise_msix(unsigned vector);
+  void raise_msix(unsigned vector) override;
   /// Device reset: every BAR0 register, queue, engine, window and port to reset state.
   /// `rebuild_config` also returns config space to power-on values (a raw FLR); VFIO-style
   /// resets keep it (the kernel saves and restores config space around the FLR).
@@ -85,29 +88,27 @@ class Card {
   /// every window invalid, while routes, ports and links stay as they are (unlike reset()).
   void release_client_state();
   void remove();
-  [[nodiscard]] bool removed() const noexcept { return removed_.load(std::memory_order_acquire); }
+  [[nodiscard]] bool removed() const noexcept { return state_.has(CardState::kRemoved); }
   /// The engines stop DMA (set by remove() before the card reads all-ones).
-  [[nodiscard]] bool dma_stopped() const noexcept { return dma_stopped_.load(std::memory_order_acquire); }
+  [[nodiscard]] bool dma_stopped() const noexcept { return state_.has(CardState::kDmaStopped); }
   [[nodiscard]] bool bus_master() const noexcept { return config_.bus_master(); }
 
   // ---- The parts, and services they share ------------------------------------------------
   /// Records an IOMMU fault (FAULT_IOVA/FAULT_INFO/ERR_STATUS) and raises vector 0.
-  void record_iommu_fault(std::uint64_t iova, unsigned queue, bool write, bool perm);
+  void record_iommu_fault(std::uint64_t iova, unsigned queue, bool write, bool perm) override;
   /// Sets GLOBAL.ERR_STATUS bits; a newly set unmasked bit raises vector 0.
-  void set_error(std::uint32_t bits);
-  /// Consumes one injected IOMMU fault if any is pending.
-  bool take_injected_iommu_fault() {
-    // Nothing injected (the common case): one load, no call into card.cpp.
-    return inject_iommu_.load(std::memory_order_relaxed) != 0 && take_injected_iommu_fault_slow();
-  }
-  void inject_iommu_faults(std::uint32_t n) { inject_iommu_.fetch_add(n); }
+  void set_error(std::uint32_t bits) override;
+  /// Arms `n` injected IOMMU faults: the next data accesses of the card's engines fault.
+  void inject_iommu_faults(std::uint32_t n) { state_.inject_iommu.fetch_add(n); }
   [[nodiscard]] QueueModel& queue(unsigned q) { return *queues_[q]; }
   [[nodiscard]] Firmware& firmware() { return firmware_; }
   [[nodiscard]] WindowEntry& window(unsigned w) { return windows_.entry(w); }
+  /// This card's part of the shared engine state.
+  [[nodiscard]] CardState& shared() noexcept { return state_; }
   [[nodiscard]] PortSet& ports() noexcept { return ports_; }
   /// Route table entry for destination fabric ID `fid` (registers.md §8); 0 when out of range.
   [[nodiscard]] std::uint32_t route(std::uint32_t fid) const noexcept {
-    return fid < fw::regs::kRouteEntries ? routes_[fid].load(std::memory_order_acquire) : 0;
+    return fid < fw::regs::kRouteEntries ? state_.routes[fid].load(std::memory_order_acquire) : 0;
   }
   /// A light path now leads from `port` to (peer_card, peer_port) (fabric wiring): the port
   /// carries a module. The far end is resolved per use (EmulatorImpl::resolve_peer).
@@ -120,7 +121,15 @@ class Card {
   /// physical faults (ber_ramp, lane_loss) reach the receive side of both ends of the link.
   void inject_link_fault(const Fault& f) { ports_.inject_fault(f); }
   /// Appends to the system event log, tagged with this card.
-  void log_event(const std::string& text);
+  void log_event(const std::string& text) override;
+
+  // ---- EngineHost: the card's engines run in this process -------------------------------
+  [[nodiscard]] std::uint32_t card_index() const noexcept override { return index_; }
+  [[nodiscard]] FabricState& fabric() noexcept override;
+  [[nodiscard]] std::uint32_t lock_tag() const noexcept override;
+  [[nodiscard]] std::span<std::byte> card_hbm(std::uint32_t index) noexcept override;
+  void kick(QueueModel& q, bool doorbell) override;
+  void queue_halted(unsigned queue, std::uint64_t iova) override;
   /// Cumulative data ops (copies, local and remote) this card's engines completed with status
   /// OK, and their bytes, since the card was created: never reset (not by a queue or card
   /// reset, nor a client's disconnect), so npo-emud can report what one owner's session moved.
@@ -128,26 +137,20 @@ class Card {
     std::uint64_t ops = 0;
     std::uint64_t bytes = 0;
   };
-  /// Counts `ops` completed data ops of `bytes` in all (an engine adds each batch's once).
-  /// Thread-safe (relaxed atomics).
-  void count_dma_ops(std::uint64_t ops, std::uint64_t bytes) noexcept {
-    if (ops == 0) return;
-    dma_ops_total_.fetch_add(ops, std::memory_order_relaxed);
-    dma_bytes_total_.fetch_add(bytes, std::memory_order_relaxed);
-  }
   /// Counts one BAR0 mailbox request that ended in an error (GLOBAL.MBOX_ERRORS, registers.md
   /// §9), saturating. Thread-safe.
   void count_mailbox_error() noexcept;
-  /// Sets queue `q`'s bit of GLOBAL.QUEUES_ACTIVE (registers.md §9). Thread-safe.
-  void mark_queue_active(unsigned q) noexcept { queues_active_.fetch_or(1u << q, std::memory_order_release); }
-  /// The totals now. Thread-safe; the two values are read one after the other.
+  /// The totals now (an engine adds each batch's once, in CardState). Thread-safe; the two
+  /// values are read one after the other.
   [[nodiscard]] DmaTotals dma_totals() const noexcept {
-    return {dma_ops_total_.load(std::memory_order_relaxed), dma_bytes_total_.load(std::memory_order_relaxed)};
+    return {state_.dma_ops_total.load(std::memory_order_relaxed),
+            state_.dma_bytes_total.load(std::memory_order_relaxed)};
   }
 
  private:
-  bool take_injected_iommu_fault_slow();
   std::uint64_t global_read(std::uint32_t off);
+  /// CardState::kBusMaster follows config COMMAND.BME (after every config write and reset).
+  void sync_bus_master() noexcept;
   void global_write(std::uint32_t off, std::uint64_t value);
 
   EmulatorImpl& sys_;
@@ -156,8 +159,7 @@ class Card {
   std::uint64_t serial_;
   std::byte* hbm_;
   std::uint64_t hbm_memfd_offset_;
-  std::atomic<bool> removed_{false};
-  std::atomic<bool> dma_stopped_{false};
+  CardState& state_;  ///< in sys_.fabric_state (shared_state.hpp)
 
   ConfigSpace config_;
 
@@ -167,18 +169,13 @@ class Card {
   std::atomic<std::uint32_t> scratch_{0};
   std::atomic<std::uint64_t> scratch64_{0};
   std::atomic<std::uint32_t> fault_count_{0};
-  std::atomic<std::uint32_t> inject_iommu_{0};
-  std::atomic<std::uint32_t> mbox_errors_{0};      ///< GLOBAL.MBOX_ERRORS (registers.md §9)
-  std::atomic<std::uint32_t> queues_active_{0};    ///< GLOBAL.QUEUES_ACTIVE (registers.md §9)
-  std::atomic<std::uint64_t> dma_ops_total_{0};    ///< see dma_totals()
-  std::atomic<std::uint64_t> dma_bytes_total_{0};  ///< see dma_totals()
+  std::atomic<std::uint32_t> mbox_errors_{0};  ///< GLOBAL.MBOX_ERRORS (registers.md §9)
   std::mutex fault_mu_;
   std::deque<std::pair<std::uint64_t, std::uint32_t>> faults_;  // (iova, info), oldest first; max 16
 
   Iommu iommu_;
   std::vector<std::unique_ptr<QueueModel>> queues_;
   WindowTable windows_;
-  std::unique_ptr<std::atomic<std::uint32_t>[]> routes_;  ///< route table (registers.md §8)
   PortSet ports_;
   StatsEngine stats_;
   Mailbox mailbox_;

@@ -85,6 +85,9 @@ Result<void> EmulatorImpl::init() {
     if (p == MAP_FAILED) return fail_errno(errno, fmt::format("emulator: mmap {} bytes of HBM", hbm_total));
     hbm_base = static_cast<std::byte*>(p);
   }
+  auto fs = FabricState::create(cfg.num_cards, cfg.hbm_fd_per_card);
+  if (!fs) return fail(fs.error().code(), fmt::format("emulator: {}", fs.error().message()));
+  fabric_state = std::move(*fs);
   cards.reserve(cfg.num_cards);
   for (std::uint32_t i = 0; i < cfg.num_cards; ++i) {
     const std::uint64_t serial = rng();

@@ -96,6 +96,10 @@ void Port::publish() {
                           (pat << kPubPatternShift);
   pub_.store(w, std::memory_order_release);
   pub_prbs_lanes_.store(gen ? (prbs_lanes_ & lanes_in_use_) : 0, std::memory_order_release);
+  // What remote-op routing sees of this port (FabricState::route_reachable): Up, and to whom.
+  const bool up = state_ == LinkState::kUp && pr::kNeighborValid.get(neighbor_) != 0;
+  card_.shared().link[index_].store(up ? CardState::kLinkUp | pr::kNeighborFabricId.get(neighbor_) : 0,
+                                    std::memory_order_release);
 }
 
 std::uint64_t Port::read(std::uint32_t reg) {

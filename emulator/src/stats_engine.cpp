@@ -44,7 +44,7 @@ void StatsEngine::dma(std::uint32_t seq) {
   // the DMA engines), queue 0.
   constexpr unsigned kStatsRequester = regs::kNumQueues;
   if (!card_.bus_master()) return;
-  if (card_.take_injected_iommu_fault()) {
+  if (card_.shared().take_injected_iommu_fault()) {
     card_.record_iommu_fault(iova, kStatsRequester, true, false);
     return;
   }

@@ -14,6 +14,7 @@
 #include "fabric.hpp"
 #include "npo/emu/emulator.hpp"
 #include "sched.hpp"
+#include "shared_state.hpp"
 
 namespace npo::emu {
 
@@ -28,6 +29,9 @@ class EmulatorImpl {
   }
 
   SystemConfig cfg;
+  /// Every card's engine-visible state (shared_state.hpp), made before the cards: npo-emud
+  /// shares it with the owners that run their cards' engines.
+  std::unique_ptr<FabricState> fabric_state;
   Scheduler sched;
   WorkerPool workers;
   int memfd = -1;                ///< every card's HBM, unless cfg.hbm_fd_per_card

@@ -10,8 +10,8 @@ namespace npo::emu {
 
 namespace regs = fw::regs;
 
-WindowTable::WindowTable(std::uint64_t hbm_bytes)
-    : hbm_bytes_(hbm_bytes), entries_(new WindowEntry[regs::kWindowEntries]) {}
+WindowTable::WindowTable(std::uint64_t hbm_bytes, FabricState& fabric, std::uint32_t card)
+    : hbm_bytes_(hbm_bytes), fabric_(fabric), card_(card), entries_(fabric.card(card).windows) {}
 
 std::uint64_t WindowTable::read(unsigned w, std::uint32_t reg) {
   namespace wr = regs::window;
@@ -22,7 +22,8 @@ std::uint64_t WindowTable::read(unsigned w, std::uint32_t reg) {
     case wr::kKey: return e.key.load();
     case wr::kCtrl: return e.ctrl.load();
     case wr::kStatus:
-      return e.status.load() | wr::kStatusInflight.make(std::min<std::uint32_t>(e.inflight.load(), 0xffff));
+      return e.status.load() |
+             wr::kStatusInflight.make(std::min<std::uint32_t>(fabric_.window_inflight(card_, w), 0xffff));
     default: return 0;
   }
 }

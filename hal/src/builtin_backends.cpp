@@ -3,7 +3,6 @@
 // Explicit calls, no static-constructor self-registration (DESIGN.md, STYLE.md "Avoid").
 // Built as its own object (CMake target npo_backends_root), the only code that sees both the
 // emulator's and the VFIO backend's registration headers.
-#include "emu_remote/register.hpp"
 #include "npo/hal/backend/registry.hpp"
 #include "vfio/register.hpp"
 #if NPO_WITH_EMULATOR
@@ -17,9 +16,9 @@ Registry builtin_registry() {
   // The calls can only fail on a duplicate scheme, which a fresh registry cannot have.
 #if NPO_WITH_EMULATOR
   (void)npo::emu::register_backend(r);
+  (void)npo::emu::register_remote_backend(r);
 #endif
   (void)npo::vfio::register_backend(r);
-  (void)npo::emu_remote::register_backend(r);
   return r;
 }
 

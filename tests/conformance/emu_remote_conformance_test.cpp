@@ -25,17 +25,24 @@ class DaemonEnvironment : public ::testing::Environment {
 
 [[maybe_unused]] auto* const g_env = ::testing::AddGlobalTestEnvironment(new DaemonEnvironment);
 
-std::unique_ptr<npo::backend::Backend> remote() {
-  auto r = npo::backend::builtin_registry().open(g_daemon->uri());
+std::unique_ptr<npo::backend::Backend> open_uri(const std::string& uri) {
+  auto r = npo::backend::builtin_registry().open(uri);
   if (!r) {
-    ADD_FAILURE() << g_daemon->uri() << ": " << r.error().to_string();
+    ADD_FAILURE() << uri << ": " << r.error().to_string();
     return nullptr;
   }
   return std::move(*r);
 }
+/// The owner runs its card's engines (the default, emud-protocol.md §5.12).
+std::unique_ptr<npo::backend::Backend> remote() { return open_uri(g_daemon->uri()); }
+/// npo-emud's session thread runs them.
+std::unique_ptr<npo::backend::Backend> remote_daemon_engines() { return open_uri(g_daemon->uri() + "?engine=daemon"); }
 
+// The suite on both placements of the engines: the same card whichever process runs them.
 INSTANTIATE_TEST_SUITE_P(EmuRemote, BackendConformance,
-                         ::testing::Values(ConformanceTarget{"emu_remote_daemon", remote, {}}), target_name);
+                         ::testing::Values(ConformanceTarget{"emu_remote_daemon", remote, {}},
+                                           ConformanceTarget{"emu_remote_daemon_engines", remote_daemon_engines, {}}),
+                         target_name);
 
 }  // namespace
 }  // namespace npo::conformance

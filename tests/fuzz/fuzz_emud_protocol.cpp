@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "fuzz_check.hpp"
+#include "npo/fw/regs.hpp"
 #include "server/protocol.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -48,9 +49,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       break;
     case emud::Command::kInjectFault: require(fds == 0 && c.fault_kind <= emud::fault::kMaxKind && c.count >= 1); break;
     case emud::Command::kDoorbellShadow: require(fds == 1); break;
+    case emud::Command::kEngineEvent:
+      require(fds == 0 && c.event_kind >= 1 && c.event_kind <= emud::engine::kEventMaxKind &&
+              c.event_queue < npo::fw::regs::kNumQueues &&
+              (c.event_flags & ~(emud::engine::kEventWrite | emud::engine::kEventPerm)) == 0);
+      break;
     default: require(fds == 0); break;
   }
-  require(!c.no_reply || c.command == emud::Command::kRegionWrite);
+  require(!c.no_reply || c.command == emud::Command::kRegionWrite || c.command == emud::Command::kEngineEvent);
   // The reply builder takes any text and body.
   std::vector<std::byte> out;
   npo::emu::server::build_reply(out, c.msg_id, static_cast<std::uint16_t>(c.command), npo::Code::kOutOfRange, {},

@@ -74,7 +74,10 @@ bool all_threads_stopped(pid_t pid) {
 TEST(RdmTombstone, ASuccessorFillsThePredecessorsGapAndThePredecessorsMessageBehindItIsStillItsOwn) {
   npo_test::EmudProcess emud;
   ASSERT_TRUE(emud.start(NPO_EMUD, "emu:mesh8")) << emud.output();
-  use_provider_on(emud.uri());
+  // The daemon runs the cards' engines (engine=daemon, emud-protocol.md §5.12): stopping it
+  // (SIGSTOP below) must hold back the ops the endpoint posts, which an owner's own engines
+  // would run at once.
+  use_provider_on(emud.uri() + "?engine=daemon");
   const SideOptions o{.hints = mtl_ofi_hints, .check_info = check_native};
   Side a, b;
   CloseSides close_both{a, b};

@@ -140,6 +140,11 @@ set -e
 [[ "$(shadow_lines)" -eq "${shadow_before}" ]] || fail "doorbell=socket asked for a shadow page"
 expect_no_cards "?doorbell=bogus" "^npo: no cards: .*: \?doorbell=bogus is neither \?doorbell=shadow nor \?doorbell=socket" \
   NPO_FI_BACKEND="${NPO_FI_BACKEND}?doorbell=bogus"
+expect_no_cards "?engine=bogus" "^npo: no cards: .*: \?engine=bogus is neither \?engine=local nor \?engine=daemon" \
+  NPO_FI_BACKEND="${NPO_FI_BACKEND}?doorbell=shadow&engine=bogus"
+# both options pass through together: every card listed
+n_both="$(NPO_FI_BACKEND="${NPO_FI_BACKEND}?engine=daemon&doorbell=shadow" fi_info -p npo -t FI_EP_RDM 2>/dev/null | grep -c 'domain: npo' || true)"
+[[ "${n_both}" -ge 8 ]] || fail "?engine=daemon&doorbell=shadow: ${n_both} domains listed, expected 8"
 
 # upper case is the word: NPO_FI_FAULT=ABORT is abort (nothing reported)
 if NPO_FI_FAULT=ABORT NPO_FI_FAULT_MS=0 fi_info -p npo 2>&1 | grep -q "NPO_FI_FAULT="; then

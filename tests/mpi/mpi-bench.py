@@ -38,7 +38,11 @@ counted per card over the owner sessions ("daemon_traffic": card -> dma_ops, dma
 
 Usage: mpi-bench.py --emud NPO-EMUD --provider-dir DIR --pingpong NPO-MPI-PINGPONG
                     [--provider P]... [--seconds S] [--allreduce-bytes N] [--allreduce-ranks N]
-                    [--skip-peers] [--trace FILE] [--emud-arg ARG]...
+                    [--rounds N] [--skip-peers] [--trace FILE] [--emud-arg ARG]...
+
+With --rounds N every transport is measured N times, the order rotated each round, and the
+tables give the medians; a last table gives the ratios of the first npo provider to each peer
+round by round (both sides of a ratio from the same round).
 """
 import argparse
 import datetime
@@ -47,6 +51,7 @@ import platform
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -100,8 +105,10 @@ class Transport:
         self.expect_provider = expect_provider
         self.pin = pin
         self.trace_dir, self.index = trace_dir, index  # --trace: the ranks' NPO_FI_TRACE files go there
-        self.pingpong = None  # {size: (half_rtt_us, MB/s)}
-        self.allreduce = None  # (bytes, ranks, time_us, algbw GB/s, busbw GB/s)
+        self.pingpong = None  # {size: (half_rtt_us, MB/s)}: the median over the rounds
+        self.allreduce = None  # (bytes, ranks, time_us, algbw GB/s, busbw GB/s): the median over the rounds
+        self.pp_rounds = []  # one {size: (half_rtt_us, MB/s)} per round
+        self.ar_rounds = []  # one allreduce tuple per round
         self.errors = []
 
     def run(self, args, prog, np, timeout, job):
@@ -131,7 +138,7 @@ class Transport:
         if out is not None:
             got = {int(m.group(1)): (float(m.group(2)), float(m.group(3))) for m in PINGPONG_RX.finditer(out)}
             if all(s in got for s in SIZES):
-                self.pingpong = got
+                self.pp_rounds.append(got)
             else:
                 self.errors.append("ping-pong printed no figures")
         out = self.run(args, [args.pingpong, "--allreduce", str(args.allreduce_bytes), "--seconds", str(args.seconds)],
@@ -139,10 +146,20 @@ class Transport:
         if out is not None:
             m = ALLREDUCE_RX.search(out)
             if m:
-                self.allreduce = (int(m.group(1)), int(m.group(2)), float(m.group(4)), float(m.group(5)),
-                                  float(m.group(6)))
+                self.ar_rounds.append((int(m.group(1)), int(m.group(2)), float(m.group(4)), float(m.group(5)),
+                                       float(m.group(6))))
             else:
                 self.errors.append("allreduce printed no figures")
+
+    def finish(self, rounds):
+        """The medians over the rounds; a transport that failed in any round has no figures."""
+        if len(self.pp_rounds) == rounds:
+            self.pingpong = {s: (statistics.median(r[s][0] for r in self.pp_rounds),
+                                 statistics.median(r[s][1] for r in self.pp_rounds)) for s in SIZES}
+        if len(self.ar_rounds) == rounds:
+            first = self.ar_rounds[0]
+            self.allreduce = (first[0], first[1]) + tuple(statistics.median(r[i] for r in self.ar_rounds)
+                                                          for i in (2, 3, 4))
 
     def failed(self):
         return self.pingpong is None or self.allreduce is None
@@ -186,6 +203,9 @@ def main():
     ap.add_argument("--allreduce-bytes", type=int, default=1 << 20)
     ap.add_argument("--allreduce-ranks", type=int, default=8)
     ap.add_argument("--skip-peers", action="store_true", help="measure only the npo provider(s)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="measure every transport this many times, the order rotated each round, and report the "
+                    "medians (a shared VM changes speed between jobs: rounds put every transport in each phase)")
     ap.add_argument("--mpirun", default="mpirun")
     ap.add_argument("--emud-arg", action="append", default=[], metavar="ARG",
                     help="one more npo-emud argument (repeat it), e.g. --emud-arg=--doorbell-poll-us=200")
@@ -228,17 +248,25 @@ def main():
                  Transport("tcp;ofi_rxm", "libfabric `tcp;ofi_rxm` (mtl ofi)",
                            ofi + ["--mca", "mtl_ofi_provider_include", "tcp;ofi_rxm"],
                            dict(env, FI_PROVIDER="tcp;ofi_rxm"))]
-    for t in peers:
-        t.measure(args)
+    if args.rounds < 1:
+        ap.error("--rounds must be >= 1")
     daemon_trace = os.path.join(trace_dir, "npo-emud.trace") if trace_dir else None
     daemon, log = start_daemon(args.emud, sockdir, daemon_trace, args.emud_arg)
     trace_failed = None
     try:
-        for t in transports:
-            if log is None:
-                t.errors.append("npo-emud did not get ready")
-            else:
+        order = peers + transports
+        for rnd in range(args.rounds):
+            if args.rounds > 1:
+                print(f"mpi-bench: round {rnd + 1} of {args.rounds}", flush=True)
+            for t in order[rnd % len(order):] + order[:rnd % len(order)]:
+                if log is None and t in transports:
+                    t.errors.append("npo-emud did not get ready")
+                    continue
+                if rnd > 0:
+                    t.trace_dir = None  # --trace records the first round only
                 t.measure(args)
+        for t in order:
+            t.finish(args.rounds)
     finally:
         stop_daemon(daemon)
         if log is not None:
@@ -260,7 +288,8 @@ def main():
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     print()
-    print(f"CPU: {cpu_name()} ({os.cpu_count()} cores), {date}, {args.seconds} s per figure, "
+    rounds = f", median of {args.rounds} rounds" if args.rounds > 1 else ""
+    print(f"CPU: {cpu_name()} ({os.cpu_count()} cores), {date}, {args.seconds} s per figure{rounds}, "
           f"load average {load}")
     print()
     print("| transport (2 ranks) | latency 8 B (us) | bandwidth 64 KiB (MB/s) | bandwidth 1 MiB (MB/s) |")
@@ -292,6 +321,16 @@ def main():
                        t.pingpong[1 << 20][1] if t.pingpong else None)
             bus = ratio(main_t.allreduce[4] if main_t.allreduce else None, t.allreduce[4] if t.allreduce else None)
             print(f"| vs {t.label} | {lat} | {bw} | {bus} |")
+        if args.rounds > 1 and main_t.pp_rounds:
+            # The same ratios round by round (each side measured in that round): their spread.
+            print()
+            print(f"| {main_t.key} / peer, round by round | latency 8 B | bandwidth 1 MiB |")
+            print("|---|---|---|")
+            for t in others:
+                pairs = list(zip(main_t.pp_rounds, t.pp_rounds))
+                lat = ", ".join(ratio(a[8][0], b[8][0]) for a, b in pairs)
+                bw = ", ".join(ratio(a[1 << 20][1], b[1 << 20][1]) for a, b in pairs)
+                print(f"| vs {t.label} | {lat} | {bw} |")
     return 1 if any(t.failed() for t in everything) or trace_failed else 0
 
 

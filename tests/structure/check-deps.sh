@@ -61,9 +61,9 @@ exceptions=(
   "tools/npo-emud/*|npo/hal/backend/registry.hpp"
 )
 # Folders under drivers/ that are backends (device logic must not know them).
-backend_dirs=(vfio emu_remote)
+backend_dirs=(vfio)
 # Registration headers: the only backend headers hal/src/builtin_backends.cpp may include.
-registration_headers=(npo/emu/register.hpp vfio/register.hpp emu_remote/register.hpp)
+registration_headers=(npo/emu/register.hpp vfio/register.hpp)
 composition_root="hal/src/builtin_backends.cpp"
 
 # Driver subfolders: the known ones plus whatever drivers/ holds now.

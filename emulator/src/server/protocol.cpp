@@ -57,7 +57,9 @@ Result<ParsedCommand> parse_command(std::span<const std::byte> msg, std::size_t 
   if (fd_count != fds_expected) {
     return bad(fmt::format("command {} carries {} file descriptors, expected {}", cmd, fd_count, fds_expected));
   }
-  if (c.no_reply && c.command != emud::Command::kRegionWrite) return bad("only REGION_WRITE may ask for no reply");
+  if (c.no_reply && c.command != emud::Command::kRegionWrite && c.command != emud::Command::kEngineEvent) {
+    return bad("only REGION_WRITE and ENGINE_EVENT may ask for no reply");
+  }
   switch (c.command) {
     case emud::Command::kVersion:
       c.major = load<std::uint16_t>(body, emud::version::kMajor);
@@ -130,6 +132,27 @@ Result<ParsedCommand> parse_command(std::span<const std::byte> msg, std::size_t 
       if (load<std::uint32_t>(body, emud::shadow::kFlags) != 0 ||
           load<std::uint32_t>(body, emud::shadow::kReserved) != 0)
         return bad("DOORBELL_SHADOW flags and reserved field must be 0");
+      break;
+    case emud::Command::kEngineShare:
+      if (load<std::uint32_t>(body, emud::engine::kFlags) != 0 ||
+          load<std::uint32_t>(body, emud::engine::kReserved) != 0)
+        return bad("ENGINE_SHARE flags and reserved field must be 0");
+      break;
+    case emud::Command::kHbmFd:
+      c.target_card = load<std::uint32_t>(body, emud::engine::kHbmCard);
+      if (load<std::uint32_t>(body, emud::engine::kHbmReserved) != 0) return bad("HBM_FD reserved field must be 0");
+      break;
+    case emud::Command::kEngineEvent:
+      c.event_kind = load<std::uint32_t>(body, emud::engine::kEventKind);
+      c.event_queue = load<std::uint32_t>(body, emud::engine::kEventQueue);
+      c.event_value = load<std::uint64_t>(body, emud::engine::kEventValue);
+      c.event_flags = load<std::uint64_t>(body, emud::engine::kEventFlags);
+      if (c.event_kind == 0 || c.event_kind > emud::engine::kEventMaxKind)
+        return bad(fmt::format("ENGINE_EVENT kind {} is unknown", c.event_kind));
+      if (c.event_queue >= fw::regs::kNumQueues)
+        return bad(fmt::format("ENGINE_EVENT queue {} past the card's {}", c.event_queue, fw::regs::kNumQueues));
+      if ((c.event_flags & ~(emud::engine::kEventWrite | emud::engine::kEventPerm)) != 0)
+        return bad(fmt::format("ENGINE_EVENT flags 0x{:x} has unknown bits", c.event_flags));
       break;
     case emud::Command::kMailboxObserve:
       if (body.size() < emud::observe::kMinBytes || body.size() > emud::observe::kMaxBytes) {

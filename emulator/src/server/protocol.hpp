@@ -50,6 +50,12 @@ struct ParsedCommand {
   std::uint32_t fault_lane = 0;
   double fault_value = 0;
   std::uint64_t duration_ns = 0;
+  // HBM_FD (card), ENGINE_EVENT (kind, queue, value, flags)
+  std::uint32_t target_card = 0;
+  std::uint32_t event_kind = 0;
+  std::uint32_t event_queue = 0;
+  std::uint64_t event_value = 0;
+  std::uint64_t event_flags = 0;
 };
 
 /// Checks one message received with `fd_count` attached descriptors. Errors: kInvalidArgument

@@ -335,7 +335,78 @@ class Session {
         return reply_ok(c);
       }
       case emud::Command::kDoorbellShadow: return doorbell_shadow(c, fds);
+      case emud::Command::kEngineShare: return engine_share(c);
+      case emud::Command::kHbmFd: return hbm_fd(c);
+      case emud::Command::kEngineEvent: return engine_event(c);
     }
+  }
+
+  // ---- The owner runs its card's engines (spec §5.12) ----
+
+  void engine_share(const ParsedCommand& c) {
+    if (engine_tag_ != 0) {
+      return reply_error(c, Error(Code::kAlreadyExists, "ENGINE_SHARE: this connection shares the engine state"));
+    }
+    if (shadow_ == nullptr) {
+      return reply_error(c, Error(Code::kFailedPrecondition,
+                                  "ENGINE_SHARE needs the connection's shadow page (DOORBELL_SHADOW first): its "
+                                  "handled count orders the owner's doorbells after its posted writes"));
+    }
+    FabricState& fs = *srv_.emu->impl().fabric_state;
+    if (fs.fd() < 0) {
+      return reply_error(c, Error(Code::kUnimplemented, "ENGINE_SHARE: this emulator's engine state is not shareable"));
+    }
+    // A tag no process of the daemon's uses (the daemon's engines lock with its pid), unique per
+    // connection, so that a disconnect frees exactly this owner's locks.
+    static std::atomic<std::uint32_t> next_tag{0};
+    engine_tag_ = 0x80000000u | (next_tag.fetch_add(1) & 0x7fffffffu);
+    std::array<std::byte, emud::engine::kShareReplyBytes> b{};
+    emud::store<std::uint32_t>(b, emud::engine::kReplyCards, fs.cards());
+    emud::store<std::uint32_t>(b, emud::engine::kReplyCard, card_);
+    emud::store<std::uint32_t>(b, emud::engine::kReplyLayout, FabricState::kLayout);
+    emud::store<std::uint32_t>(b, emud::engine::kReplyLockTag, engine_tag_);
+    emud::store<std::uint64_t>(b, emud::engine::kReplyStateBytes, fs.bytes());
+    reply_ok(c, b, fs.fd());
+    srv_.log(fmt::format("card={} pid={}: the owner runs the card's DMA engines", card_, pid_));
+  }
+
+  void hbm_fd(const ParsedCommand& c) {
+    if (engine_tag_ == 0) {
+      return reply_error(c, Error(Code::kFailedPrecondition, "HBM_FD: send ENGINE_SHARE first"));
+    }
+    auto& impl = srv_.emu->impl();
+    if (c.target_card >= impl.cards.size()) {
+      return reply_error(c, Error(Code::kOutOfRange, fmt::format("HBM_FD: card {} past the supernode's {} cards",
+                                                                 c.target_card, impl.cards.size())));
+    }
+    const auto [fd, off] = impl.hbm_fd(c.target_card);
+    std::array<std::byte, emud::engine::kHbmReplyBytes> b{};
+    emud::store<std::uint64_t>(b, emud::engine::kHbmReplySize, impl.cards[c.target_card]->hbm().size());
+    emud::store<std::uint64_t>(b, emud::engine::kHbmReplyFdOffset, off);
+    reply_ok(c, b, fd);
+  }
+
+  void engine_event(const ParsedCommand& c) {
+    if (engine_tag_ == 0) {
+      return reply_error(c, Error(Code::kFailedPrecondition, "ENGINE_EVENT: send ENGINE_SHARE first"));
+    }
+    namespace e = emud::engine;
+    switch (c.event_kind) {
+      case e::kEventIommuFault:
+        card().record_iommu_fault(c.event_value, c.event_queue, (c.event_flags & e::kEventWrite) != 0,
+                                  (c.event_flags & e::kEventPerm) != 0);
+        break;
+      case e::kEventError: card().set_error(static_cast<std::uint32_t>(c.event_value)); break;
+      case e::kEventMsix:
+        if (c.event_value >= pci::kMsixVectors) {
+          return reply_error(c, Error(Code::kOutOfRange, fmt::format("ENGINE_EVENT: MSI-X vector {}", c.event_value)));
+        }
+        card().raise_msix(static_cast<unsigned>(c.event_value));
+        break;
+      case e::kEventHalted: card().queue_halted(c.event_queue, c.event_value); break;
+      default: break;
+    }
+    reply_ok(c);
   }
 
   // ---- Shadow doorbells (spec §5.11) ----
@@ -841,6 +912,15 @@ class Session {
   void release() {
     std::string session;
     if (owner_) {
+      // An owner that ran the card's engines and died inside a batch holds that queue's lock:
+      // it is gone, so the lock is freed (the reset below takes it).
+      if (engine_tag_ != 0) {
+        for (auto& q : card().shared().queues) {
+          if (q.lock.break_if_held_by(engine_tag_)) {
+            srv_.log(fmt::format("card={} pid={}: freed a queue lock the owner held when it went", card_, pid_));
+          }
+        }
+      }
       // Order: stop the card's queues and windows, then the device (IOMMU cleared, waiting for
       // in-flight accesses; interrupts disconnected), then the daemon's view of client memory.
       card().release_client_state();
@@ -905,6 +985,8 @@ class Session {
   std::array<std::uint32_t, fw::emud::shadow::kMaxQueues> applied_sq_{};
   std::array<std::uint32_t, fw::emud::shadow::kMaxQueues> applied_cq_{};
   std::uint32_t posted_handled_ = 0;
+  /// ENGINE_SHARE (spec §5.12): the lock tag of this owner's engines, 0: it runs none.
+  std::uint32_t engine_tag_ = 0;
 };
 
 }  // namespace

@@ -18,8 +18,9 @@ namespace npo::fw::emud {
 
 /// Protocol version (spec §2). A major mismatch is refused; minors are compatible.
 inline constexpr std::uint16_t kVersionMajor = 1;
-inline constexpr std::uint16_t kVersionMinor =
-    4;  ///< 1: MAILBOX_OBSERVE; 2: DMA_MAP kFlagUnsealed; 3: kFlagProcessMemory; 4: DOORBELL_SHADOW
+/// 1: MAILBOX_OBSERVE; 2: DMA_MAP kFlagUnsealed; 3: kFlagProcessMemory; 4: DOORBELL_SHADOW;
+/// 5: ENGINE_SHARE, HBM_FD, ENGINE_EVENT (the owner runs its card's DMA engines)
+inline constexpr std::uint16_t kVersionMinor = 5;
 
 /// Largest message either side sends or accepts, header included (spec §1).
 inline constexpr std::uint32_t kMaxMessage = 8192;
@@ -57,6 +58,14 @@ enum class Command : std::uint16_t {
   /// npo-specific: shadow doorbells (spec §5.11): the client writes SQ_TAIL and CQ_HEAD into a
   /// page the daemon shares and rings an eventfd it passes, instead of one REGION_WRITE each.
   kDoorbellShadow = 66,
+  /// npo-specific (spec §5.12): the owner runs its card's DMA engines itself; the reply carries
+  /// the shared engine state of every card.
+  kEngineShare = 67,
+  /// npo-specific (spec §5.12): the memfd of one card's HBM, for an owner's engines' remote ops.
+  kHbmFd = 68,
+  /// npo-specific (spec §5.12), posted: what an owner's engine reports that only the card model
+  /// takes (an IOMMU fault record, error bits, an MSI-X vector, a halted queue).
+  kEngineEvent = 69,
 };
 
 /// MAILBOX_OBSERVE (spec §5.10): the body is one mailbox request message (mailbox.md §2,
@@ -226,6 +235,46 @@ static_assert(slot_of(regs::queue_reg(1, regs::queue::kCtrl), 32) == kNoSlot);
 static_assert(slot_of(regs::queue_reg(32, regs::queue::kSqTail), 32) == kNoSlot);
 }  // namespace shadow
 
+// ---- ENGINE_SHARE, HBM_FD, ENGINE_EVENT (spec §5.12) --------------------------------------
+namespace engine {
+// ENGINE_SHARE command body: kShareBytes, both u32 0. Reply body: kShareReplyBytes, the shared
+// engine state attached (a sealed memfd of kReplyStateBytes bytes).
+inline constexpr std::size_t kFlags = 0;     ///< command: u32, 0
+inline constexpr std::size_t kReserved = 4;  ///< command: u32, 0
+inline constexpr std::size_t kShareBytes = 8;
+static_assert(kReserved + 4 == kShareBytes);
+inline constexpr std::size_t kReplyCards = 0;        ///< reply: u32 cards of the supernode
+inline constexpr std::size_t kReplyCard = 4;         ///< reply: u32 this socket's card index
+inline constexpr std::size_t kReplyLayout = 8;       ///< reply: u32 layout version of the state
+inline constexpr std::size_t kReplyLockTag = 12;     ///< reply: u32 tag the owner's engines lock queues with
+inline constexpr std::size_t kReplyStateBytes = 16;  ///< reply: u64 bytes of the state memfd
+inline constexpr std::size_t kShareReplyBytes = 24;
+static_assert(kReplyStateBytes + 8 == kShareReplyBytes);
+// HBM_FD command body: kHbmBytes. Reply body: kHbmReplyBytes, the card's HBM memfd attached.
+inline constexpr std::size_t kHbmCard = 0;      ///< command: u32 card index
+inline constexpr std::size_t kHbmReserved = 4;  ///< command: u32, 0
+inline constexpr std::size_t kHbmBytes = 8;
+static_assert(kHbmReserved + 4 == kHbmBytes);
+inline constexpr std::size_t kHbmReplySize = 0;      ///< reply: u64 bytes of the card's HBM
+inline constexpr std::size_t kHbmReplyFdOffset = 8;  ///< reply: u64 offset of its first byte in the fd
+inline constexpr std::size_t kHbmReplyBytes = 16;
+static_assert(kHbmReplyFdOffset + 8 == kHbmReplyBytes);
+// ENGINE_EVENT body (posted, NO_REPLY): kEventBytes.
+inline constexpr std::size_t kEventKind = 0;    ///< u32 kEvent*
+inline constexpr std::size_t kEventQueue = 4;   ///< u32 queue 0..31 (kEventIommuFault, kEventHalted)
+inline constexpr std::size_t kEventValue = 8;   ///< u64: IOVA, error bits or MSI-X vector
+inline constexpr std::size_t kEventFlags = 16;  ///< u64: kEventIommuFault: bit 0 write, bit 1 permission
+inline constexpr std::size_t kEventBytes = 24;
+static_assert(kEventFlags + 8 == kEventBytes);
+inline constexpr std::uint32_t kEventIommuFault = 1;  ///< record a fault at IOVA `value` (registers.md §3.4)
+inline constexpr std::uint32_t kEventError = 2;       ///< set GLOBAL.ERR_STATUS bits `value`
+inline constexpr std::uint32_t kEventMsix = 3;        ///< raise MSI-X vector `value`
+inline constexpr std::uint32_t kEventHalted = 4;      ///< queue halted on a descriptor fetch fault at `value`
+inline constexpr std::uint32_t kEventMaxKind = 4;
+inline constexpr std::uint64_t kEventWrite = 1u << 0;
+inline constexpr std::uint64_t kEventPerm = 1u << 1;
+}  // namespace engine
+
 // ---- INJECT_FAULT (spec §5.9) --------------------------------------------------------------
 namespace fault {
 inline constexpr std::size_t kDelayNs = 0;      ///< u64: fire this long after the daemon receives it
@@ -275,6 +324,9 @@ inline void store(std::span<std::byte> b, std::size_t off, T v) noexcept {
     case Command::kInjectFault: return static_cast<long>(fault::kBytes);
     case Command::kMailboxObserve: return -1;
     case Command::kDoorbellShadow: return static_cast<long>(shadow::kBytes);
+    case Command::kEngineShare: return static_cast<long>(engine::kShareBytes);
+    case Command::kHbmFd: return static_cast<long>(engine::kHbmBytes);
+    case Command::kEngineEvent: return static_cast<long>(engine::kEventBytes);
   }
   return -1;
 }

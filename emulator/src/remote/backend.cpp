@@ -33,15 +33,17 @@
 
 #include <fmt/format.h>
 
-#include "emu_remote/register.hpp"
+#include "npo/emu/register.hpp"
 #include "npo/fw/emud.hpp"
 #include "npo/fw/mailbox.hpp"
 #include "npo/fw/pci.hpp"
 #include "npo/fw/regs.hpp"
 #include "npo/hal/backend/host_memory.hpp"
 #include "npo/hal/log.hpp"
+#include "remote/client_engine.hpp"
 
-namespace npo::emu_remote {
+namespace npo::emu {
+namespace remote {
 
 namespace {
 
@@ -50,7 +52,7 @@ namespace pci = fw::pci;
 
 constexpr std::string_view kForms =
     "emu-remote:DIR, emu-remote:DIR?card=K[,L...][&mode=ro|&owner=K[,L...]], and with or without those "
-    "?doorbell=shadow|socket (&doorbell=... after another option)";
+    "?doorbell=shadow|socket and ?engine=local|daemon (&doorbell=..., &engine=... after another option)";
 constexpr int kReplyTimeoutMs = 10'000;
 constexpr std::uint64_t kPage = 4096;
 
@@ -308,25 +310,36 @@ class Conn {
     if (shadow_ == nullptr) return false;
     const std::size_t slot = slot_of(off);
     if (slot == emud::shadow::kNoSlot) return false;
-    if (dead()) return true;  // dropped, as a posted write to a gone daemon is
-    const std::uint32_t want = posted_.load(std::memory_order_acquire);
-    if (shadow_word(emud::shadow::kHandled).load(std::memory_order_acquire) != want && !wait_handled(want)) {
-      return true;
-    }
+    if (!sync_posted()) return true;  // dropped, as a posted write to a gone daemon is
     shadow_word(slot).store(v, std::memory_order_release);
     const std::uint64_t one = 1;
     while (::write(bell_fd_, &one, sizeof one) < 0 && errno == EINTR) {
     }
-    // The eventfd cannot tell that the daemon died: look at the socket once a millisecond.
+    return true;
+  }
+
+  /// Before a doorbell that does not cross the socket (the shadow page, or this process's own
+  /// engines, spec §5.12): waits until the daemon has handled every posted write sent before
+  /// (counted in the shadow page), so the doorbell never overtakes, say, the CTRL write that
+  /// enables its queue. False when the daemon is gone (the doorbell is dropped, as a posted write
+  /// to a gone daemon is). Looks at the socket for a hang-up once a millisecond: neither an
+  /// eventfd nor shared memory tells that the daemon died. Needs the shadow page.
+  bool sync_posted() {
+    if (dead()) return false;
+    const std::uint32_t want = posted_.load(std::memory_order_acquire);
+    if (shadow_word(emud::shadow::kHandled).load(std::memory_order_acquire) != want && !wait_handled(want)) {
+      return false;
+    }
     const std::int64_t now =
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
             .count();
     if (now - alive_checked_ns_.load(std::memory_order_relaxed) >= 1'000'000) {
       alive_checked_ns_.store(now, std::memory_order_relaxed);
-      (void)alive();
+      return alive();
     }
     return true;
   }
+  [[nodiscard]] bool has_shadow() const noexcept { return shadow_ != nullptr; }
 
  private:
   void mark_dead(int err) {
@@ -392,6 +405,61 @@ Result<void> hello(Conn& c, bool read_only) {
   if (!r) return std::unexpected(r.error());
   if (r->body.size() < emud::version::kBytes) return fail(Code::kInternal, "emu-remote: short VERSION reply");
   return {};
+}
+
+/// The connection as local engines use it (spec §5.12).
+class ConnLink final : public EngineLink {
+ public:
+  explicit ConnLink(Conn& c) : c_(c) {}
+  Result<Hbm> hbm_fd(std::uint32_t card) override {
+    std::array<std::byte, emud::engine::kHbmBytes> b{};
+    emud::store<std::uint32_t>(b, emud::engine::kHbmCard, card);
+    auto r = c_.call(emud::Command::kHbmFd, b);
+    if (!r) return std::unexpected(r.error());
+    if (r->fd < 0 || r->body.size() != emud::engine::kHbmReplyBytes) {
+      if (r->fd >= 0) ::close(r->fd);
+      return fail(Code::kInternal, fmt::format("emu-remote: malformed HBM_FD reply for card {}", card));
+    }
+    return Hbm{r->fd, emud::load<std::uint64_t>(r->body, emud::engine::kHbmReplyFdOffset),
+               emud::load<std::uint64_t>(r->body, emud::engine::kHbmReplySize)};
+  }
+  void post_event(std::uint32_t kind, std::uint32_t queue, std::uint64_t value, std::uint64_t flags) override {
+    std::array<std::byte, emud::engine::kEventBytes> b{};
+    emud::store<std::uint32_t>(b, emud::engine::kEventKind, kind);
+    emud::store<std::uint32_t>(b, emud::engine::kEventQueue, queue);
+    emud::store<std::uint64_t>(b, emud::engine::kEventValue, value);
+    emud::store<std::uint64_t>(b, emud::engine::kEventFlags, flags);
+    (void)c_.call(emud::Command::kEngineEvent, b, {}, true);
+  }
+
+ private:
+  Conn& c_;
+};
+
+/// Asks npo-emud to let this owner run its card's engines (ENGINE_SHARE, spec §5.12) and builds
+/// them. Errors: the daemon's refusal (one older than protocol 1.5 answers invalid_argument),
+/// or a state or HBM this process cannot map; the connection stays usable either way (its
+/// doorbells then go to the daemon).
+Result<std::unique_ptr<ClientEngine>> share_engines(Conn& c, EngineLink& link) {
+  std::array<std::byte, emud::engine::kShareBytes> b{};
+  auto r = c.call(emud::Command::kEngineShare, b);
+  if (!r) return std::unexpected(r.error());
+  struct Closer {
+    int fd;
+    ~Closer() {
+      if (fd >= 0) ::close(fd);
+    }
+  } closer{r->fd};
+  if (r->fd < 0 || r->body.size() != emud::engine::kShareReplyBytes) {
+    return fail(Code::kInternal, "emu-remote: malformed ENGINE_SHARE reply (no state fd, or a short body)");
+  }
+  if (emud::load<std::uint32_t>(r->body, emud::engine::kReplyLayout) != FabricState::kLayout) {
+    return fail(Code::kFailedPrecondition,
+                fmt::format("emu-remote: npo-emud's engine state has layout {}, this library {}",
+                            emud::load<std::uint32_t>(r->body, emud::engine::kReplyLayout), FabricState::kLayout));
+  }
+  return ClientEngine::create(link, r->fd, emud::load<std::uint32_t>(r->body, emud::engine::kReplyCard),
+                              emud::load<std::uint32_t>(r->body, emud::engine::kReplyLockTag));
 }
 
 struct CardInfo {
@@ -578,8 +646,9 @@ class RemoteMmio final : public backend::Mmio {
   /// `observer`: the card is attached read-only (spec §2): register writes are dropped here,
   /// and the BAR0 mailbox block is a private one whose requests go to MAILBOX_OBSERVE (§5.10),
   /// so the owner's mailbox exchange is never touched.
-  RemoteMmio(Conn& c, unsigned bar, std::uint64_t size, bool observer, std::uint32_t card)
-      : c_(c), bar_(bar), size_(size), observer_(observer), card_(card) {}
+  /// `engine`: this process runs the card's DMA engines (spec §5.12): BAR0 doorbells go to it.
+  RemoteMmio(Conn& c, unsigned bar, std::uint64_t size, bool observer, std::uint32_t card, ClientEngine* engine)
+      : c_(c), bar_(bar), size_(size), observer_(observer), card_(card), engine_(engine) {}
   std::uint32_t read32(std::uint64_t off) noexcept override {
     if (in_mailbox(off)) return static_cast<std::uint32_t>(mbox_read(off - fw::regs::kMailboxBase, 4));
     return static_cast<std::uint32_t>(read(off, 4));
@@ -621,6 +690,19 @@ class RemoteMmio final : public backend::Mmio {
                 card_, bar_, off);
       }
       return;
+    }
+    // A queue doorbell with local engines (spec §5.12): the queue runs on this thread, after
+    // every posted write before it reached the card.
+    if (engine_ != nullptr && bar_ == pci::kBarRegs && engine_->runs_here()) {
+      if (n == 8 && (ClientEngine::is_doorbell(off) || ClientEngine::is_doorbell(off + 4))) {
+        write(off, 4, v & 0xffffffffULL);
+        write(off + 4, 4, v >> 32);
+        return;
+      }
+      if (n == 4 && ClientEngine::is_doorbell(off)) {
+        if (c_.sync_posted()) engine_->doorbell(off, static_cast<std::uint32_t>(v));
+        return;
+      }
     }
     // A queue doorbell: through the shadow page when the connection has one (spec §5.11). An
     // 8-byte write over one goes as the card takes it, two 32-bit writes, low half first.
@@ -714,6 +796,7 @@ class RemoteMmio final : public backend::Mmio {
   std::uint64_t size_;
   bool observer_;
   std::uint32_t card_;
+  ClientEngine* engine_;
   std::atomic<bool> warned_{false};
   std::mutex mb_mu_;
   std::array<std::byte, fw::regs::mbox::kBufSize> req_{};
@@ -732,8 +815,17 @@ struct OpenSet {
 
 class RemoteDevice final : public backend::Device {
  public:
-  RemoteDevice(std::unique_ptr<Conn> c, CardInfo ci, std::shared_ptr<OpenSet> open)
-      : c_(std::move(c)), ci_(std::move(ci)), open_(std::move(open)) {}
+  RemoteDevice(std::unique_ptr<Conn> c, CardInfo ci, std::shared_ptr<OpenSet> open, bool local_engines)
+      : c_(std::move(c)), link_(*c_), ci_(std::move(ci)), open_(std::move(open)) {
+    if (!local_engines) return;
+    auto e = share_engines(*c_, link_);
+    if (e) {
+      engine_ = std::move(*e);
+    } else {
+      npo::log::get(npo::log::Subsystem::kBackend)
+          .debug("emu-remote: card {}: npo-emud runs the card's engines: {}", ci_.card, e.error().message());
+    }
+  }
   ~RemoteDevice() override {
     {
       std::lock_guard lock(open_->mu);
@@ -843,7 +935,7 @@ class RemoteDevice final : public backend::Device {
     }
     std::lock_guard lock(mu_);
     if (!mmio_[index])
-      mmio_[index] = std::make_unique<RemoteMmio>(*c_, index, r->info.size, ci_.fi.read_only, ci_.card);
+      mmio_[index] = std::make_unique<RemoteMmio>(*c_, index, r->info.size, ci_.fi.read_only, ci_.card, engine_.get());
     return mmio_[index].get();
   }
   Result<std::span<std::byte>> map_aperture(unsigned index) override {
@@ -906,13 +998,30 @@ class RemoteDevice final : public backend::Device {
     emud::store<std::uint32_t>(b, emud::dma_map::kAccess, static_cast<std::uint32_t>(access));
     // A memfd made without MFD_ALLOW_SEALING (DPDK's --no-huge memory) cannot be sealed
     // against shrinking: ask for a SIGBUS-guarded mapping (spec §5.2 "Unsealed memory").
+    bool unsealed = false;
     if (const int seals = ::fcntl(h->fd, F_GET_SEALS);
         seals >= 0 && (seals & F_SEAL_SHRINK) == 0 && (seals & F_SEAL_SEAL) != 0) {
       emud::store<std::uint32_t>(b, emud::dma_map::kFlags, emud::dma_map::kFlagUnsealed);
+      unsealed = true;
     }
     const int fd = h->fd;
     auto r = c_->call(emud::Command::kDmaMap, b, std::span(&fd, 1));
     if (!r) return std::unexpected(r.error().with({.card = ci_.card}));
+    // Memory its owner can shrink under a mapping is the daemon's to touch, behind its SIGBUS guard.
+    if (engine_ && unsealed && engine_->runs_here()) {
+      engine_->hand_to_daemon();
+      npo::log::get(npo::log::Subsystem::kBackend)
+          .info(
+              "emu-remote: card {}: npo-emud runs the card's engines from now on: IOVA {:#x} maps a memfd that "
+              "cannot be sealed (spec §5.2), which only the daemon touches safely",
+              ci_.card, iova);
+    }
+    if (engine_) {
+      if (auto m = engine_->map(vaddr, iova, length, access); !m) {
+        (void)undo_daemon_map(iova, length);
+        return std::unexpected(m.error().with({.card = ci_.card}));
+      }
+    }
     {
       std::lock_guard lock(mu_);
       mapped_[iova] = length;
@@ -957,15 +1066,27 @@ class RemoteDevice final : public backend::Device {
       }
     }
     if (!r) return std::unexpected(r.error().with({.card = ci_.card}));
+    if (engine_) {
+      if (auto m = engine_->map_process(vaddr, iova, length, access); !m) {
+        (void)undo_daemon_map(iova, length);
+        return std::unexpected(m.error().with({.card = ci_.card}));
+      }
+    }
     std::lock_guard lock(mu_);
     mapped_[iova] = length;
     return {};
   }
   Result<void> dma_unmap(std::uint64_t iova, std::uint64_t length) override {
-    std::array<std::byte, emud::dma_unmap::kBytes> b{};
-    emud::store<std::uint64_t>(b, emud::dma_unmap::kIova, iova);
-    emud::store<std::uint64_t>(b, emud::dma_unmap::kSize, length);
-    auto r = c_->call(emud::Command::kDmaUnmap, b);
+    // Local engines first: once the daemon unmaps, the memory may go (their batches using the
+    // range end before this returns).
+    bool known = false;
+    {
+      std::lock_guard lock(mu_);
+      auto it = mapped_.find(iova);
+      known = it != mapped_.end() && it->second == length;
+    }
+    if (engine_ && known) engine_->unmap(iova, length);
+    auto r = undo_daemon_map(iova, length);
     if (!r) return std::unexpected(r.error().with({.card = ci_.card}));
     std::lock_guard lock(mu_);
     mapped_.erase(iova);
@@ -1004,6 +1125,16 @@ class RemoteDevice final : public backend::Device {
   Result<void> check_connection() override { return c_->check(); }
 
  private:
+  /// DMA_UNMAP of [iova, +length) at the daemon.
+  Result<void> undo_daemon_map(std::uint64_t iova, std::uint64_t length) {
+    std::array<std::byte, emud::dma_unmap::kBytes> b{};
+    emud::store<std::uint64_t>(b, emud::dma_unmap::kIova, iova);
+    emud::store<std::uint64_t>(b, emud::dma_unmap::kSize, length);
+    auto r = c_->call(emud::Command::kDmaUnmap, b);
+    if (!r) return std::unexpected(r.error());
+    return {};
+  }
+
   Result<void> set_irqs(std::uint32_t index, unsigned first, std::span<const int> fds) {
     std::array<std::byte, emud::irqs::kBytes> b{};
     std::vector<int> attached;
@@ -1024,7 +1155,11 @@ class RemoteDevice final : public backend::Device {
   }
 
   std::unique_ptr<Conn> c_;
+  ConnLink link_;
   CardInfo ci_;
+  /// This process runs the card's DMA engines (spec §5.12); null: npo-emud does. Declared after
+  /// the connection it reports through, so it goes first.
+  std::unique_ptr<ClientEngine> engine_;
   std::mutex mu_;
   std::array<std::unique_ptr<RemoteMmio>, 6> mmio_;
   int aperture_fd_ = -1;
@@ -1046,6 +1181,9 @@ struct Options {
   /// doorbell=shadow (the default): an owner rings its queues through the shadow page (spec
   /// §5.11); doorbell=socket: one posted REGION_WRITE per doorbell (protocol 1.3 and before).
   bool shadow_doorbells = true;
+  /// engine=local (the default): an owner runs its card's DMA engines in this process (spec
+  /// §5.12; needs the shadow page); engine=daemon: npo-emud's session thread runs them.
+  bool local_engines = true;
 };
 
 Result<Options> parse(std::string_view rest) {
@@ -1087,6 +1225,12 @@ Result<Options> parse(std::string_view rest) {
                     fmt::format("emu-remote: doorbell={} is neither shadow nor socket; forms: {}", v, kForms));
       }
       o.shadow_doorbells = v == "shadow";
+    } else if (k == "engine") {
+      if (v != "local" && v != "daemon") {
+        return fail(Code::kInvalidArgument,
+                    fmt::format("emu-remote: engine={} is neither local nor daemon; forms: {}", v, kForms));
+      }
+      o.local_engines = v == "local";
     } else {
       return fail(Code::kInvalidArgument, fmt::format("emu-remote: unknown option '{}'; forms: {}", kv, kForms));
     }
@@ -1228,7 +1372,10 @@ class RemoteBackend final : public backend::Backend {
             .debug("emu-remote: card {}: doorbells stay posted REGION_WRITEs: {}", *card, s.error().message());
       }
     }
-    return std::unique_ptr<backend::Device>(std::make_unique<RemoteDevice>(std::move(*c), std::move(*ci), open_));
+    // Local engines need the shadow page's count of handled posted writes (spec §5.12).
+    const bool local = !read_only && o_.local_engines && (*c)->has_shadow();
+    return std::unique_ptr<backend::Device>(
+        std::make_unique<RemoteDevice>(std::move(*c), std::move(*ci), open_, local));
   }
 
  private:
@@ -1241,8 +1388,10 @@ class RemoteBackend final : public backend::Backend {
 };
 
 }  // namespace
+}  // namespace remote
 
-Result<void> register_backend(backend::Registry& registry) {
+Result<void> register_remote_backend(backend::Registry& registry) {
+  using namespace remote;
   return registry.add(
       "emu-remote", {std::string(kForms)},
       [](std::string_view rest, std::string_view uri) -> Result<std::unique_ptr<backend::Backend>> {
@@ -1252,4 +1401,4 @@ Result<void> register_backend(backend::Registry& registry) {
       });
 }
 
-}  // namespace npo::emu_remote
+}  // namespace npo::emu

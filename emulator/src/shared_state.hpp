@@ -1,0 +1,198 @@
+// SPDX-License-Identifier: Apache-2.0
+// Emulator internals: the state a DMA engine reads and writes, of its own card and of the cards
+// its remote ops cross or reach, kept in one region of shared memory (FabricState, a memfd):
+// every queue's registers and lock, every card's route table, link words, window table, flags
+// and DMA totals. The card model keeps this state nowhere else, so an engine can run in any
+// process that maps the region: the one holding the emulator, or -- npo-emud protocol 1.5,
+// ENGINE_SHARE (docs/spec/emud-protocol.md §5.12) -- the process that owns the card, which
+// then rings its queues without waking the daemon. The engine code is the same in both
+// (engine.cpp); what differs is its EngineHost (engine_host.hpp).
+//
+// Layout rules: standard-layout structs of lock-free std::atomic integers (address-free, so
+// they work across processes), no pointers; each process maps the region where it likes.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <type_traits>
+
+#include "npo/fw/regs.hpp"
+#include "npo/hal/error.hpp"
+
+namespace npo::emu {
+
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free && std::atomic<std::uint32_t>::is_always_lock_free,
+              "shared engine state needs address-free (lock-free) atomics");
+
+/// The lock of one DMA queue's engine, taken for every batch and for register writes that
+/// change the queue's configuration. It works across processes (a word in shared memory, no
+/// futex): the holder is a tag, the holder process's pid, so that npo-emud can release the lock
+/// of an owner that died holding it (break_if_held_by). Not recursive.
+class QueueLock {
+ public:
+  /// Takes the lock, spinning, then yielding, then sleeping 50 us per try. `holder` != 0.
+  void lock(std::uint32_t holder) noexcept;
+  /// Takes the lock if it is free. `holder` != 0.
+  [[nodiscard]] bool try_lock(std::uint32_t holder) noexcept {
+    std::uint32_t free = 0;
+    return word_.compare_exchange_strong(free, holder, std::memory_order_acquire, std::memory_order_relaxed);
+  }
+  void unlock() noexcept { word_.store(0, std::memory_order_release); }
+  /// Frees the lock if `holder` holds it (a process that is gone): true if it did.
+  bool break_if_held_by(std::uint32_t holder) noexcept {
+    std::uint32_t h = holder;
+    return holder != 0 && word_.compare_exchange_strong(h, 0, std::memory_order_acq_rel);
+  }
+  [[nodiscard]] std::uint32_t holder() const noexcept { return word_.load(std::memory_order_acquire); }
+
+ private:
+  std::atomic<std::uint32_t> word_{0};
+};
+
+/// One DMA queue's registers and engine state (registers.md §5, §9). Grouped by who writes them,
+/// one cache line per group, so the host's doorbell (SQ_TAIL) and the engine's per-op stores do
+/// not pull each other's lines back and forth more than the handshake itself needs.
+struct QueueState {
+  // Configuration and state, written rarely (enable, reset, faults); read on every doorbell.
+  alignas(64) std::atomic<std::uint64_t> sq_base{0};
+  std::atomic<std::uint64_t> cq_base{0};
+  std::atomic<std::uint64_t> hung_since{0};
+  std::atomic<std::uint32_t> config{0};  ///< CONFIG as committed (depth, priority, IRQ enable)
+  std::atomic<std::uint32_t> status{fw::regs::queue::kStatusIdle.mask()};
+  std::atomic<std::uint32_t> enabled{0};
+  std::atomic<std::uint32_t> hung{0};
+  std::atomic<std::uint32_t> inject_errors{0};  ///< completion errors still to inject
+  std::atomic<std::uint32_t> active{0};         ///< this queue's GLOBAL.QUEUES_ACTIVE bit is set
+  // Written by the host (doorbells).
+  alignas(64) std::atomic<std::uint32_t> sq_tail{0};
+  std::atomic<std::uint32_t> cq_head{0};
+  // Written by the engine as it completes ops.
+  alignas(64) std::atomic<std::uint32_t> sq_head{0};
+  std::atomic<std::uint32_t> cq_tail{0};
+  std::atomic<std::uint32_t> err{0};
+  std::atomic<std::uint64_t> completed{0};
+  // Activity counters (registers.md §9): monotonic from card reset, saturating, added once per batch.
+  std::atomic<std::uint64_t> ops_ok{0};
+  std::atomic<std::uint64_t> ops_error{0};
+  std::atomic<std::uint64_t> bytes{0};
+  // The engine's own.
+  alignas(64) QueueLock lock;
+  /// The failure latch of registers.md §5.7 (under `lock`).
+  std::atomic<std::uint32_t> failed_since_fence{0};
+  /// The window a remote op of this queue is using now: 0 none, else (target card index + 1)
+  /// << 32 | window. A window's STATUS.INFLIGHT counts these (FabricState::window_inflight),
+  /// so an engine that dies mid-op leaves no count behind once its queue is reset.
+  std::atomic<std::uint64_t> remote_window{0};
+};
+
+/// One window translation table entry (registers.md §6). Remote engines read it while the host
+/// rewrites it; the ops using it are counted by QueueState::remote_window.
+struct WindowEntry {
+  std::atomic<std::uint64_t> hbm_offset{0};
+  std::atomic<std::uint64_t> size{0};
+  std::atomic<std::uint64_t> key{0};
+  std::atomic<std::uint32_t> ctrl{0};
+  std::atomic<std::uint32_t> status{0};
+};
+
+/// What the fabric and every engine see of one card.
+struct CardState {
+  static constexpr std::uint32_t kRemoved = 1u << 0;     ///< surprise removal: reads all-ones
+  static constexpr std::uint32_t kDmaStopped = 1u << 1;  ///< the engines stopped (removal)
+  static constexpr std::uint32_t kBusMaster = 1u << 2;   ///< config COMMAND.BME
+  /// Link word of a port: kLinkUp when the link is Up with a valid neighbour, whose fabric ID
+  /// is in the low 16 bits (registers.md §7 NEIGHBOR).
+  static constexpr std::uint64_t kLinkUp = std::uint64_t{1} << 63;
+
+  alignas(64) std::atomic<std::uint32_t> flags{0};
+  std::atomic<std::uint32_t> num_ports{0};
+  std::atomic<std::uint32_t> inject_iommu{0};   ///< injected IOMMU faults still to take
+  std::atomic<std::uint32_t> queues_active{0};  ///< GLOBAL.QUEUES_ACTIVE (registers.md §9)
+  std::atomic<std::uint64_t> hbm_bytes{0};
+  std::atomic<std::uint64_t> dma_ops_total{0};    ///< Card::dma_totals: never reset
+  std::atomic<std::uint64_t> dma_bytes_total{0};  ///< Card::dma_totals: never reset
+  alignas(64) std::atomic<std::uint64_t> link[fw::regs::kMaxPorts]{};
+  alignas(64) std::atomic<std::uint32_t> routes[fw::regs::kRouteEntries]{};  ///< registers.md §8
+  alignas(64) WindowEntry windows[fw::regs::kWindowEntries];
+  QueueState queues[fw::regs::kNumQueues];
+
+  [[nodiscard]] bool has(std::uint32_t flag) const noexcept {
+    return (flags.load(std::memory_order_acquire) & flag) != 0;
+  }
+  /// Takes one injected IOMMU fault, if any is armed (the next data access faults).
+  bool take_injected_iommu_fault() noexcept {
+    std::uint32_t v = inject_iommu.load(std::memory_order_relaxed);  // the common case: one load
+    while (v > 0) {
+      if (inject_iommu.compare_exchange_weak(v, v - 1)) return true;
+    }
+    return false;
+  }
+  void set(std::uint32_t flag, bool on) noexcept {
+    if (on) {
+      flags.fetch_or(flag, std::memory_order_acq_rel);
+    } else {
+      flags.fetch_and(~flag, std::memory_order_acq_rel);
+    }
+  }
+};
+static_assert(std::is_standard_layout_v<CardState> && alignof(CardState) == 64);
+
+/// The shared region: a header, then one CardState per card. Created by the process that holds
+/// the emulator (create), mapped by an owner client of npo-emud (attach).
+class FabricState {
+ public:
+  static constexpr std::uint64_t kMagic = 0x3145544154534546ULL;  ///< "FESTATE1"
+  /// Layout version: attach refuses another (the two ends are one build of npo-hal).
+  static constexpr std::uint32_t kLayout = 1;
+  struct Header {
+    std::uint64_t magic;
+    std::uint32_t layout;
+    std::uint32_t cards;
+    std::uint64_t card_bytes;  ///< sizeof(CardState) of the creator
+    std::uint64_t total_bytes;
+  };
+  static constexpr std::uint64_t kHeaderBytes = 4096;
+
+  /// A region for `cards` cards (1..2047), zeroed and constructed: in a memfd when `shareable`
+  /// (npo-emud hands it to clients), else in private anonymous memory (an in-process emulator:
+  /// a forked child gets its own copy, as of the rest of the emulator). Errors: kInvalidArgument
+  /// (card count), errno codes of memfd_create, ftruncate, mmap.
+  static Result<std::unique_ptr<FabricState>> create(std::uint32_t cards, bool shareable);
+  /// Maps the region in `fd` (a duplicate is kept). Errors: kInvalidArgument when it is not
+  /// one (size, magic, layout, card size), errno codes of mmap.
+  static Result<std::unique_ptr<FabricState>> attach(int fd);
+  ~FabricState();
+  FabricState(const FabricState&) = delete;
+  FabricState& operator=(const FabricState&) = delete;
+
+  [[nodiscard]] std::uint32_t cards() const noexcept { return cards_; }
+  /// Card `i` (< cards()).
+  [[nodiscard]] CardState& card(std::uint32_t i) noexcept { return cards_base_[i]; }
+  /// The memfd behind the region (owned), to send to a client; -1 when not shareable.
+  [[nodiscard]] int fd() const noexcept { return fd_; }
+  [[nodiscard]] std::uint64_t bytes() const noexcept { return bytes_; }
+
+  /// Remote ops using window `w` of card `card` now: the queues of every card whose
+  /// remote_window names it (registers.md §6 STATUS.INFLIGHT). Thread-safe; one pass over
+  /// cards() x 32 queues.
+  [[nodiscard]] std::uint32_t window_inflight(std::uint32_t card, unsigned w) noexcept;
+
+  /// Remote-op routing (registers.md §8): walks from card `src` towards fabric ID `dst_fid`
+  /// over Up links, following each card's route table (ECMP member chosen by a flow hash of
+  /// source, destination and `queue`), or a direct link where a card has no entry. False when
+  /// no Up path exists within kMaxHops (a missing entry, a down link, a removed card, a
+  /// routing loop). Thread-safe (reads atomics; an answer can change right after).
+  [[nodiscard]] bool route_reachable(std::uint32_t src, std::uint32_t dst_fid, unsigned queue) noexcept;
+
+ private:
+  FabricState(int fd, void* base, std::uint64_t bytes, std::uint32_t cards);
+  int fd_;
+  void* base_;
+  std::uint64_t bytes_;
+  std::uint32_t cards_;
+  CardState* cards_base_;
+};
+
+}  // namespace npo::emu

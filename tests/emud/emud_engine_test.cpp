@@ -1,0 +1,419 @@
+// SPDX-License-Identifier: Apache-2.0
+// npo-emud protocol 1.5 (docs/spec/emud-protocol.md §5.12): an owner runs its card's DMA engines
+// in its own process over the shared engine state. These tests prove the engines run there (with
+// the daemon stopped), that the daemon still sees what they do (counters, fault records), that
+// the commands refuse what they must, and that an owner that dies inside a batch leaves no lock
+// and no in-flight count behind.
+#include <poll.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "common/dma_run.hpp"
+#include "common/emud_process.hpp"
+#include "npo/fw/emud.hpp"
+#include "npo/fw/regs.hpp"
+#include "npo/hal/dma.hpp"
+#include "npo/hal/memory.hpp"
+#include "npo/hal/system.hpp"
+#include "npo/hal/window.hpp"
+#include "shared_state.hpp"  // white box: the layout of the state ENGINE_SHARE hands out
+
+namespace {
+
+namespace emud = npo::fw::emud;
+namespace regs = npo::fw::regs;
+using npo::Code;
+using npo::DmaAddress;
+using npo::OpStatus;
+using npo_test::EmudProcess;
+
+std::string sock(const EmudProcess& d, unsigned card) { return d.dir() + "/card-" + std::to_string(card) + ".sock"; }
+
+/// A raw protocol client (no emu-remote backend in between).
+struct Raw {
+  int fd = -1;
+  explicit Raw(const std::string& path) {
+    fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::strncpy(sa.sun_path, path.c_str(), sizeof sa.sun_path - 1);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ~Raw() { close(); }
+  void close() {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+  bool send(emud::Command cmd, std::span<const std::byte> body, std::span<const int> fds = {},
+            bool posted = false) const {
+    std::vector<std::byte> m(emud::hdr::kBytes + body.size());
+    emud::store<std::uint16_t>(m, emud::hdr::kMsgId, 9);
+    emud::store<std::uint16_t>(m, emud::hdr::kCommand, static_cast<std::uint16_t>(cmd));
+    emud::store<std::uint32_t>(m, emud::hdr::kSize, static_cast<std::uint32_t>(m.size()));
+    emud::store<std::uint32_t>(m, emud::hdr::kFlags, posted ? emud::kFlagNoReply : 0u);
+    if (!body.empty()) std::memcpy(m.data() + emud::hdr::kBytes, body.data(), body.size());
+    iovec iov{m.data(), m.size()};
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int))> ctrl{};
+    if (!fds.empty()) {
+      mh.msg_control = ctrl.data();
+      mh.msg_controllen = CMSG_SPACE(sizeof(int));
+      cmsghdr* c = CMSG_FIRSTHDR(&mh);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int));
+    }
+    return ::sendmsg(fd, &mh, MSG_NOSIGNAL) == static_cast<ssize_t>(m.size());
+  }
+  struct Reply {
+    int code = -1;  ///< 0 ok, else the npo::Code; -1 none within `ms`
+    std::vector<std::byte> body;
+    int fd = -1;  ///< attached fd (the caller closes it)
+  };
+  Reply recv(int ms = 5000) const {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, ms) <= 0) return {};
+    std::vector<std::byte> b(emud::kMaxMessage);
+    iovec iov{b.data(), b.size()};
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int))> ctrl{};
+    mh.msg_control = ctrl.data();
+    mh.msg_controllen = ctrl.size();
+    const ssize_t n = ::recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+    Reply r;
+    for (cmsghdr* c = n > 0 ? CMSG_FIRSTHDR(&mh) : nullptr; c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
+      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) std::memcpy(&r.fd, CMSG_DATA(c), sizeof(int));
+    }
+    if (n < static_cast<ssize_t>(emud::hdr::kBytes)) return r;
+    b.resize(static_cast<std::size_t>(n));
+    const auto flags = emud::load<std::uint32_t>(b, emud::hdr::kFlags);
+    r.code = (flags & emud::kFlagError) != 0 ? static_cast<int>(emud::load<std::uint32_t>(b, emud::hdr::kError)) : 0;
+    r.body.assign(b.begin() + emud::hdr::kBytes, b.end());
+    return r;
+  }
+  Reply call(emud::Command cmd, std::span<const std::byte> body, std::span<const int> fds = {}) const {
+    if (!send(cmd, body, fds)) return {};
+    return recv();
+  }
+  int hello(bool read_only) const {
+    std::array<std::byte, emud::version::kBytes> b{};
+    emud::store<std::uint16_t>(b, emud::version::kMajor, emud::kVersionMajor);
+    emud::store<std::uint16_t>(b, emud::version::kMinor, emud::kVersionMinor);
+    emud::store<std::uint32_t>(b, emud::version::kFlags, read_only ? emud::version::kAttachReadOnly : 0u);
+    return call(emud::Command::kVersion, b).code;
+  }
+  /// DOORBELL_SHADOW with a fresh eventfd; the reply's page fd is closed.
+  int shadow() const {
+    const int efd = ::eventfd(0, EFD_CLOEXEC);
+    std::array<std::byte, emud::shadow::kBytes> b{};
+    auto r = call(emud::Command::kDoorbellShadow, b, std::span(&efd, 1));
+    ::close(efd);
+    if (r.fd >= 0) ::close(r.fd);
+    return r.code;
+  }
+  Reply share() const {
+    std::array<std::byte, emud::engine::kShareBytes> b{};
+    return call(emud::Command::kEngineShare, b);
+  }
+  Reply hbm(std::uint32_t card) const {
+    std::array<std::byte, emud::engine::kHbmBytes> b{};
+    emud::store<std::uint32_t>(b, emud::engine::kHbmCard, card);
+    return call(emud::Command::kHbmFd, b);
+  }
+  bool event(std::uint32_t kind, std::uint32_t queue, std::uint64_t value, std::uint64_t flags) const {
+    std::array<std::byte, emud::engine::kEventBytes> b{};
+    emud::store<std::uint32_t>(b, emud::engine::kEventKind, kind);
+    emud::store<std::uint32_t>(b, emud::engine::kEventQueue, queue);
+    emud::store<std::uint64_t>(b, emud::engine::kEventValue, value);
+    emud::store<std::uint64_t>(b, emud::engine::kEventFlags, flags);
+    return send(emud::Command::kEngineEvent, b, {}, true);
+  }
+  /// 32-bit BAR0 register read; all-ones on failure.
+  std::uint32_t read32(std::uint64_t off) const {
+    std::array<std::byte, emud::access::kBytes> b{};
+    emud::store<std::uint64_t>(b, emud::access::kOffset, off);
+    emud::store<std::uint32_t>(b, emud::access::kRegion, 0);
+    emud::store<std::uint32_t>(b, emud::access::kCount, 4);
+    auto r = call(emud::Command::kRegionRead, b);
+    if (r.code != 0 || r.body.size() != emud::access::kBytes + 4) return 0xffffffffu;
+    return emud::load<std::uint32_t>(r.body, emud::access::kBytes);
+  }
+};
+
+/// Every thread of `pid` is stopped (state T): kill(SIGSTOP) returns before they all are.
+bool all_threads_stopped(pid_t pid) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  const std::filesystem::path tasks = "/proc/" + std::to_string(pid) + "/task";
+  while (std::chrono::steady_clock::now() < end) {
+    bool all = true;
+    std::error_code ec;
+    for (const auto& t : std::filesystem::directory_iterator(tasks, ec)) {
+      std::ifstream f(t.path() / "stat");
+      const std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      const auto paren = stat.rfind(')');
+      if (paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] != 'T') all = false;
+    }
+    if (!ec && all) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
+/// SIGCONT for `pid` when it goes out of scope (an assertion must not leave the daemon stopped).
+struct Resume {
+  pid_t pid;
+  ~Resume() { ::kill(pid, SIGCONT); }
+};
+
+/// Polls `q` for `n` completions for up to `ms`; what came.
+std::vector<npo::OpCompletion> poll_for(npo::DmaQueue& q, std::size_t n, int ms) {
+  std::vector<npo::OpCompletion> out;
+  std::array<npo::OpCompletion, 16> cs;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (out.size() < n && std::chrono::steady_clock::now() < end) {
+    const std::size_t got = q.poll(cs);
+    out.insert(out.end(), cs.begin(), cs.begin() + static_cast<std::ptrdiff_t>(got));
+    if (got == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return out;
+}
+
+/// Reads the daemon's output until `re` matches it, for up to `ms`.
+bool wait_output(EmudProcess& d, const std::regex& re, int ms) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (!std::regex_search(d.output(), re)) {
+    if (std::chrono::steady_clock::now() >= end || !d.pump(20)) return std::regex_search(d.output(), re);
+  }
+  return true;
+}
+
+// ---- Tests ------------------------------------------------------------------------------------
+
+TEST(EmudEngine, AnOwnersDoorbellRunsItsCardsEngineInItsOwnProcessAndTheDaemonCountsIt) {
+  EmudProcess d;
+  ASSERT_TRUE(d.start(NPO_EMUD, "emu:mesh8")) << d.output();
+  constexpr std::size_t kLen = 64u << 10;
+  // Card 0 (local engines, the default) and card 1 (engine=daemon), one System each.
+  auto s0 = npo::System::open(d.uri() + "?card=0");
+  ASSERT_TRUE(s0.has_value()) << s0.error().to_string();
+  auto s1 = npo::System::open(d.uri() + "?card=1&engine=daemon");
+  ASSERT_TRUE(s1.has_value()) << s1.error().to_string();
+  auto& dev0 = (*s0)->device(0);
+  auto& dev1 = (*s1)->device(0);
+  // Card 1 exports a window; card 0 writes into it and reads it back across the fabric.
+  auto w = npo::export_window(dev1, 0, kLen);
+  ASSERT_TRUE(w.has_value()) << w.error().to_string();
+  auto h = npo::import_window(**s0, (*w)->handle().serialize());
+  ASSERT_TRUE(h.has_value()) << h.error().to_string();
+  auto q0 = dev0.open_queue({.engine = 0, .depth = 64}).value();
+  auto q1 = dev1.open_queue({.engine = 0, .depth = 64}).value();
+  auto src = npo::allocate_host_memory(dev0, kLen).value();
+  auto back = npo::allocate_host_memory(dev0, kLen).value();
+  auto mem1 = npo::allocate_host_memory(dev1, kLen).value();
+  for (std::size_t i = 0; i < kLen; ++i) src->bytes()[i] = static_cast<std::byte>(i * 7 + 1);
+  // One op on each queue while the daemon runs: every posted write of the queues' setup has
+  // been handled (a doorbell waits for them) before the daemon stops.
+  ASSERT_TRUE(q0->enqueue_fill(DmaAddress::host(back->iova()), 0, kLen));
+  ASSERT_EQ(npo_test::run(*q0, 1).size(), 1u);
+  ASSERT_TRUE(q1->enqueue_fill(DmaAddress::host(mem1->iova()), 0, kLen));
+  ASSERT_EQ(npo_test::run(*q1, 1).size(), 1u);
+
+  ASSERT_EQ(::kill(d.pid(), SIGSTOP), 0);
+  Resume resume{d.pid()};
+  ASSERT_TRUE(all_threads_stopped(d.pid()));
+  // Card 0: the remote write and read, and a local copy, complete with the daemon stopped.
+  ASSERT_TRUE(q0->enqueue_remote_write(DmaAddress::host(src->iova()), *h, 0, kLen));
+  ASSERT_TRUE(q0->enqueue_remote_read(*h, 0, DmaAddress::host(back->iova()), kLen));
+  ASSERT_TRUE(q0->submit());
+  auto c = poll_for(*q0, 2, 5000);
+  ASSERT_EQ(c.size(), 2u) << "card 0's engine runs in this process: nothing waits for the stopped daemon";
+  EXPECT_EQ(c[0].status, OpStatus::kOk);
+  EXPECT_EQ(c[1].status, OpStatus::kOk);
+  EXPECT_EQ(std::memcmp(src->bytes().data(), back->bytes().data(), kLen), 0);
+  // Card 1 (engine=daemon): its op waits for the daemon. Not polled while the daemon is stopped
+  // (a poll that finds nothing for a while asks the card over the socket whether it is gone).
+  ASSERT_TRUE(q1->enqueue_fill(DmaAddress::host(mem1->iova()), 0x0303030303030303ULL, kLen));
+  ASSERT_TRUE(q1->submit());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(std::atomic_ref<std::byte>(mem1->bytes()[kLen - 1]).load(), std::byte{0})
+      << "engine=daemon: the stopped daemon ran card 1's engine";
+  ASSERT_EQ(::kill(d.pid(), SIGCONT), 0);
+  c = poll_for(*q1, 1, 10000);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status, OpStatus::kOk);
+  EXPECT_EQ(mem1->bytes()[kLen - 1], std::byte{3});
+
+  // The daemon counted card 0's ops, which ran in this process (shared DMA totals): 1 fill of
+  // 64 KiB, then 64 KiB each way. The disconnect line says what the owner's session moved.
+  q0.reset();
+  src.reset();
+  back.reset();
+  s0->reset();
+  const std::regex line(R"(disconnect card=0 pid=\d+ mode=owner dma_maps_dropped=\d+ dma_ops=(\d+) dma_bytes=(\d+))");
+  ASSERT_TRUE(wait_output(d, line, 10000)) << d.output();
+  std::smatch m;
+  const std::string out = d.output();
+  ASSERT_TRUE(std::regex_search(out, m, line));
+  EXPECT_EQ(m[1].str(), "3");
+  EXPECT_EQ(m[2].str(), std::to_string(3 * kLen));
+  EXPECT_NE(out.find("card=0 pid=" + std::to_string(::getpid()) + ": the owner runs the card's DMA engines"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("card=1 pid=" + std::to_string(::getpid()) + ": the owner runs"), std::string::npos)
+      << "engine=daemon asked for no shared engine state";
+}
+
+TEST(EmudEngine, EngineShareHbmFdAndEventsRefuseWhatTheyMust) {
+  EmudProcess d;
+  ASSERT_TRUE(d.start(NPO_EMUD, "emu:mesh8")) << d.output();
+  {
+    Raw ro(sock(d, 2));
+    ASSERT_EQ(ro.hello(true), 0);
+    EXPECT_EQ(ro.share().code, static_cast<int>(Code::kPermissionDenied)) << "an observer runs no engine";
+  }
+  Raw r(sock(d, 2));
+  ASSERT_EQ(r.hello(false), 0);
+  EXPECT_EQ(r.share().code, static_cast<int>(Code::kFailedPrecondition)) << "no shadow page yet";
+  EXPECT_EQ(r.hbm(0).code, static_cast<int>(Code::kFailedPrecondition)) << "HBM_FD before ENGINE_SHARE";
+  ASSERT_TRUE(r.event(emud::engine::kEventError, 0, 1, 0));
+  EXPECT_EQ(r.recv().code, static_cast<int>(Code::kFailedPrecondition)) << "a posted ENGINE_EVENT before the share";
+  ASSERT_EQ(r.shadow(), 0);
+  auto s = r.share();
+  ASSERT_EQ(s.code, 0);
+  ASSERT_GE(s.fd, 0) << "the shared state comes with the reply";
+  ASSERT_EQ(s.body.size(), emud::engine::kShareReplyBytes);
+  EXPECT_EQ(emud::load<std::uint32_t>(s.body, emud::engine::kReplyCards), 8u);
+  EXPECT_EQ(emud::load<std::uint32_t>(s.body, emud::engine::kReplyCard), 2u);
+  EXPECT_EQ(emud::load<std::uint32_t>(s.body, emud::engine::kReplyLayout), npo::emu::FabricState::kLayout);
+  const auto tag = emud::load<std::uint32_t>(s.body, emud::engine::kReplyLockTag);
+  EXPECT_NE(tag & 0x80000000u, 0u) << "a tag no pid is";
+  struct stat st {};
+  ASSERT_EQ(::fstat(s.fd, &st), 0);
+  EXPECT_EQ(static_cast<std::uint64_t>(st.st_size), emud::load<std::uint64_t>(s.body, emud::engine::kReplyStateBytes));
+  EXPECT_EQ(static_cast<std::uint64_t>(st.st_size),
+            npo::emu::FabricState::kHeaderBytes + 8 * sizeof(npo::emu::CardState));
+  ::close(s.fd);
+  EXPECT_EQ(r.share().code, static_cast<int>(Code::kAlreadyExists));
+  // HBM_FD: card 8 is past mesh8; card 5's memfd holds its HBM.
+  EXPECT_EQ(r.hbm(8).code, static_cast<int>(Code::kOutOfRange));
+  auto hb = r.hbm(5);
+  ASSERT_EQ(hb.code, 0);
+  ASSERT_GE(hb.fd, 0);
+  ASSERT_EQ(hb.body.size(), emud::engine::kHbmReplyBytes);
+  const auto hbm_bytes = emud::load<std::uint64_t>(hb.body, emud::engine::kHbmReplySize);
+  EXPECT_GT(hbm_bytes, 0u);
+  ASSERT_EQ(::fstat(hb.fd, &st), 0);
+  EXPECT_GE(static_cast<std::uint64_t>(st.st_size),
+            emud::load<std::uint64_t>(hb.body, emud::engine::kHbmReplyFdOffset) + hbm_bytes);
+  ::close(hb.fd);
+  // ENGINE_EVENT: a bad kind and a vector past 64 are refused; an IOMMU fault is recorded as the
+  // card records its own (FAULT_IOVA, FAULT_INFO with the queue, ERR_STATUS.IOMMU_FAULT).
+  ASSERT_TRUE(r.event(9, 0, 0, 0));
+  EXPECT_EQ(r.recv().code, static_cast<int>(Code::kInvalidArgument));
+  ASSERT_TRUE(r.event(emud::engine::kEventMsix, 0, 64, 0));
+  EXPECT_EQ(r.recv().code, static_cast<int>(Code::kOutOfRange));
+  ASSERT_TRUE(r.event(emud::engine::kEventIommuFault, 13, 0xdead000, emud::engine::kEventWrite));
+  namespace g = regs::global;
+  EXPECT_NE(r.read32(g::kErrStatus) & g::kErrIommuFault.mask(), 0u);
+  EXPECT_EQ(r.read32(g::kFaultIova), 0xdead000u);
+  const std::uint32_t info = r.read32(g::kFaultInfo);
+  EXPECT_EQ(g::kFaultInfoEngine.get(info), 13u / regs::kQueuesPerEngine);
+  EXPECT_EQ(g::kFaultInfoQueue.get(info), 13u % regs::kQueuesPerEngine);
+  EXPECT_EQ(g::kFaultInfoWrite.get(info), 1u);
+  EXPECT_EQ(r.recv(200).code, -1) << "a posted event that was taken sends no reply";
+}
+
+TEST(EmudEngine, AnOwnerGoneInsideABatchLeavesNoQueueLockAndNoInflightWindowBehind) {
+  EmudProcess d;
+  ASSERT_TRUE(d.start(NPO_EMUD, "emu:mesh8")) << d.output();
+  // Card 3's owner exports a window.
+  auto s3 = npo::System::open(d.uri() + "?card=3");
+  ASSERT_TRUE(s3.has_value()) << s3.error().to_string();
+  auto w = npo::export_window((*s3)->device(0), 0, 1u << 20);
+  ASSERT_TRUE(w.has_value()) << w.error().to_string();
+  const unsigned wid = (*w)->handle().window_id;
+  // A raw owner of card 0 takes the engine state, then plays engines that stopped inside a
+  // batch: the locks of engine 0's queues held with its tag, a remote op of queue 5 on card 3's
+  // window in flight.
+  Raw observer(sock(d, 3));
+  ASSERT_EQ(observer.hello(true), 0);
+  namespace wr = regs::window;
+  const std::uint64_t status = regs::window_reg(wid, wr::kStatus);
+  {
+    Raw r(sock(d, 0));
+    ASSERT_EQ(r.hello(false), 0);
+    ASSERT_EQ(r.shadow(), 0);
+    auto s = r.share();
+    ASSERT_EQ(s.code, 0);
+    ASSERT_GE(s.fd, 0);
+    const auto tag = emud::load<std::uint32_t>(s.body, emud::engine::kReplyLockTag);
+    const auto bytes = emud::load<std::uint64_t>(s.body, emud::engine::kReplyStateBytes);
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s.fd, 0);
+    ::close(s.fd);
+    ASSERT_NE(p, MAP_FAILED);
+    auto* cards =
+        reinterpret_cast<npo::emu::CardState*>(static_cast<std::byte*>(p) + npo::emu::FabricState::kHeaderBytes);
+    for (unsigned q = 0; q < regs::kQueuesPerEngine; ++q) ASSERT_TRUE(cards[0].queues[q].lock.try_lock(tag)) << q;
+    cards[0].queues[5].remote_window.store(((std::uint64_t{3} + 1) << 32) | wid);
+    EXPECT_EQ(wr::kStatusInflight.get(observer.read32(status)), 1u) << "card 3 counts the op in flight";
+    ::munmap(p, bytes);
+    r.close();  // the owner is gone: the daemon frees what it held
+  }
+  // A new owner of card 0 drives engine 0's queues at once.
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  auto s0 = npo::System::open(d.uri() + "?card=0");
+  while (!s0 && std::chrono::steady_clock::now() < end) {  // the disconnect is processed asynchronously
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    s0 = npo::System::open(d.uri() + "?card=0");
+  }
+  ASSERT_TRUE(s0.has_value()) << s0.error().to_string();
+  EXPECT_TRUE(wait_output(
+      d, std::regex("card=0 pid=" + std::to_string(::getpid()) + ": freed a queue lock the owner held when it went"),
+      5000))
+      << d.output();
+  EXPECT_EQ(wr::kStatusInflight.get(observer.read32(status)), 0u) << "the dead owner's op counts no more";
+  auto& dev0 = (*s0)->device(0);
+  auto q = dev0.open_queue({.engine = 0, .depth = 16});
+  ASSERT_TRUE(q.has_value()) << q.error().to_string();
+  auto mem = npo::allocate_host_memory(dev0, 4096).value();
+  ASSERT_TRUE((*q)->enqueue_fill(DmaAddress::host(mem->iova()), 0x0505050505050505ULL, 4096));
+  const auto c = npo_test::run(**q, 1);
+  ASSERT_EQ(c.size(), 1u) << "a queue the dead owner held runs";
+  EXPECT_EQ(c[0].status, OpStatus::kOk);
+  EXPECT_EQ(mem->bytes()[4095], std::byte{5});
+  // Card 3's owner revokes its window: nothing is in flight any more, so it does not wait.
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE((*w)->revoke().has_value());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
+}
+
+}  // namespace
