@@ -5,12 +5,13 @@
 // interleaved so that other load on the host falls on both alike:
 //  - one copy: Open MPI's shared-memory path (vader with CMA): the receiver's CPU reads the
 //    sender's buffer with process_vm_readv straight into its own buffer;
-//  - two copies, pipelined: the emulated card's rendezvous path: the engine, a thread on the
-//    sender's CPU (npo-emud's session thread follows its client), copies each chunk of the
-//    sender's buffer with process_vm_readv into shared memory (the receiving card's HBM
-//    landing zone, 16 chunk slots), and the receiver's CPU copies each chunk out into its
-//    buffer as soon as it landed. The engine thread spins instead of sleeping on a doorbell,
-//    so no wake-up is counted: this is the best that design can do here.
+//  - two copies, pipelined: the emulated card's rendezvous path: the sender's card engine, run
+//    by the sender's own process (npo-emud protocol §5.12), copies each chunk of the sender's
+//    buffer with the CPU, after MADV_POPULATE_READ checked its pages as the engine does, into
+//    shared memory (the receiving card's HBM landing zone, 16 chunk slots), and the receiver's
+//    CPU copies each chunk out into its buffer as soon as it landed. The engine spins instead of
+//    being rung, so no doorbell is counted: this is the best that design can do here. (Until
+//    2026-12-06 the engine was a daemon thread that read the sender with process_vm_readv.)
 // The argument is the chunk size in KiB (1024: the whole message at once). Counters:
 // one_copy_GBps, two_copies_GBps (10^9 bytes per second of each path's own time) and their
 // ratio two_over_one (< 1: the two-copy path cannot reach the one-copy path on this host,
@@ -25,6 +26,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <new>
 #include <string_view>
 #include <thread>
 #include <vector>
@@ -45,6 +47,10 @@ void* map_anon(std::size_t n) {
   void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   return p == MAP_FAILED ? nullptr : p;
 }
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22  // Linux 5.14
+#endif
 
 // Copies `len` bytes at `remote` of process `pid` to `local`; false when the kernel refused.
 bool cma_read(pid_t pid, void* local, const void* remote, std::size_t len) {
@@ -67,57 +73,53 @@ void BM_CopyFloor(benchmark::State& state) {
     state.SkipWithError("needs 2 CPUs");
     return;
   }
-  // The sender: a process that owns the source buffer (written once, as a ping-pong's is)
-  // and sleeps on its CPU until the benchmark closes the pipe.
+  // The sender: a process that owns the source buffer (written once, as a ping-pong's is) and
+  // runs its card's engine: on each `go` it copies the message chunk by chunk into the landing
+  // zone, counting `landed`, until `stop`.
+  struct Sync {
+    std::atomic<long> go{0}, landed{0};
+    std::atomic<bool> stop{false}, engine_failed{false};
+  };
   auto* src = static_cast<unsigned char*>(map_anon(kMessage));
-  int gate[2];
-  if (src == nullptr || ::pipe(gate) != 0) {
-    state.SkipWithError("mmap or pipe failed");
-    return;
-  }
-  std::memset(src, 0x5a, kMessage);
-  const pid_t sender = ::fork();
-  if (sender == 0) {
-    pin(sender_cpu);
-    ::close(gate[1]);
-    char c;
-    (void)!::read(gate[0], &c, 1);
-    ::_exit(0);
-  }
-  ::close(gate[0]);
-  // The landing zone: shared memory, as the card's HBM is (a memfd the daemon maps).
+  void* sync_map = ::mmap(nullptr, sizeof(Sync), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  // The landing zone: shared memory, as the card's HBM is (a memfd every owner maps).
   const int fd = ::memfd_create("copy-floor-landing", MFD_CLOEXEC);
   void* land_map = MAP_FAILED;
   if (fd >= 0 && ::ftruncate(fd, static_cast<off_t>(kLandingSlots * chunk)) == 0) {
     land_map = ::mmap(nullptr, kLandingSlots * chunk, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   }
+  if (src == nullptr || sync_map == MAP_FAILED || land_map == MAP_FAILED) {
+    state.SkipWithError("mmap or memfd failed");
+    return;
+  }
+  auto* sync = new (sync_map) Sync();
+  auto* land = static_cast<unsigned char*>(land_map);
+  std::memset(land, 0, kLandingSlots * chunk);
+  std::memset(src, 0x5a, kMessage);
+  const pid_t sender = ::fork();
+  if (sender == 0) {
+    pin(sender_cpu);
+    long k = 0;
+    for (long m = 0;; ++m) {
+      while (sync->go.load(std::memory_order_acquire) <= m) {
+        if (sync->stop.load(std::memory_order_relaxed)) ::_exit(0);
+      }
+      for (std::size_t j = 0; j < chunks; ++j, ++k) {
+        if (::madvise(src + j * chunk, chunk, MADV_POPULATE_READ) != 0) sync->engine_failed.store(true);
+        std::memcpy(land + std::size_t(k % kLandingSlots) * chunk, src + j * chunk, chunk);
+        sync->landed.store(k + 1, std::memory_order_release);
+      }
+    }
+  }
   auto* dst = static_cast<unsigned char*>(map_anon(kMessage));
-  if (sender < 0 || land_map == MAP_FAILED || dst == nullptr) {
-    state.SkipWithError("fork, memfd or mmap failed");
+  if (sender < 0 || dst == nullptr) {
+    state.SkipWithError("fork or mmap failed");
   } else {
-    auto* land = static_cast<unsigned char*>(land_map);
-    std::memset(land, 0, kLandingSlots * chunk);
     std::memset(dst, 0, kMessage);
     cpu_set_t before;
     CPU_ZERO(&before);
     const bool restore = ::sched_getaffinity(0, sizeof before, &before) == 0;
     pin(receiver_cpu);
-    std::atomic<long> go{0}, landed{0};
-    std::atomic<bool> stop{false}, engine_failed{false};
-    std::thread engine([&, cpu = sender_cpu] {
-      pin(cpu);
-      long k = 0;
-      for (long m = 0;; ++m) {
-        while (go.load(std::memory_order_acquire) <= m) {
-          if (stop.load(std::memory_order_relaxed)) return;
-        }
-        for (std::size_t j = 0; j < chunks; ++j, ++k) {
-          if (!cma_read(sender, land + std::size_t(k % kLandingSlots) * chunk, src + j * chunk, chunk))
-            engine_failed.store(true);
-          landed.store(k + 1, std::memory_order_release);
-        }
-      }
-    });
     double one_s = 0, two_s = 0;
     long m = 0, k = 0;
     bool ok = true;
@@ -125,9 +127,9 @@ void BM_CopyFloor(benchmark::State& state) {
       auto t0 = std::chrono::steady_clock::now();
       ok = ok && cma_read(sender, dst, src, kMessage);
       auto t1 = std::chrono::steady_clock::now();
-      go.store(++m, std::memory_order_release);
+      sync->go.store(++m, std::memory_order_release);
       for (std::size_t j = 0; j < chunks; ++j, ++k) {
-        while (landed.load(std::memory_order_acquire) <= k) {
+        while (sync->landed.load(std::memory_order_acquire) <= k) {
         }
         std::memcpy(dst + j * chunk, land + std::size_t(k % kLandingSlots) * chunk, chunk);
       }
@@ -136,11 +138,11 @@ void BM_CopyFloor(benchmark::State& state) {
       one_s += std::chrono::duration<double>(t1 - t0).count();
       two_s += std::chrono::duration<double>(t2 - t1).count();
     }
-    stop.store(true);
-    engine.join();
     if (restore) (void)::sched_setaffinity(0, sizeof before, &before);
-    if (!ok || engine_failed.load()) {
+    if (!ok) {
       state.SkipWithError("process_vm_readv refused (ptrace scope?)");
+    } else if (sync->engine_failed.load()) {
+      state.SkipWithError("madvise(MADV_POPULATE_READ) refused (Linux before 5.14?)");
     } else if (dst[0] != 0x5a || dst[kMessage - 1] != 0x5a) {
       state.SkipWithError("the copies did not move the data");
     } else {
@@ -150,8 +152,9 @@ void BM_CopyFloor(benchmark::State& state) {
       state.counters["two_over_one"] = one_s / two_s;
     }
   }
-  ::close(gate[1]);
+  sync->stop.store(true);
   if (sender > 0) (void)::waitpid(sender, nullptr, 0);
+  ::munmap(sync_map, sizeof(Sync));
   if (land_map != MAP_FAILED) ::munmap(land_map, kLandingSlots * chunk);
   if (fd >= 0) ::close(fd);
   if (dst) ::munmap(dst, kMessage);
@@ -163,8 +166,9 @@ BENCHMARK(BM_CopyFloor)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMicrosec
 constexpr const char* kAbout =
     "npo-copy-floor-bench: the copy floor of a 1 MiB message between two processes on this host.\n"
     "Per iteration, one CMA copy (Open MPI's shared memory: the receiver reads the sender's buffer)\n"
-    "and two pipelined copies (the emulated card: an engine thread on the sender's CPU copies each\n"
-    "chunk into shared memory, the receiver's CPU copies it out), interleaved. BM_CopyFloor/K: chunks\n"
+    "and two pipelined copies (the emulated card: the sender's card engine, run by the sender's own\n"
+    "process, copies each chunk into shared memory with the CPU, the receiver's CPU copies it out),\n"
+    "interleaved. BM_CopyFloor/K: chunks\n"
     "of K KiB (1024: the whole message at once). Counters: one_copy_GBps and two_copies_GBps (10^9\n"
     "B/s of each path's own time), two_over_one (their ratio). Time: one iteration, both paths.\n"
     "Needs 2 CPUs (else the rows say ERROR OCCURRED: needs 2 CPUs). README \"Open MPI over npo\".\n\n";
