@@ -169,12 +169,7 @@ void QueueModel::write(std::uint32_t reg, unsigned /*width*/, std::uint64_t valu
           break;
         }
         // registers.md §5.2: enabling starts the rings from index 0 with nothing pending.
-        st_.sq_tail.store(0);
-        st_.sq_head.store(0);
-        st_.cq_head.store(0);
-        st_.cq_tail.store(0);
-        st_.completed.store(0);
-        st_.err.store(0);
+        restart_rings();
         st_.status.fetch_and(~(qr::kStatusConfigError.mask() | qr::kStatusHalted.mask()));
         st_.failed_since_fence.store(0);
         st_.enabled.store(1);
@@ -195,18 +190,22 @@ void QueueModel::write(std::uint32_t reg, unsigned /*width*/, std::uint64_t valu
   }
 }
 
+void QueueModel::restart_rings() noexcept {
+  st_.sq_tail.store(0);
+  st_.sq_head.store(0);
+  st_.cq_head.store(0);
+  st_.cq_tail.store(0);
+  st_.completed.store(0);
+  st_.err.store(0);
+}
+
 void QueueModel::queue_reset_locked() {
   // Abort everything pending: the ring indexes return to 0, the queue is disabled, a hang
   // injected on it is cleared. The driver completes aborted ops itself (status kAborted /
   // kTimeout, which only software writes).
   st_.enabled.store(0);
   st_.hung.store(0);
-  st_.sq_tail.store(0);
-  st_.sq_head.store(0);
-  st_.cq_head.store(0);
-  st_.cq_tail.store(0);
-  st_.err.store(0);
-  st_.completed.store(0);
+  restart_rings();
   st_.status.store(0);
   st_.inject_errors.store(0);
   st_.failed_since_fence.store(0);

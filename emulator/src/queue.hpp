@@ -56,6 +56,9 @@ class QueueModel final : public Runnable {
 
  private:
   void queue_reset_locked();
+  /// Both rings back to index 0 with nothing pending, COMPLETED and ERR cleared (registers.md
+  /// §5.2: enable; a queue reset). Under st_.lock.
+  void restart_rings() noexcept;
   /// One batch of up to 64 descriptors, under st_.lock: true when more work is runnable now.
   bool run_batch_locked();
   /// Executes one descriptor; returns status and info.

@@ -5,7 +5,12 @@
 
 #include <stdlib.h>
 
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "child_process.hpp"
@@ -54,5 +59,25 @@ class EmudProcess {
   std::string dir_;
   ChildProcess child_;
 };
+
+/// Waits (up to 5 s) until every thread of `pid` is stopped (state T in /proc/PID/task/*/stat):
+/// kill(2) returns before a running thread has taken SIGSTOP.
+inline bool all_threads_stopped(pid_t pid) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  const std::filesystem::path tasks = "/proc/" + std::to_string(pid) + "/task";
+  while (std::chrono::steady_clock::now() < end) {
+    bool all = true;
+    std::error_code ec;
+    for (const auto& t : std::filesystem::directory_iterator(tasks, ec)) {
+      std::ifstream f(t.path() / "stat");
+      std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      const auto paren = stat.rfind(')');  // the state follows the command name in parentheses
+      if (paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] != 'T') all = false;
+    }
+    if (!ec && all) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
 
 }  // namespace npo_test

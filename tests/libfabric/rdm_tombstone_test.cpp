@@ -51,26 +51,6 @@ bool any_entry_within(Side& s, int ms) {
   return false;
 }
 
-// Waits (up to 5 s) until every thread of `pid` is stopped (state T in /proc/PID/task/*/stat):
-// kill(2) returns before a running thread has taken SIGSTOP.
-bool all_threads_stopped(pid_t pid) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  const std::filesystem::path tasks = "/proc/" + std::to_string(pid) + "/task";
-  while (std::chrono::steady_clock::now() < end) {
-    bool all = true;
-    std::error_code ec;
-    for (const auto& t : std::filesystem::directory_iterator(tasks, ec)) {
-      std::ifstream f(t.path() / "stat");
-      std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-      const auto paren = stat.rfind(')');  // the state follows the command name in parentheses
-      if (paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] != 'T') all = false;
-    }
-    if (!ec && all) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return false;
-}
-
 TEST(RdmTombstone, ASuccessorFillsThePredecessorsGapAndThePredecessorsMessageBehindItIsStillItsOwn) {
   npo_test::EmudProcess emud;
   ASSERT_TRUE(emud.start(NPO_EMUD, "emu:mesh8")) << emud.output();
@@ -131,7 +111,7 @@ TEST(RdmTombstone, ASuccessorFillsThePredecessorsGapAndThePredecessorsMessageBeh
       if (t.joinable()) t.join();
     }
   } join{resume};
-  ASSERT_TRUE(all_threads_stopped(daemon)) << "npo-emud did not stop within 5 s";
+  ASSERT_TRUE(npo_test::all_threads_stopped(daemon)) << "npo-emud did not stop within 5 s";
   const ssize_t s2 = fi_tsend(a.ep, &v2, sizeof v2, nullptr, a_to_b, kTag, &ctx2);
   const ssize_t s3 = fi_tsend(a.ep, big.data(), big.size(), nullptr, a_to_b, kTag, &ctx3);
   resume.join();
