@@ -176,16 +176,23 @@ std::size_t count_daemon_cards(const std::string& dir, std::string& why) {
 // Why the emu-remote options `query` (k=v&k=v) cannot pass through to the domains' cards, or ""
 // when they can: doorbell=shadow|socket and engine=local|daemon (docs/libfabric.md "Backend").
 std::string bad_pass_through(std::string_view query) {
+  bool local = false, socket = false;
   while (!query.empty()) {
     const auto amp = query.find('&');
     const std::string_view kv = query.substr(0, amp);
     query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+    local = local || kv == "engine=local";
+    socket = socket || kv == "doorbell=socket";
     if (kv == "doorbell=shadow" || kv == "doorbell=socket" || kv == "engine=local" || kv == "engine=daemon") continue;
     if (kv.starts_with("doorbell=")) return "?" + std::string(kv) + " is neither ?doorbell=shadow nor ?doorbell=socket";
     if (kv.starts_with("engine=")) return "?" + std::string(kv) + " is neither ?engine=local nor ?engine=daemon";
     return "the provider takes no ?" + std::string(kv) +
            " (it opens every card of the daemon as domain npoK itself; list one card with FI_NPO_CARD=K; only "
            "?doorbell=shadow|socket and ?engine=local|daemon pass through)";
+  }
+  if (local && socket) {
+    return "?engine=local needs ?doorbell=shadow (a rank's own engines order their doorbells through the shadow "
+           "page); with ?doorbell=socket the daemon runs the engines";
   }
   return {};
 }

@@ -255,6 +255,25 @@ TEST(EmudEngine, EngineShareHbmFdAndEventsRefuseWhatTheyMust) {
   EXPECT_EQ(g::kFaultInfoWrite.get(info), 1u);
   pollfd p{r.fd, POLLIN, 0};
   EXPECT_EQ(::poll(&p, 1, 200), 0) << "a posted event that was taken sends no reply";
+  // The URI option: a bad value and a contradiction are refused before anything connects;
+  // doorbell=socket alone leaves the engines to the daemon.
+  auto bogus = npo::System::open(d.uri() + "?card=0&engine=bogus");
+  ASSERT_FALSE(bogus.has_value());
+  EXPECT_EQ(bogus.error().code(), Code::kInvalidArgument);
+  EXPECT_NE(bogus.error().message().find("engine=bogus is neither local nor daemon"), std::string::npos)
+      << bogus.error().to_string();
+  auto both = npo::System::open(d.uri() + "?card=0&engine=local&doorbell=socket");
+  ASSERT_FALSE(both.has_value());
+  EXPECT_EQ(both.error().code(), Code::kInvalidArgument);
+  EXPECT_NE(both.error().message().find("engine=local needs doorbell=shadow"), std::string::npos)
+      << both.error().to_string();
+  {
+    auto socket = npo::System::open(d.uri() + "?card=0&doorbell=socket");
+    ASSERT_TRUE(socket.has_value()) << socket.error().to_string();
+  }
+  EXPECT_TRUE(wait_output(d, std::regex("disconnect card=0 pid=" + std::to_string(::getpid()) + " mode=owner"), 5000));
+  EXPECT_EQ(d.output().find("card=0 pid=" + std::to_string(::getpid()) + ": the owner runs"), std::string::npos)
+      << "doorbell=socket: the daemon runs the engines";
 }
 
 TEST(EmudEngine, AnOwnerGoneInsideABatchLeavesNoQueueLockAndNoInflightWindowBehind) {

@@ -118,9 +118,10 @@ for want in "NPO_FI_FAULT='bogus' is not valid (accepted: abort, report); using 
   n="$(grep -cF "npo: ${want}" "${dir}/cli.log" || true)"
   [[ "${n}" -eq 1 ]] || fail "expected once, saw ${n} times: npo: ${want}"
 done
-# Doorbells (docs/libfabric.md "Backend"): the ping-pong above rang its queues through the shadow
-# page (npo-emud logs it per connection); ?doorbell=socket passes through to every card the
-# provider opens and asks for none; any other query is refused.
+# Doorbells (docs/libfabric.md "Backend"): the ping-pong above asked for the shadow page its
+# owner's engines need (npo-emud logs it per connection); ?doorbell=socket passes through to every
+# card the provider opens and asks for none (the daemon runs the engines); any other query is
+# refused.
 shadow_lines() { grep -c ': shadow doorbells for 32 queues' "${dir}/emud.log" || true; }
 shadow_before="$(shadow_lines)"
 [[ "${shadow_before}" -ge 2 ]] || fail "the default ping-pong asked for ${shadow_before} shadow pages, not 2"
@@ -142,6 +143,8 @@ expect_no_cards "?doorbell=bogus" "^npo: no cards: .*: \?doorbell=bogus is neith
   NPO_FI_BACKEND="${NPO_FI_BACKEND}?doorbell=bogus"
 expect_no_cards "?engine=bogus" "^npo: no cards: .*: \?engine=bogus is neither \?engine=local nor \?engine=daemon" \
   NPO_FI_BACKEND="${NPO_FI_BACKEND}?doorbell=shadow&engine=bogus"
+expect_no_cards "?engine=local&doorbell=socket" "^npo: no cards: .*: \?engine=local needs \?doorbell=shadow" \
+  NPO_FI_BACKEND="${NPO_FI_BACKEND}?engine=local&doorbell=socket"
 # both options pass through together: every card listed
 n_both="$(NPO_FI_BACKEND="${NPO_FI_BACKEND}?engine=daemon&doorbell=shadow" fi_info -p npo -t FI_EP_RDM 2>/dev/null | grep -c 'domain: npo' || true)"
 [[ "${n_both}" -ge 8 ]] || fail "?engine=daemon&doorbell=shadow: ${n_both} domains listed, expected 8"

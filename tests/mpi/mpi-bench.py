@@ -14,7 +14,7 @@ In one run, over each transport:
 Transports:
   npo PROVIDER  mpirun --mca pml cm --mca mtl ofi --mca btl self --mca mtl_ofi_provider_include
                 PROVIDER, ranks on the cards of a private `npo-emud --topology emu:mesh8`
-                (FI_PROVIDER_PATH, NPO_FI_BACKEND); --provider (default "npo;ofi_rxd"; repeat it
+                (FI_PROVIDER_PATH, NPO_FI_BACKEND); --provider (default "npo"; repeat it
                 to compare e.g. "npo" with "npo;ofi_rxd"). mtl ofi's verbose line must name
                 exactly PROVIDER on every rank, or the row is reported failed.
   shm           mpirun --mca pml ob1 --mca btl self,vader (Open MPI's own shared memory)
@@ -324,13 +324,14 @@ def main():
         if args.rounds > 1 and main_t.pp_rounds:
             # The same ratios round by round (each side measured in that round): their spread.
             print()
-            print(f"| {main_t.key} / peer, round by round | latency 8 B | bandwidth 1 MiB |")
-            print("|---|---|---|")
+            print(f"| {main_t.key} / peer, round by round | latency 8 B | bandwidth 1 MiB | allreduce busbw |")
+            print("|---|---|---|---|")
             for t in others:
                 pairs = list(zip(main_t.pp_rounds, t.pp_rounds))
                 lat = ", ".join(ratio(a[8][0], b[8][0]) for a, b in pairs)
                 bw = ", ".join(ratio(a[1 << 20][1], b[1 << 20][1]) for a, b in pairs)
-                print(f"| vs {t.label} | {lat} | {bw} |")
+                bus = ", ".join(ratio(a[4], b[4]) for a, b in zip(main_t.ar_rounds, t.ar_rounds))
+                print(f"| vs {t.label} | {lat} | {bw} | {bus} |")
     return 1 if any(t.failed() for t in everything) or trace_failed else 0
 
 

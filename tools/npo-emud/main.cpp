@@ -116,9 +116,10 @@ int main(int argc, char** argv) {
                                "at shutdown)");
   std::string engine = "inline";
   app.add_option("--engine", engine,
-                 "who runs a DMA queue's engine: inline (the session thread that receives the client's doorbell "
-                 "write, no cross-thread wake-up; the default) or workers (the emulator's worker threads, as in "
-                 "process)")
+                 "who runs a DMA queue's engine for a client that does not run its own card's engines (an owner "
+                 "does by default: emu-remote's engine=local, protocol §5.12): inline (the session thread that "
+                 "receives the client's doorbell, no cross-thread wake-up; the default) or workers (the emulator's "
+                 "worker threads, as in process)")
       ->check(CLI::IsMember({"inline", "workers"}));
   std::string session_cpus = "client";
   app.add_option("--session-cpus", session_cpus,

@@ -1181,8 +1181,9 @@ struct Options {
   /// doorbell=shadow (the default): an owner rings its queues through the shadow page (spec
   /// §5.11); doorbell=socket: one posted REGION_WRITE per doorbell (protocol 1.3 and before).
   bool shadow_doorbells = true;
-  /// engine=local (the default): an owner runs its card's DMA engines in this process (spec
-  /// §5.12; needs the shadow page); engine=daemon: npo-emud's session thread runs them.
+  /// engine=local (the default, unless doorbell=socket): an owner runs its card's DMA engines in
+  /// this process (spec §5.12; its doorbells wait for posted writes through the shadow page, so
+  /// it needs doorbell=shadow); engine=daemon: npo-emud's session thread runs them.
   bool local_engines = true;
 };
 
@@ -1192,6 +1193,7 @@ Result<Options> parse(std::string_view rest) {
   o.dir = std::string(rest.substr(0, q));
   if (o.dir.empty()) return fail(Code::kInvalidArgument, fmt::format("emu-remote: no directory; forms: {}", kForms));
   if (q == std::string_view::npos) return o;
+  bool engine_given = false;
   std::string_view opts = rest.substr(q + 1);
   while (!opts.empty()) {
     const auto amp = opts.find('&');
@@ -1231,9 +1233,20 @@ Result<Options> parse(std::string_view rest) {
                     fmt::format("emu-remote: engine={} is neither local nor daemon; forms: {}", v, kForms));
       }
       o.local_engines = v == "local";
+      engine_given = true;
     } else {
       return fail(Code::kInvalidArgument, fmt::format("emu-remote: unknown option '{}'; forms: {}", kv, kForms));
     }
+  }
+  if (!o.shadow_doorbells) {
+    if (engine_given && o.local_engines) {
+      return fail(Code::kInvalidArgument,
+                  fmt::format("emu-remote: engine=local needs doorbell=shadow (an owner's own engines order their "
+                              "doorbells after its posted writes through the shadow page, spec §5.12); with "
+                              "doorbell=socket the daemon runs the engines (engine=daemon); forms: {}",
+                              kForms));
+    }
+    o.local_engines = false;  // doorbell=socket: the daemon's engines, rung by posted writes
   }
   if (o.owners && o.read_only) {
     return fail(Code::kInvalidArgument,
