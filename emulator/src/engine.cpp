@@ -44,7 +44,9 @@ void saturating_add(std::atomic<std::uint64_t>& c, std::uint64_t n) noexcept {
 }  // namespace
 
 bool QueueModel::pending() const noexcept {
-  return st_.sq_tail.load(std::memory_order_acquire) != st_.sq_head.load(std::memory_order_acquire);
+  // seq_cst (a plain load on x86): run_inline's check after its unlock pairs with a ringer's
+  // SQ_TAIL store and lock attempt.
+  return st_.sq_tail.load(std::memory_order_seq_cst) != st_.sq_head.load(std::memory_order_acquire);
 }
 
 bool QueueModel::has_work() const noexcept {
@@ -57,15 +59,14 @@ bool QueueModel::has_work() const noexcept {
 }
 
 void QueueModel::run_inline() {
-  // Dekker with a ringer on another thread or process: it stores SQ_TAIL (seq_cst), then tries
-  // the lock; we unlock, fence, then look at the work again. One of the two sees the other's
-  // store, so no doorbell is left without an engine.
+  // Dekker with a ringer on another thread or process: it stores SQ_TAIL, then tries the lock;
+  // we release the lock, then look at the work again -- all seq_cst operations, so one of the
+  // two sees the other's store and no doorbell is left without an engine.
   while (has_work()) {
     if (!st_.lock.try_lock(host_.lock_tag())) return;  // its holder runs it (see above)
     bool more = true;
     while (more) more = run_batch_locked();
-    st_.lock.unlock();
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    st_.lock.unlock_seq_cst();
   }
 }
 

@@ -37,9 +37,12 @@ class QueueLock {
   /// Takes the lock if it is free. `holder` != 0.
   [[nodiscard]] bool try_lock(std::uint32_t holder) noexcept {
     std::uint32_t free = 0;
-    return word_.compare_exchange_strong(free, holder, std::memory_order_acquire, std::memory_order_relaxed);
+    return word_.compare_exchange_strong(free, holder, std::memory_order_seq_cst, std::memory_order_seq_cst);
   }
   void unlock() noexcept { word_.store(0, std::memory_order_release); }
+  /// Unlock as a seq_cst read-modify-write: a load of another location after it is ordered after
+  /// it (QueueModel::run_inline's look for work a ringer left while the lock was held).
+  void unlock_seq_cst() noexcept { (void)word_.exchange(0, std::memory_order_seq_cst); }
   /// Frees the lock if `holder` holds it (a process that is gone): true if it did.
   bool break_if_held_by(std::uint32_t holder) noexcept {
     std::uint32_t h = holder;
