@@ -18,7 +18,9 @@ for v in "$@"; do
   names+=("${v%%,*}")
 done
 log="$(mktemp "${TMPDIR:-/tmp}/npo-dmadev-autotest.XXXXXX.log")"
-trap 'rm -f "${log}"' EXIT
+# A DSO under a world-writable directory (a build tree in /tmp) is loaded from a private copy.
+{ read -r pmd; read -r plugin_dir; } < <(bash "$(dirname "${BASH_SOURCE[0]}")/plugin-path.sh" "${pmd}")
+trap 'rm -f "${log}"; [[ -z "${plugin_dir}" ]] || rm -rf "${plugin_dir}"' EXIT
 # One EAL per process; a unique file prefix, no shared config, no huge pages; bounded run.
 DPDK_TEST=dmadev_autotest timeout --kill-after=10 240 dpdk-test --no-huge -m 256 --no-pci -l 0-1 --no-shconf \
   --file-prefix "npo-dmadev-$$" -d "${pmd}" "${vdev_args[@]}" </dev/null >"${log}" 2>&1

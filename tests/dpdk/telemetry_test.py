@@ -15,7 +15,11 @@ import subprocess
 import sys
 import time
 
-pmd = sys.argv[1]
+# A DSO under a world-writable directory (a build tree in /tmp) is loaded from a private copy
+# (plugin-path.sh: DPDK refuses such a directory).
+pmd, plugin_dir = subprocess.run(
+    ["bash", os.path.join(os.path.dirname(os.path.abspath(__file__)), "plugin-path.sh"), sys.argv[1]],
+    check=True, capture_output=True, text=True).stdout.split("\n")[:2]
 prefix = f"npo-tel-{os.getpid()}"
 runtime = "/var/run/dpdk" if os.getuid() == 0 else os.path.join(os.environ.get("XDG_RUNTIME_DIR", "/tmp"), "dpdk")
 sock = os.path.join(runtime, prefix, "dpdk_telemetry.v2")
@@ -94,5 +98,7 @@ finally:
             app.kill()
             app.communicate(timeout=10)
     shutil.rmtree(os.path.join(runtime, prefix), ignore_errors=True)
+    if plugin_dir:
+        shutil.rmtree(plugin_dir, ignore_errors=True)
 print("PASS" if not failures else f"FAIL: {len(failures)} checks")
 sys.exit(1 if failures else 0)
