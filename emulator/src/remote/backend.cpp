@@ -1016,12 +1016,7 @@ class RemoteDevice final : public backend::Device {
               "cannot be sealed (spec §5.2), which only the daemon touches safely",
               ci_.card, iova);
     }
-    if (engine_) {
-      if (auto m = engine_->map(vaddr, iova, length, access); !m) {
-        (void)undo_daemon_map(iova, length);
-        return std::unexpected(m.error().with({.card = ci_.card}));
-      }
-    }
+    if (auto m = mirror([&] { return engine_->map(vaddr, iova, length, access); }, iova, length); !m) return m;
     {
       std::lock_guard lock(mu_);
       mapped_[iova] = length;
@@ -1066,11 +1061,8 @@ class RemoteDevice final : public backend::Device {
       }
     }
     if (!r) return std::unexpected(r.error().with({.card = ci_.card}));
-    if (engine_) {
-      if (auto m = engine_->map_process(vaddr, iova, length, access); !m) {
-        (void)undo_daemon_map(iova, length);
-        return std::unexpected(m.error().with({.card = ci_.card}));
-      }
+    if (auto m = mirror([&] { return engine_->map_process(vaddr, iova, length, access); }, iova, length); !m) {
+      return m;
     }
     std::lock_guard lock(mu_);
     mapped_[iova] = length;
@@ -1125,6 +1117,17 @@ class RemoteDevice final : public backend::Device {
   Result<void> check_connection() override { return c_->check(); }
 
  private:
+  /// With local engines, `map()` mirrors a mapping the daemon just made into their view of the
+  /// IOMMU; if that fails, the daemon's mapping is undone too (nothing is mapped on error).
+  template <class Map>
+  Result<void> mirror(Map map, std::uint64_t iova, std::uint64_t length) {
+    if (!engine_) return {};
+    if (auto m = map(); !m) {
+      (void)undo_daemon_map(iova, length);
+      return std::unexpected(m.error().with({.card = ci_.card}));
+    }
+    return {};
+  }
   /// DMA_UNMAP of [iova, +length) at the daemon.
   Result<void> undo_daemon_map(std::uint64_t iova, std::uint64_t length) {
     std::array<std::byte, emud::dma_unmap::kBytes> b{};
