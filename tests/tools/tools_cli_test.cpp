@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Every tool's bad command line: exit 2 with one clear line (tools/common/cli.hpp), never
 // CLI11's own codes (104..114) or its misleading texts; a malformed backend URI is 2 too.
+// Also what every tool shares on a good one: --version.
 #include <string>
 #include <utility>
 #include <vector>
@@ -157,6 +158,27 @@ TEST(ToolsCli, CardOrPortThatDoesNotExistIsAnError) {
   // In range still works.
   const auto r = npo_test::run_command(kLink + " show --train --card 7 --port 6" + kBe);
   EXPECT_EQ(r.status, 0) << r.out;
+}
+
+// Issue 35: every tool's --version is "TOOL (npo-hal) VERSION[ (git COMMIT)]", VERSION the
+// top-level project(npo-hal VERSION ...) (passed in by CMake), exit 0.
+TEST(ToolsCli, VersionIsTheProjectVersion) {
+  std::vector<std::pair<std::string, std::string>> tools = {
+      {"npo-smi", kSmi}, {"npo-link", kLink}, {"npo-dma-bench", kBench}, {"npo-emu", kEmu}, {"npo-emud", kEmud}};
+  if (!std::string(NPO_EXPORTER).empty()) tools.emplace_back("npo-exporter", NPO_EXPORTER);
+  const std::string version = NPO_PROJECT_VERSION;
+  for (const auto& [name, exe] : tools) {
+    SCOPED_TRACE(name);
+    const auto r = npo_test::run_command(exe + " --version 2>&1");
+    EXPECT_EQ(r.status, 0) << r.out;
+    const std::string head = name + " (npo-hal) " + version;
+    ASSERT_TRUE(r.out.starts_with(head)) << r.out;
+    const std::string rest = r.out.substr(head.size());
+    // One line: the version, then the commit when the build came from git.
+    EXPECT_TRUE(rest == "\n" ||
+                (rest.starts_with(" (git ") && rest.ends_with(")\n") && rest.find('\n') == rest.size() - 1))
+        << r.out;
+  }
 }
 
 }  // namespace

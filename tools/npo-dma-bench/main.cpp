@@ -287,6 +287,7 @@ int main(int argc, char** argv) {
   Options o;
   npo::tools::LogOptions log;
   CLI::App app{"npo-dma-bench: DMA bandwidth and op rate, with a same-run memcpy baseline per size"};
+  npo::tools::add_version_flag(app, "npo-dma-bench");
   npo::tools::add_log_options(app, log);
   npo::tools::add_backend_option(app, o.backend, "-b,--backend",
                                  "backend URI (default emu:mesh8; emu:mesh8?hbm=1G for 256 MiB transfers)");

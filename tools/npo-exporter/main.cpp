@@ -93,6 +93,7 @@ std::string bind_failure(const std::string& host, int port) {
 
 int main(int argc, char** argv) {
   CLI::App app{"npo-exporter: Prometheus metrics of every card, port and lane (text format 0.0.4)"};
+  npo::tools::add_version_flag(app, "npo-exporter");
   std::optional<std::string> backend;
   npo::tools::add_backend_option(app, backend, "-b,--backend",
                                  "backend URI (default: NPO_BACKEND or emu:mesh8); emu-remote: is attached read-only");

@@ -124,6 +124,7 @@ bool check_selection(const char* sub, npo::System& sys, const Common& c, std::op
 
 int main(int argc, char** argv) {
   CLI::App app{"npo-link: optical links and transceivers of NPO cards"};
+  npo::tools::add_version_flag(app, "npo-link");
   app.require_subcommand(1);
   // --log-level/--log-format anywhere on the line (subcommands pass unknown options up).
   npo::tools::LogOptions log;

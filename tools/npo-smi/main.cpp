@@ -432,6 +432,7 @@ int topo(npo::System& s, bool json, const std::string& expect, const TopoFormat&
 int main(int argc, char** argv) {
   CLI::App app{
       "npo-smi: list NPO accelerator cards (identity, BARs, NUMA, HBM, PCIe, firmware); `topo` shows the fabric"};
+  npo::tools::add_version_flag(app, kTool);
   std::optional<std::string> backend;
   bool json = false;
   npo::tools::LogOptions log;
