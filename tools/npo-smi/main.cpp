@@ -438,8 +438,9 @@ int main(int argc, char** argv) {
   npo::tools::LogOptions log;
   npo::tools::add_backend_option(
       app, backend, "-b,--backend",
-      "backend URI: emu:mesh8 (default), emu:N, emu:file=PATH, emu-remote:DIR (a running npo-emud), vfio:all, vfio:BDF "
-      "(env NPO_BACKEND overrides the default)");
+      std::string("backend URI: emu:mesh8, emu:N, emu:file=PATH, emu-remote:DIR (a running npo-emud), vfio:all, "
+                  "vfio:BDF (") +
+          npo::tools::kBackendDefaultHelp + ")");
   app.add_flag("--json", json,
                "print one JSON object (cards: a 'cards' array; topo: 'cards', 'links', 'hops', 'diameter', "
                "'connected')");
@@ -468,7 +469,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   // npo-smi only reads: on emu-remote it attaches read-only unless the URI says mode=rw.
-  const std::string uri = npo::tools::observer_uri(npo::tools::backend_uri(backend));
+  const std::string uri = npo::tools::observer_uri(npo::tools::backend_uri(backend, kTool));
   auto sys = npo::System::open(uri);
   if (!sys) {
     fail(kTool, fmt::format("cannot open '{}'", uri), sys.error());
