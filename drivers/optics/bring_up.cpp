@@ -26,7 +26,8 @@ bool training(LinkState s) {
          s == LinkState::kFecLock;
 }
 
-/// An observer's step 1: the links as the cards have them. Nothing is enabled or trained (a
+/// An observer's step 1 (and any System's with BringUpOptions::train false): the links as the
+/// cards have them. Nothing is enabled or trained (a
 /// read-only attach's writes would be dropped, and the owner's training is not the
 /// observer's to drive), but ports with a module that are still training are waited for, up
 /// to `timeout_ns` of the platform clock, as the supervisor would follow them. `ports` stays
@@ -75,8 +76,8 @@ Result<FabricBringUp> bring_up_fabric(System& system, const BringUpOptions& opti
     return fail(Code::kPermissionDenied, "a read-only attach (mode=ro) cannot program routes: attach as the owner");
   }
   FabricBringUp out;
-  auto links = watch_only ? observe_links(system, options.timeout_ns)
-                          : bring_up_links(system, options.policy, options.timeout_ns);
+  auto links = watch_only || !options.train ? observe_links(system, options.timeout_ns)
+                                            : bring_up_links(system, options.policy, options.timeout_ns);
   if (!links) return std::unexpected(links.error());
   out.links = std::move(*links);
   auto topology = discover_topology(system);

@@ -204,7 +204,7 @@ void check_topology_conf(const std::string& conf, std::map<std::string, std::str
 TEST(SchedulerTopology, SlurmTreeTopologyFollowsTheGrammarAndCoversEveryCard) {
   // mesh8: one leaf with all 8 cards.
   {
-    const auto r = run_command(std::string(NPO_SMI) + " topo --backend emu:mesh8 --format slurm");
+    const auto r = run_command(std::string(NPO_SMI) + " topo --train --backend emu:mesh8 --format slurm");
     ASSERT_EQ(r.status, 0) << r.out;
     std::map<std::string, std::string> leaf;
     std::map<std::string, std::vector<std::string>> children;
@@ -216,7 +216,7 @@ TEST(SchedulerTopology, SlurmTreeTopologyFollowsTheGrammarAndCoversEveryCard) {
   const auto file = std::filesystem::temp_directory_path() / ("npo-obs-torus-" + std::to_string(::getpid()) + ".yaml");
   ASSERT_EQ(
       run_command(std::string(NPO_EMU) + " topo generate torus2d --cards 16 --dims 4x4 -o " + file.string()).status, 0);
-  const auto r = run_command(std::string(NPO_SMI) + " topo --backend emu:file=" + file.string() +
+  const auto r = run_command(std::string(NPO_SMI) + " topo --train --backend emu:file=" + file.string() +
                              " --format slurm --slurm-switch-size 4 --slurm-node-prefix gpu");
   std::filesystem::remove(file);
   ASSERT_EQ(r.status, 0) << r.out;
@@ -233,7 +233,7 @@ TEST(SchedulerTopology, SlurmTreeTopologyFollowsTheGrammarAndCoversEveryCard) {
 }
 
 TEST(SchedulerTopology, JsonGraphHasCardsLinksAndWeights) {
-  const auto r = run_command(std::string(NPO_SMI) + " topo --backend emu:mesh8 --format json");
+  const auto r = run_command(std::string(NPO_SMI) + " topo --train --backend emu:mesh8 --format json");
   ASSERT_EQ(r.status, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["directed"], false);
@@ -323,7 +323,8 @@ TEST(SchedulerTopology, DebianSlurmctldLoadsTheTopology) {
     GTEST_SKIP() << "needs root and Debian's slurmctld, slurm-client and munge (tools/setup-debian.sh); the grammar "
                     "check above still ran";
   }
-  const auto r = run_command(std::string(NPO_SMI) + " topo --backend emu:mesh8 --format slurm --slurm-switch-size 4");
+  const auto r =
+      run_command(std::string(NPO_SMI) + " topo --train --backend emu:mesh8 --format slurm --slurm-switch-size 4");
   ASSERT_EQ(r.status, 0) << r.out;
   char tmpl[] = "/tmp/npo-slurm-test-XXXXXX";
   ASSERT_NE(::mkdtemp(tmpl), nullptr);

@@ -1,12 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 // Every tool's bad command line: exit 2 with one clear line (tools/common/cli.hpp), never
 // CLI11's own codes (104..114) or its misleading texts; a malformed backend URI is 2 too.
+// Also what every tool shares on a good one: --version, and the default backend.
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
+#include "common/fake_sysfs.hpp"
 #include "common/run_command.hpp"
 
 namespace {
@@ -157,6 +163,81 @@ TEST(ToolsCli, CardOrPortThatDoesNotExistIsAnError) {
   // In range still works.
   const auto r = npo_test::run_command(kLink + " show --train --card 7 --port 6" + kBe);
   EXPECT_EQ(r.status, 0) << r.out;
+}
+
+// Issue 35: every tool's --version is "TOOL (npo-hal) VERSION[ (git COMMIT)]", VERSION the
+// top-level project(npo-hal VERSION ...) (passed in by CMake), exit 0.
+TEST(ToolsCli, VersionIsTheProjectVersion) {
+  std::vector<std::pair<std::string, std::string>> tools = {
+      {"npo-smi", kSmi}, {"npo-link", kLink}, {"npo-dma-bench", kBench}, {"npo-emu", kEmu}, {"npo-emud", kEmud}};
+  if (!std::string(NPO_EXPORTER).empty()) tools.emplace_back("npo-exporter", NPO_EXPORTER);
+  const std::string version = NPO_PROJECT_VERSION;
+  for (const auto& [name, exe] : tools) {
+    SCOPED_TRACE(name);
+    const auto r = npo_test::run_command(exe + " --version 2>&1");
+    EXPECT_EQ(r.status, 0) << r.out;
+    const std::string head = name + " (npo-hal) " + version;
+    ASSERT_TRUE(r.out.starts_with(head)) << r.out;
+    const std::string rest = r.out.substr(head.size());
+    // One line: the version, then the commit when the build came from git.
+    EXPECT_TRUE(rest == "\n" ||
+                (rest.starts_with(" (git ") && rest.ends_with(")\n") && rest.find('\n') == rest.size() - 1))
+        << r.out;
+  }
+}
+
+/// Runs `cmd` with NPO_BACKEND unset and NPO_SYSFS_ROOT=`root`: stdout, and stderr apart.
+struct SplitResult {
+  int status = -1;
+  std::string out;
+  std::string err;
+};
+SplitResult run_without_backend(const std::string& root, const std::string& cmd) {
+  const std::string err_path = root + "/stderr.txt";
+  const auto r = npo_test::run_command("env -u NPO_BACKEND NPO_SYSFS_ROOT='" + root + "' timeout 60 " + cmd + " 2>'" +
+                                       err_path + "'");
+  std::ifstream in(err_path);
+  std::string err((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::filesystem::remove(err_path);
+  return {r.status, r.out, err};
+}
+
+// Issue 35: with no --backend and no NPO_BACKEND a tool opens the real cards when an NPO card
+// is bound to vfio-pci (vfio:all), else the emulator, and says so in one stderr line.
+TEST(ToolsCli, NoBackendGivenRunsOnTheEmulatorAndSaysSo) {
+  npo_test::FakeSysfs none;
+  none.add("0000:3b:00.0", NPO_PCI_VENDOR_ID, NPO_PCI_DEVICE_ID, "");  // an NPO card, not bound to vfio-pci
+  const std::string warning =
+      "npo-smi: no NPO card is bound to vfio-pci; running on the emulator (emu:mesh8); pass --backend to choose\n";
+  auto r = run_without_backend(none.root(), kSmi + " --json");
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_EQ(r.err, warning);
+  // stdout stays one JSON document.
+  const auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  EXPECT_EQ(j["uri"], "emu:mesh8");
+  r = run_without_backend(none.root(), kLink + " show");
+  EXPECT_NE(r.err.find("npo-link: no NPO card is bound to vfio-pci; running on the emulator (emu:mesh8)"),
+            std::string::npos)
+      << r.err;
+  // A choice given: no warning.
+  r = run_without_backend(none.root(), kSmi + " --backend emu:2");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err.find("running on the emulator"), std::string::npos) << r.err;
+  r = run_without_backend(none.root(), "env NPO_BACKEND=emu:2 " + kSmi);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err.find("running on the emulator"), std::string::npos) << r.err;
+}
+
+TEST(ToolsCli, NoBackendGivenOpensTheCardsBoundToVfioPci) {
+  npo_test::FakeSysfs cards;
+  cards.add("0000:3b:00.0", NPO_PCI_VENDOR_ID, NPO_PCI_DEVICE_ID, "vfio-pci");
+  // vfio:all reads the real /sys: without VFIO here it fails naming the fix (exit 1), with
+  // VFIO it lists the cards it finds; either way it is vfio:all, not the emulator.
+  const auto r = run_without_backend(cards.root(), kSmi);
+  EXPECT_NE((r.out + r.err).find("vfio:all"), std::string::npos) << r.out << r.err;
+  EXPECT_EQ(r.err.find("running on the emulator"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("emu:mesh8"), std::string::npos) << r.out;
 }
 
 }  // namespace

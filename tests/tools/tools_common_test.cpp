@@ -1,15 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
-// tools/common: the backend URI order, the JSON text, error lines, tables and the one bring-up
-// every tool calls (on the emulator's virtual clock).
+// tools/common: the backend URI order (and the default: real cards, else the emulator), the JSON text, error lines,
+// tables and the one bring-up every tool calls (on the emulator's virtual clock).
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "common/backend.hpp"
 #include "common/bring_up.hpp"
+#include "common/fake_sysfs.hpp"
 #include "common/output.hpp"
 #include "npo/hal/system.hpp"
 
@@ -30,47 +32,102 @@ TEST(ToolsBackend, OwnerUriOwnsOnlyTheCardsAskedForOnEmuRemote) {
 using npo::tools::Column;
 using npo::tools::Table;
 
-/// Sets (or with nullptr unsets) NPO_BACKEND for one test, restoring it afterwards.
-class BackendEnv {
+/// Sets (or with nullptr unsets) environment variable `name` for one test, restoring it
+/// afterwards.
+class ScopedEnv {
  public:
-  explicit BackendEnv(const char* value) {
-    if (const char* old = std::getenv("NPO_BACKEND")) old_ = old;
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
     if (value != nullptr) {
-      ::setenv("NPO_BACKEND", value, 1);
+      ::setenv(name, value, 1);
     } else {
-      ::unsetenv("NPO_BACKEND");
+      ::unsetenv(name);
     }
   }
-  ~BackendEnv() {
+  ~ScopedEnv() {
     if (old_) {
-      ::setenv("NPO_BACKEND", old_->c_str(), 1);
+      ::setenv(name_, old_->c_str(), 1);
     } else {
-      ::unsetenv("NPO_BACKEND");
+      ::unsetenv(name_);
     }
   }
-  BackendEnv(const BackendEnv&) = delete;
-  BackendEnv& operator=(const BackendEnv&) = delete;
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
 
  private:
+  const char* name_;
   std::optional<std::string> old_;
 };
 
+/// NPO_BACKEND for one test.
+class BackendEnv : public ScopedEnv {
+ public:
+  explicit BackendEnv(const char* value) : ScopedEnv(npo::tools::kBackendEnv, value) {}
+};
+
+using npo_test::FakeSysfs;
+
 TEST(ToolsBackend, GivenThenEnvironmentThenDefault) {
+  const FakeSysfs none;  // no card bound to vfio-pci, whatever this machine has
+  const ScopedEnv sysfs(npo::tools::kSysfsRootEnv, none.root().c_str());
+  const auto uri = [](const std::optional<std::string>& given) { return npo::tools::resolve_backend(given).uri; };
   {
     const BackendEnv env(nullptr);
-    EXPECT_EQ(npo::tools::backend_uri(std::nullopt), npo::kDefaultUri);
-    EXPECT_EQ(npo::tools::backend_uri(std::string("emu:2")), "emu:2");
+    EXPECT_EQ(uri(std::nullopt), npo::kDefaultUri);
+    EXPECT_EQ(uri(std::string("emu:2")), "emu:2");
   }
   {
     const BackendEnv env("emu:3");
-    EXPECT_EQ(npo::tools::backend_uri(std::nullopt), "emu:3");
-    EXPECT_EQ(npo::tools::backend_uri(std::string("emu:2")), "emu:2");
-    EXPECT_EQ(npo::tools::backend_uri(std::string()), "");  // an explicit empty --backend is kept (open fails)
+    EXPECT_EQ(uri(std::nullopt), "emu:3");
+    EXPECT_EQ(uri(std::string("emu:2")), "emu:2");
+    EXPECT_EQ(uri(std::string()), "");  // an explicit empty --backend is kept (open fails)
   }
   {
     const BackendEnv env("");  // set but empty: as unset
-    EXPECT_EQ(npo::tools::backend_uri(std::nullopt), npo::kDefaultUri);
+    EXPECT_EQ(uri(std::nullopt), npo::kDefaultUri);
   }
+}
+
+// Issue 35: with no choice given, a tool uses real cards when an NPO card is bound to vfio-pci
+// (what vfio:all opens), else the emulator, and says so.
+TEST(ToolsBackend, DefaultIsVfioWhenACardIsBoundElseTheEmulator) {
+  using npo::tools::BackendSource;
+  const BackendEnv env(nullptr);
+  FakeSysfs tree;
+  const ScopedEnv sysfs(npo::tools::kSysfsRootEnv, tree.root().c_str());
+  // Another device bound to vfio-pci, and an NPO card bound to another driver or to none: no
+  // card vfio:all would open.
+  tree.add("0000:01:00.0", 0x8086, 0x1234, "vfio-pci");
+  tree.add("0000:3b:00.0", NPO_PCI_VENDOR_ID, NPO_PCI_DEVICE_ID, "npo-kmd");
+  tree.add("0000:3c:00.0", NPO_PCI_VENDOR_ID, NPO_PCI_DEVICE_ID, "");
+  auto cards = npo::vfio_bound_cards(tree.root());
+  ASSERT_TRUE(cards.has_value()) << cards.error().to_string();
+  EXPECT_TRUE(cards->empty());
+  auto choice = npo::tools::resolve_backend(std::nullopt);
+  EXPECT_EQ(choice.uri, npo::kDefaultUri);
+  EXPECT_EQ(choice.source, BackendSource::kEmulator);
+  EXPECT_EQ(npo::tools::emulator_fallback_warning("npo-smi", choice.uri),
+            "npo-smi: no NPO card is bound to vfio-pci; running on the emulator (emu:mesh8); pass --backend to choose");
+
+  tree.add("0000:5e:00.0", NPO_PCI_VENDOR_ID, NPO_PCI_DEVICE_ID, "vfio-pci");
+  cards = npo::vfio_bound_cards(tree.root());
+  ASSERT_TRUE(cards.has_value());
+  EXPECT_EQ(*cards, std::vector<std::string>{"0000:5e:00.0"});
+  EXPECT_EQ(npo::default_uri(tree.root()), "vfio:all");
+  choice = npo::tools::resolve_backend(std::nullopt);
+  EXPECT_EQ(choice.uri, "vfio:all");
+  EXPECT_EQ(choice.source, BackendSource::kCards);
+  // A choice given wins over the cards.
+  EXPECT_EQ(npo::tools::resolve_backend(std::string("emu:2")).source, BackendSource::kOption);
+  const BackendEnv chosen("emu:3");
+  EXPECT_EQ(npo::tools::resolve_backend(std::nullopt).source, BackendSource::kEnvironment);
+}
+
+TEST(ToolsBackend, NoSysfsMeansTheEmulator) {
+  const auto cards = npo::vfio_bound_cards("/nonexistent-npo-sysfs");
+  ASSERT_FALSE(cards.has_value());
+  EXPECT_EQ(cards.error().code(), npo::Code::kUnavailable);
+  EXPECT_EQ(npo::default_uri("/nonexistent-npo-sysfs"), npo::kDefaultUri);
 }
 
 TEST(ToolsBackend, OptionBindsTheGivenValue) {

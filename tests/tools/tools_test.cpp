@@ -55,7 +55,7 @@ TEST(NpoSmi, TextTableAndClearErrors) {
 }
 
 TEST(NpoSmi, TopoTrainsLinksAndPrintsTheHopMatrix) {
-  auto r = run(std::string(NPO_SMI) + " --backend emu:mesh8 topo --json");
+  auto r = run(std::string(NPO_SMI) + " --backend emu:mesh8 topo --train --json");
   ASSERT_EQ(r.status, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["cards"].size(), 8u);
@@ -69,26 +69,49 @@ TEST(NpoSmi, TopoTrainsLinksAndPrintsTheHopMatrix) {
   EXPECT_EQ(j["hops"][0][0], 0);
   EXPECT_EQ(j["hops"][0][7], 1);
   EXPECT_EQ(j["diameter"], 1);
-  r = run(std::string(NPO_SMI) + " --backend emu:mesh8 topo");
+  r = run(std::string(NPO_SMI) + " --backend emu:mesh8 topo --train");
   ASSERT_EQ(r.status, 0);
   EXPECT_NE(r.out.find("56 of 56 ports with a module trained Up"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("    C7    L1    L1    L1    L1    L1    L1    L1     X"), std::string::npos) << r.out;
+}
+
+// Issue 35: topo only reads unless --train; on the in-process emulator the links start down,
+// so it shows no link and says how to train them (one stderr line; stdout stays JSON).
+TEST(NpoSmi, TopoReadsTheLinksAsTheyAreUnlessTrain) {
+  auto r = run(std::string(NPO_SMI) + " --backend 'emu:mesh8?clock=virtual' topo --json 2>/dev/null");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["training"]["trained"], false);
+  EXPECT_EQ(j["training"]["ports_with_module"], 56);
+  EXPECT_EQ(j["training"]["up"], 0);
+  EXPECT_EQ(j["connected"], false);
+  r = run(std::string(NPO_SMI) + " --backend 'emu:mesh8?clock=virtual' topo 2>&1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("npo-smi topo: no link is up: the in-process emulator starts with its links down; add --train "
+                       "to train them\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("0 links Up; 0 of 56 ports with a module Up (read, not trained)"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("trained Up in"), std::string::npos) << r.out;
+  r = run(std::string(NPO_SMI) + " --backend 'emu:mesh8?clock=virtual' topo --train --json 2>/dev/null");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["training"]["trained"], true);
 }
 
 TEST(NpoSmi, TopoOfADisconnectedFabricSaysSo) {
   // Two separate pairs: diameter over reachable pairs is 1, which used to be printed as the
   // fabric's diameter with nothing saying half the pairs cannot reach each other.
   const std::string path = "/tmp/npo-smi-test-disc-" + std::to_string(::getpid()) + ".yaml";
-  auto r =
-      run("printf 'cards: {count: 4, ports: 2}\\ncables: [{a: \"0:0\", b: \"1:0\"}, {a: \"2:0\", b: "
-          "\"3:0\"}]\\n' > " +
-          path + " && " + std::string(NPO_SMI) + " --backend 'emu:file=" + path + "?clock=virtual' topo --json");
+  auto r = run(
+      "printf 'cards: {count: 4, ports: 2}\\ncables: [{a: \"0:0\", b: \"1:0\"}, {a: \"2:0\", b: "
+      "\"3:0\"}]\\n' > " +
+      path + " && " + std::string(NPO_SMI) + " --backend 'emu:file=" + path + "?clock=virtual' topo --train --json");
   ASSERT_EQ(r.status, 0) << r.out;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["connected"], false);
   EXPECT_EQ(j["unreachable_pairs"], 8);
   EXPECT_EQ(j["hops"][0][2], -1);
-  r = run(std::string(NPO_SMI) + " --backend 'emu:file=" + path + "?clock=virtual' topo");
+  r = run(std::string(NPO_SMI) + " --backend 'emu:file=" + path + "?clock=virtual' topo --train");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("DISCONNECTED (8 of 12 ordered card pairs unreachable"), std::string::npos) << r.out;
   std::remove(path.c_str());
@@ -116,7 +139,7 @@ TEST(NpoSmi, TopoExpectListsEveryDifferenceFromThePlan) {
           "\"3:0\"}, {a: \"0:1\", b: \"3:1\"}]\\n' > " +
           other);
   ASSERT_EQ(r.status, 0) << r.out;
-  const std::string smi = std::string(NPO_SMI) + " --backend 'emu:file=" + found + "?clock=virtual' topo";
+  const std::string smi = std::string(NPO_SMI) + " --backend 'emu:file=" + found + "?clock=virtual' topo --train";
   r = run(smi + " --expect " + same);
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("2 of 2 planned links Up as planned; the fabric matches the plan"), std::string::npos) << r.out;
@@ -350,7 +373,7 @@ TEST(NpoSmi, TopoWithACardRemovedDuringBringUpNamesIt) {
   const std::string path = scenario_file("smi-removal", "[{at_ms: 30, kind: surprise_removal, card: 2}]");
   const auto t0 = std::chrono::steady_clock::now();
   const auto r = run("timeout 60 " + std::string(NPO_SMI) + " --backend 'emu:mesh8?clock=virtual&scenario=" + path +
-                     "' topo 2>&1");
+                     "' topo --train 2>&1");
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::remove(path.c_str());
   EXPECT_EQ(r.status, 4) << r.out;

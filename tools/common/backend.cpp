@@ -1,17 +1,38 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "common/backend.hpp"
 
+#include <cstdio>
 #include <cstdlib>
+#include <utility>
+
+#include <fmt/format.h>
 
 #include "npo/hal/log.hpp"
 #include "npo/hal/system.hpp"
 
 namespace npo::tools {
 
-std::string backend_uri(const std::optional<std::string>& given) {
-  if (given) return *given;
+BackendChoice resolve_backend(const std::optional<std::string>& given) {
+  if (given) return {*given, BackendSource::kOption};
   const char* env = std::getenv(kBackendEnv);
-  return env != nullptr && *env != '\0' ? std::string(env) : std::string(npo::kDefaultUri);
+  if (env != nullptr && *env != '\0') return {env, BackendSource::kEnvironment};
+  const char* root = std::getenv(kSysfsRootEnv);
+  std::string uri = npo::default_uri(root != nullptr && *root != '\0' ? root : "/sys");
+  const BackendSource source = uri == npo::kDefaultUri ? BackendSource::kEmulator : BackendSource::kCards;
+  return {std::move(uri), source};
+}
+
+std::string emulator_fallback_warning(std::string_view tool, std::string_view uri) {
+  return fmt::format("{}: no NPO card is bound to vfio-pci; running on the emulator ({}); pass --backend to choose",
+                     tool, uri);
+}
+
+std::string backend_uri(const std::optional<std::string>& given, std::string_view tool) {
+  BackendChoice choice = resolve_backend(given);
+  if (choice.source == BackendSource::kEmulator) {
+    fmt::print(stderr, "{}\n", emulator_fallback_warning(tool, choice.uri));
+  }
+  return std::move(choice.uri);
 }
 
 std::string observer_uri(const std::string& uri) {

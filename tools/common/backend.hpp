@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -16,10 +17,40 @@ namespace npo::tools {
 /// Environment variable naming the backend when --backend is not given.
 inline constexpr const char* kBackendEnv = "NPO_BACKEND";
 
-/// The backend URI a tool opens: `given` (the --backend value, also when empty) if set, else
-/// $NPO_BACKEND if set and not empty, else npo::kDefaultUri ("emu:mesh8"). A bad URI is not
-/// checked here: System::open reports it. Thread-safety: reads the environment.
-[[nodiscard]] std::string backend_uri(const std::optional<std::string>& given);
+/// Environment variable naming the sysfs root the default's card discovery reads instead of
+/// /sys (tests point it at a fake tree). It changes only which default is chosen: `vfio:all`
+/// itself reads /sys.
+inline constexpr const char* kSysfsRootEnv = "NPO_SYSFS_ROOT";
+
+/// Where the backend URI of a tool came from.
+enum class BackendSource : unsigned char {
+  kOption,       ///< --backend
+  kEnvironment,  ///< $NPO_BACKEND
+  kCards,        ///< no choice given, NPO cards bound to vfio-pci: "vfio:all"
+  kEmulator,     ///< no choice given, no card bound to vfio-pci: npo::kDefaultUri ("emu:mesh8")
+};
+
+/// A resolved backend URI and where it came from.
+struct BackendChoice {
+  std::string uri;
+  BackendSource source = BackendSource::kOption;
+};
+
+/// The backend a tool opens: `given` (the --backend value, also when empty) if set, else
+/// $NPO_BACKEND if set and not empty, else npo::default_uri() ("vfio:all" when an NPO card is
+/// bound to vfio-pci under $NPO_SYSFS_ROOT, default /sys; else "emu:mesh8"). A bad URI is not
+/// checked here: System::open reports it. Thread-safety: reads the environment and sysfs.
+[[nodiscard]] BackendChoice resolve_backend(const std::optional<std::string>& given);
+
+/// The one stderr line a tool prints when it falls back to the emulator with no choice given
+/// (BackendSource::kEmulator): "TOOL: no NPO card is bound to vfio-pci; running on the emulator
+/// (emu:mesh8); pass --backend to choose".
+[[nodiscard]] std::string emulator_fallback_warning(std::string_view tool, std::string_view uri);
+
+/// resolve_backend(given).uri; when that is the emulator fallback, first prints
+/// emulator_fallback_warning(tool, uri) on stderr (never on stdout, so --json output stays one
+/// JSON document). Every tool calls this once to choose its backend.
+[[nodiscard]] std::string backend_uri(const std::optional<std::string>& given, std::string_view tool);
 
 /// The URI a read-only tool (npo-smi, npo-link show/health/ddm/fec/events) opens: an
 /// `emu-remote:` URI without a `mode=` option gets `mode=ro`, so the tool watches cards other
@@ -34,8 +65,12 @@ inline constexpr const char* kBackendEnv = "NPO_BACKEND";
 /// `uri` unchanged. Thread-safety: pure function.
 [[nodiscard]] std::string owner_uri(const std::string& uri, const std::vector<unsigned>& cards);
 
+/// How --backend's help says the default (resolve_backend).
+inline constexpr const char* kBackendDefaultHelp =
+    "default: $NPO_BACKEND, else vfio:all when an NPO card is bound to vfio-pci, else emu:mesh8 (said on stderr)";
+
 /// Adds the backend option `names` (e.g. "--backend" or "-b,--backend") with `help` to `app`,
-/// bound to `given`; backend_uri(given) then resolves the URI after parsing.
+/// bound to `given`; backend_uri(given, tool) then resolves the URI after parsing.
 CLI::Option* add_backend_option(CLI::App& app, std::optional<std::string>& given, const std::string& names,
                                 const std::string& help);
 

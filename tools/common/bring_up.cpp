@@ -11,6 +11,7 @@ std::expected<FabricUp, BringUpFailure> bring_up(System& system, const BringUpOp
   npo::BringUpOptions lib;
   lib.timeout_ns = options.timeout_ns;
   lib.program_routes = options.program_routes;
+  lib.train = options.train;
   auto up = bring_up_fabric(system, lib);
   if (!up)
     return std::unexpected(BringUpFailure{options.program_routes ? "routing" : "link bring-up", std::move(up.error())});

@@ -29,6 +29,9 @@ struct BringUpOptions {
   /// Also discover the graph training exchanged, compute routes and program every card's
   /// route table (registers.md §8), so remote DMA reaches cards that are not neighbours.
   bool program_routes = false;
+  /// false: train nothing, read the links as they are (npo::BringUpOptions::train): waits up
+  /// to timeout_ns for ports still training, then discovers and computes.
+  bool train = true;
 };
 
 /// Outcome of bring_up.
@@ -43,7 +46,8 @@ struct BringUpFailure {
 };
 
 /// Enables and trains every port of every card of `system` (bring_up_links with
-/// options.timeout_ns), then with options.program_routes runs route_fabric. Per-port training
+/// options.timeout_ns; with options.train false: none, the ports are read as they are), then
+/// with options.program_routes runs route_fabric. Per-port training
 /// failures are results in FabricUp::links. On a System whose cards are all attached read-only
 /// nothing is trained (bring_up_fabric, npo/hal/bring_up.hpp). Errors: those of the library calls, tagged with the
 /// step; kUnavailable "card removed" naming the card. Thread-safety: one bring-up per System at a time.

@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "npo/hal/version.hpp"
+
 namespace npo::tools {
 
 namespace {
@@ -186,6 +188,18 @@ std::optional<int> parse_command_line(CLI::App& app, int argc, const char* const
     fmt::print(stderr, "{}: {}\nRun with --help for more information.\n", where(tool, &app, at), msg);
     return kExitUsage;
   }
+}
+
+std::string version_text(std::string_view tool) {
+  const npo::Version lib = npo::version();
+  std::string out = fmt::format("{} (npo-hal) {}", tool, NPO_HAL_VERSION_STRING);
+  if (!lib.commit.empty()) out += fmt::format(" (git {})", lib.commit);
+  if (lib.string != NPO_HAL_VERSION_STRING) out += fmt::format("; libnpo-hal {} loaded", lib.string);
+  return out;
+}
+
+void add_version_flag(CLI::App& app, std::string_view tool) {
+  app.set_version_flag("--version", version_text(tool), "print the version (npo-hal and its git commit) and exit");
 }
 
 int open_failure_status(const Error& error) { return error.code() == Code::kInvalidArgument ? kExitUsage : 1; }

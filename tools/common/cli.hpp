@@ -5,6 +5,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include <CLI/CLI.hpp>
@@ -26,6 +27,16 @@ inline constexpr int kExitUsage = 2;
 /// Thread-safety: not thread-safe (prints).
 [[nodiscard]] std::optional<int> parse_command_line(CLI::App& app, int argc, const char* const* argv,
                                                     std::string_view tool);
+
+/// The --version line of `tool`: "TOOL (npo-hal) X.Y.Z" with the headers' version
+/// (NPO_HAL_VERSION_STRING, from the top-level CMakeLists.txt's project version), then
+/// " (git COMMIT)" when the library was built from a git checkout, and
+/// "; libnpo-hal A.B.C loaded" when the shared library found at run time is another version.
+[[nodiscard]] std::string version_text(std::string_view tool);
+
+/// Adds `--version` to `app` (CLI11's set_version_flag): prints version_text(tool) to stdout
+/// and exits 0 (through parse_command_line). Every tool calls it once on its root App.
+void add_version_flag(CLI::App& app, std::string_view tool);
 
 /// The exit status for System::open's `error`: kExitUsage for a malformed backend URI
 /// (kInvalidArgument: unknown scheme, bad option, missing directory), else 1.

@@ -43,7 +43,7 @@ constexpr std::string_view kTool = "npo-dma-bench";
 using Clock = std::chrono::steady_clock;
 
 struct Options {
-  std::optional<std::string> backend;  ///< --backend; unset: $NPO_BACKEND, else emu:mesh8
+  std::optional<std::string> backend;  ///< --backend; unset: tools/common resolve_backend
   std::string mode = "h2d";
   std::vector<std::string> sizes = {"64", "4K", "64K", "1M", "16M"};
   unsigned batch = 32;
@@ -287,9 +287,11 @@ int main(int argc, char** argv) {
   Options o;
   npo::tools::LogOptions log;
   CLI::App app{"npo-dma-bench: DMA bandwidth and op rate, with a same-run memcpy baseline per size"};
+  npo::tools::add_version_flag(app, "npo-dma-bench");
   npo::tools::add_log_options(app, log);
-  npo::tools::add_backend_option(app, o.backend, "-b,--backend",
-                                 "backend URI (default emu:mesh8; emu:mesh8?hbm=1G for 256 MiB transfers)");
+  npo::tools::add_backend_option(
+      app, o.backend, "-b,--backend",
+      std::string("backend URI (") + npo::tools::kBackendDefaultHelp + "; emu:mesh8?hbm=1G for 256 MiB transfers)");
   app.add_option("-m,--mode", o.mode,
                  "h2d (host->HBM) | d2h | d2d (HBM->HBM, one card) | peer (card->card through a window) | "
                  "matrix (every card pair)")
@@ -346,17 +348,18 @@ int main(int argc, char** argv) {
   const bool fabric = o.mode == "peer" || o.mode == "matrix";
   // On emu-remote the cards it runs on are attached as owner, the others read-only (a job
   // holding them does not stop the benchmark); matrix mode uses every card.
-  std::string uri = npo::tools::backend_uri(o.backend);
+  const std::string given_uri = npo::tools::backend_uri(o.backend, "npo-dma-bench");
+  std::string uri = given_uri;
   if (o.mode != "matrix") {
     std::vector<unsigned> mine{o.card};
     if (o.mode == "peer") mine.push_back(o.peer < 0 ? o.card + 1 : static_cast<unsigned>(o.peer));
     uri = npo::tools::owner_uri(uri, mine);
   }
   auto sys = npo::System::open(uri);
-  if (!sys && sys.error().code() == npo::Code::kNotFound && uri != npo::tools::backend_uri(o.backend)) {
+  if (!sys && sys.error().code() == npo::Code::kNotFound && uri != given_uri) {
     // A --card/--peer the daemon does not serve: open every card, so the check below says
     // "card N not present" (a bad command line) as on every other backend.
-    uri = npo::tools::backend_uri(o.backend);
+    uri = given_uri;
     sys = npo::System::open(uri);
   }
   if (!sys) {

@@ -128,6 +128,7 @@ void print_props(const char* title, const npo::FabricProperties& p, bool switche
 
 int main(int argc, char** argv) {
   CLI::App app{"npo-emu: topology files for the npo-hal emulator (docs/topology.md); faults into a running npo-emud"};
+  npo::tools::add_version_flag(app, "npo-emu");
   app.require_subcommand(1);
   // --log-level/--log-format anywhere on the line (subcommands pass unknown options up).
   npo::tools::LogOptions log;

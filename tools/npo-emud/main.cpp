@@ -92,6 +92,7 @@ std::string topology_rest(std::string t) {
 
 int main(int argc, char** argv) {
   CLI::App app{"npo-emud: serve one emulated supernode to many processes (emu-remote:DIR)"};
+  npo::tools::add_version_flag(app, "npo-emud");
   std::string topology;
   std::string socket_dir;
   bool no_bring_up = false;

@@ -93,9 +93,11 @@ std::string bind_failure(const std::string& host, int port) {
 
 int main(int argc, char** argv) {
   CLI::App app{"npo-exporter: Prometheus metrics of every card, port and lane (text format 0.0.4)"};
+  npo::tools::add_version_flag(app, "npo-exporter");
   std::optional<std::string> backend;
-  npo::tools::add_backend_option(app, backend, "-b,--backend",
-                                 "backend URI (default: NPO_BACKEND or emu:mesh8); emu-remote: is attached read-only");
+  npo::tools::add_backend_option(
+      app, backend, "-b,--backend",
+      std::string("backend URI (") + npo::tools::kBackendDefaultHelp + "); emu-remote: is attached read-only");
   std::string listen = "127.0.0.1:9410";
   app.add_option("--listen", listen, "HOST:PORT to serve /metrics on (port 0: any free port, printed on stdout)");
   bool bring_up = false;
@@ -122,7 +124,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
   npo::exporter::Exporter exporter(
-      {.uri = npo::tools::observer_uri(npo::tools::backend_uri(backend)), .bring_up = bring_up});
+      {.uri = npo::tools::observer_uri(npo::tools::backend_uri(backend, "npo-exporter")), .bring_up = bring_up});
   std::mutex mu;  // one scrape at a time (LinkMonitor is single-threaded)
 
   httplib::Server server;

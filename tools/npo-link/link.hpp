@@ -45,7 +45,7 @@ inline constexpr std::size_t kFullListMax = 256;
 
 /// Options every live subcommand takes.
 struct Common {
-  std::optional<std::string> backend;  ///< --backend; unset: $NPO_BACKEND, else emu:mesh8
+  std::optional<std::string> backend;  ///< --backend; unset: tools/common resolve_backend
   bool json = false;
   double watch = 0;               ///< seconds between repeats; 0: run once
   unsigned count = 0;             ///< repeats with --watch; 0: until interrupted

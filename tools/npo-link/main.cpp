@@ -2,7 +2,8 @@
 // npo-link: optical link tool. `decode FILE` decodes a transceiver EEPROM dump (raw bytes as
 // `ethtool -m IF raw on` writes them, `ethtool -m IF hex on` text, or a tests/data/eeprom .hex
 // file) into an ethtool-like listing or JSON. The link subcommands (show, ddm, fec, prbs, train,
-// health) work on live cards of a backend (default emu:mesh8). Uses only the public npo-hal API.
+// health) work on live cards of a backend (default: vfio:all when cards are bound to vfio-pci,
+// else emu:mesh8). Uses only the public npo-hal API.
 // This file parses the command line, refuses bad numbers, brings links up and dispatches; each
 // subcommand is in its own file (link.hpp lists them).
 #include <cmath>
@@ -26,8 +27,9 @@ using link::Common;
 
 void add_common(CLI::App* s, Common& c) {
   npo::tools::add_backend_option(*s, c.backend, "--backend",
-                                 "backend URI: emu:mesh8 (default; env NPO_BACKEND overrides it), emu:N, "
-                                 "emu:file=PATH, emu-remote:DIR (a running npo-emud), vfio:all, vfio:BDF");
+                                 std::string("backend URI: emu:mesh8, emu:N, emu:file=PATH, emu-remote:DIR (a running "
+                                             "npo-emud), vfio:all, vfio:BDF (") +
+                                     npo::tools::kBackendDefaultHelp + ")");
   s->add_flag("--json", c.json, "print JSON");
   s->add_option("--watch", c.watch,
                 "repeat every SECONDS > 0 until interrupted (on the emulator's virtual clock, waiting advances time)");
@@ -124,6 +126,7 @@ bool check_selection(const char* sub, npo::System& sys, const Common& c, std::op
 
 int main(int argc, char** argv) {
   CLI::App app{"npo-link: optical links and transceivers of NPO cards"};
+  npo::tools::add_version_flag(app, "npo-link");
   app.require_subcommand(1);
   // --log-level/--log-format anywhere on the line (subcommands pass unknown options up).
   npo::tools::LogOptions log;
@@ -212,7 +215,7 @@ int main(int argc, char** argv) {
   // The views only read: on emu-remote they attach read-only (watching cards another process
   // owns) unless they train (--train) or the URI says mode=rw; prbs and train need the owner.
   const bool reads_only = !c.train && !prbs->parsed() && !train->parsed();
-  std::string uri = npo::tools::backend_uri(c.backend);
+  std::string uri = npo::tools::backend_uri(c.backend, link::kTool);
   const std::string given_uri = uri;
   const bool one_link = (train->parsed() && (card || port)) || prbs->parsed();
   if (reads_only) {

@@ -106,9 +106,10 @@ std::string link_class(const npo::Topology& t, const npo::RouteTable& rt, std::s
   return fmt::format("{}{}", par > 1 ? fmt::format("L1x{}", par) : "L1", narrow);
 }
 
-/// `npo-smi topo`: trains every link with a module, discovers the graph from the identities
-/// training exchanged, computes routes, then prints a card x card matrix of hops (like
-/// nvidia-smi topo -m; compact up to 64 cards, summarised beyond), or JSON.
+/// `npo-smi topo`: reads every port as it is (with --train: first trains every link with a
+/// module), discovers the graph from the identities training exchanged, computes routes, then
+/// prints a card x card matrix of hops (like nvidia-smi topo -m; compact up to 64 cards,
+/// summarised beyond), or JSON.
 /// Exit status of `topo --expect PLAN` when the discovered cabling differs from the plan.
 constexpr int kExitMismatch = 3;
 /// Exit status of the card list when a card was removed (as npo-link's).
@@ -275,9 +276,12 @@ struct TopoFormat {
 /// Whether `s` is attached read-only (emu-remote mode=ro): every card is then.
 bool observer(npo::System& s) { return s.device_count() != 0 && s.device(0).info().read_only; }
 
-int topo(npo::System& s, bool json, const std::string& expect, const TopoFormat& tf) {
-  // Routes are computed here from the discovered graph, not programmed into the cards.
-  auto fabric = npo::tools::bring_up(s, {.timeout_ns = npo::tools::kDefaultBringUpTimeoutNs, .program_routes = false});
+int topo(npo::System& s, bool json, const std::string& expect, const TopoFormat& tf, bool train) {
+  // Reading never changes a link: only --train trains; without it the ports are read as they
+  // are (ports still training are waited for). Routes are computed here from the discovered
+  // graph, not programmed into the cards.
+  auto fabric = npo::tools::bring_up(
+      s, {.timeout_ns = npo::tools::kDefaultBringUpTimeoutNs, .program_routes = false, .train = train});
   if (!fabric) {
     const npo::Error& e = fabric.error().error;
     if (e.code() == npo::Code::kUnavailable && e.context().card && e.message() == "card removed") {
@@ -296,6 +300,14 @@ int topo(npo::System& s, bool json, const std::string& expect, const TopoFormat&
   const npo::Topology* t = &fabric->topology;
   const npo::RouteTable* rt = &fabric->routes;
   const std::size_t n = t->cards.size();
+  // The in-process emulator starts every process with its links down: say (on stderr, in
+  // every format) why no link shows and how to train (npo-link's hint_if_untrained says the same).
+  const bool no_link_up = !train && up.up == 0 && up.ports_with_module != 0;
+  if (no_link_up) {
+    fmt::print(stderr, "npo-smi topo: no link is up: {}; add --train to train them\n",
+               s.uri().starts_with("emu:") ? "the in-process emulator starts with its links down"
+                                           : "topo only reads the links, it does not train them");
+  }
   if (tf.format == "slurm") {
     std::fputs(slurm_topology(s, *t, tf.slurm_prefix, tf.slurm_group).c_str(), stdout);
     return 0;
@@ -328,7 +340,8 @@ int topo(npo::System& s, bool json, const std::string& expect, const TopoFormat&
     }
     nlohmann::json out = {{"uri", s.uri()},
                           {"training",
-                           {{"ports_with_module", up.ports_with_module},
+                           {{"trained", train},
+                            {"ports_with_module", up.ports_with_module},
                             {"up", up.up},
                             {"failed", up.failed},
                             {"read_only_observer", observer(s)},
@@ -346,12 +359,15 @@ int topo(npo::System& s, bool json, const std::string& expect, const TopoFormat&
   }
   // The plan check is printed after the matrix (or summary); its status is the exit status.
   const auto finish = [&] { return expect.empty() ? 0 : check_expected(*t, expect, false, nullptr); };
-  if (up.up < up.ports_with_module && observer(s)) {
-    fmt::print(stderr, "npo-smi: {} of {} ports with a module are not Up (read-only observer: nothing was trained)\n",
-               up.ports_with_module - up.up, up.ports_with_module);
-  } else if (up.up < up.ports_with_module) {
-    fmt::print(stderr, "npo-smi: {} of {} ports with a module did not train Up\n", up.ports_with_module - up.up,
-               up.ports_with_module);
+  if (up.up < up.ports_with_module && !no_link_up) {
+    if (observer(s) || !train) {
+      fmt::print(stderr, "npo-smi: {} of {} ports with a module are not Up ({})\n", up.ports_with_module - up.up,
+                 up.ports_with_module,
+                 observer(s) ? "read-only observer: nothing was trained" : "read as they are: --train trains them");
+    } else {
+      fmt::print(stderr, "npo-smi: {} of {} ports with a module did not train Up\n", up.ports_with_module - up.up,
+                 up.ports_with_module);
+    }
   }
   unsigned up_links = 0;
   for (const auto& l : t->links) up_links += l.up ? 1 : 0;
@@ -361,13 +377,15 @@ int topo(npo::System& s, bool json, const std::string& expect, const TopoFormat&
                              "DISCONNECTED ({} of {} ordered card pairs unreachable; diameter {} hops among the "
                              "reachable)",
                              unreachable, n * (n - 1), rt->diameter());
-  // A read-only observer (emu-remote mode=ro) trains nothing: its writes are dropped, so the
-  // bring-up only waited for the links the owner trained.
+  // A read-only observer (emu-remote mode=ro) trains nothing, with --train too: its writes are
+  // dropped, so the bring-up only waited for the links the owner trained. Without --train
+  // nothing is trained anywhere: the ports are read as they are.
   const std::string training =
       observer(s) ? fmt::format("{} of {} ports with a module Up (read-only observer: trained nothing)", up.up,
                                 up.ports_with_module)
-                  : fmt::format("{} of {} ports with a module trained Up in {:.1f} ms", up.up, up.ports_with_module,
-                                static_cast<double>(up.elapsed_ns) / 1e6);
+      : train     ? fmt::format("{} of {} ports with a module trained Up in {:.1f} ms", up.up, up.ports_with_module,
+                                static_cast<double>(up.elapsed_ns) / 1e6)
+                  : fmt::format("{} of {} ports with a module Up (read, not trained)", up.up, up.ports_with_module);
   fmt::print("npo-smi topo  backend {}  {} cards  {} links Up; {}  {}\n\n", s.uri(), n, up_links, training, diameter);
   if (n <= 64) {
     const bool compact = n > 16;
@@ -432,20 +450,26 @@ int topo(npo::System& s, bool json, const std::string& expect, const TopoFormat&
 int main(int argc, char** argv) {
   CLI::App app{
       "npo-smi: list NPO accelerator cards (identity, BARs, NUMA, HBM, PCIe, firmware); `topo` shows the fabric"};
+  npo::tools::add_version_flag(app, kTool);
   std::optional<std::string> backend;
   bool json = false;
   npo::tools::LogOptions log;
   npo::tools::add_backend_option(
       app, backend, "-b,--backend",
-      "backend URI: emu:mesh8 (default), emu:N, emu:file=PATH, emu-remote:DIR (a running npo-emud), vfio:all, vfio:BDF "
-      "(env NPO_BACKEND overrides the default)");
+      std::string("backend URI: emu:mesh8, emu:N, emu:file=PATH, emu-remote:DIR (a running npo-emud), vfio:all, "
+                  "vfio:BDF (") +
+          npo::tools::kBackendDefaultHelp + ")");
   app.add_flag("--json", json,
                "print one JSON object (cards: a 'cards' array; topo: 'cards', 'links', 'hops', 'diameter', "
                "'connected')");
   npo::tools::add_log_options(app, log);
-  auto* topo_cmd =
-      app.add_subcommand("topo", "train the optical links, then show the discovered card x card hop matrix");
+  auto* topo_cmd = app.add_subcommand(
+      "topo", "show the card x card hop matrix of the fabric discovered from the optical links as they are");
   topo_cmd->add_flag("--json", json, "print {cards, links, hops, diameter, connected} as JSON");
+  bool train = false;
+  topo_cmd->add_flag("--train", train,
+                     "train every link with a module first (as `npo-link show --train`); without it topo only reads. "
+                     "An in-process emu: backend starts every process with its links down");
   std::string expect;
   topo_cmd->add_option("--expect", expect,
                        "check the discovered cabling against this topology file (YAML/JSON): every missing, miswired, "
@@ -466,15 +490,18 @@ int main(int argc, char** argv) {
     fail(kTool, r.error());
     return 2;
   }
-  // npo-smi only reads: on emu-remote it attaches read-only unless the URI says mode=rw.
-  const std::string uri = npo::tools::observer_uri(npo::tools::backend_uri(backend));
+  // npo-smi only reads: on emu-remote it attaches read-only unless the URI says mode=rw;
+  // `topo --train` changes the links, so it attaches as owner (as `npo-link show --train`).
+  const std::string given_uri = npo::tools::backend_uri(backend, kTool);
+  const bool trains = topo_cmd->parsed() && train;
+  const std::string uri = trains ? given_uri : npo::tools::observer_uri(given_uri);
   auto sys = npo::System::open(uri);
   if (!sys) {
     fail(kTool, fmt::format("cannot open '{}'", uri), sys.error());
     return npo::tools::open_failure_status(sys.error());
   }
   auto& s = **sys;
-  if (topo_cmd->parsed()) return topo(s, json, expect, tf);
+  if (topo_cmd->parsed()) return topo(s, json, expect, tf, train);
   // A card already removed when we opened it (DeviceInfo::removed) is listed and exits 4, as
   // npo-link does for a removed card.
   std::string removed;

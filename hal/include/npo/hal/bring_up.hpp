@@ -25,6 +25,10 @@ struct BringUpOptions {
   /// true: write the computed routes into every card (registers.md §8) so remote DMA crosses
   /// several hops. false: discover and compute only (e.g. to inspect a fabric).
   bool program_routes = true;
+  /// false: train nothing on any System, as an observer does (below): read the links as they
+  /// are, waiting up to `timeout_ns` for ports still training, then discover and compute.
+  /// A read that never changes a link (`npo-smi topo` without --train).
+  bool train = true;
 };
 
 /// What bring_up_fabric brought up.
@@ -53,11 +57,11 @@ struct FabricBringUp {
 /// System::open leaves the links as they are (down on a fresh emulator): call this once
 /// after open, before any remote DMA; calling it again retrains nothing that is Up and
 /// reprograms routes for the links as they are now.
-/// On a System whose every card is attached read-only (an observer, emu-remote mode=ro) step 1
-/// trains nothing: it waits (up to `options.timeout_ns`) for ports still training, then
-/// `links` counts the ports as PORT.STATUS has them (failed = cabled and not Up;
-/// `links.ports` empty) and steps 2 and 3 compute from them; `options.program_routes` is
-/// then kPermissionDenied.
+/// On a System whose every card is attached read-only (an observer, emu-remote mode=ro), or
+/// with `options.train` false, step 1 trains nothing: it waits (up to `options.timeout_ns`)
+/// for ports still training, then `links` counts the ports as PORT.STATUS has them (failed =
+/// cabled and not Up; `links.ports` empty) and steps 2 and 3 compute from them. For an
+/// observer `options.program_routes` is then kPermissionDenied.
 /// Waits on the platform clock (System::clock()): on the emulator's virtual clock waiting
 /// advances emulated time instead of sleeping.
 /// Returns the outcome even when some ports failed (they are results: see

@@ -7,6 +7,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "npo/hal/clock.hpp"
 #include "npo/hal/device.hpp"
@@ -20,6 +21,21 @@ class Registry;
 
 /// The default backend URI of the tools and of System::open without a URI.
 inline constexpr std::string_view kDefaultUri = "emu:mesh8";
+
+/// The NPO cards `vfio:all` opens: the PCI functions under `<sysfs_root>/bus/pci/devices`
+/// with the reference card's vendor/device IDs that are bound to vfio-pci, as PCI addresses
+/// ("0000:3b:00.0") in address order. Reads sysfs only: opens no device and needs neither
+/// /dev/vfio nor privileges. `sysfs_root` is "/sys" on a live system; tests pass a fake tree
+/// (drivers/vfio/sysfs.hpp). Cards bound to another driver (or to none) are not listed.
+/// Errors: kUnavailable (errno kept) when the devices folder cannot be listed (no sysfs).
+/// Thread-safety: safe from any thread.
+[[nodiscard]] Result<std::vector<std::string>> vfio_bound_cards(std::string_view sysfs_root = "/sys");
+
+/// The URI to open when the user named none: "vfio:all" when vfio_bound_cards(sysfs_root)
+/// finds a card (real cards are there to be used), else kDefaultUri (the emulator), also when
+/// sysfs cannot be read. The tools' default (tools/README.md); System::open's own default
+/// stays kDefaultUri. Thread-safety: safe from any thread.
+[[nodiscard]] std::string default_uri(std::string_view sysfs_root = "/sys");
 
 /// Options of System::open.
 struct SystemOptions {
