@@ -10,11 +10,13 @@
 // Only fi_prov_ini is exported (npo-fi.map).
 //
 // This private header holds the ring format, the objects behind each fid and the helpers the
-// sources share: backend.cpp (backend choice, process-wide state), config.cpp (the environment
-// parser, once-per-process notices; config.hpp), cq_eq.cpp (EQ, CQ),
-// av_mr.cpp (AV, MR), endpoint.cpp (data path, progress, faults), provider.cpp (fabric,
-// domain, getinfo, fi_prov_ini). Thread-safety: every fid of a domain is serialised by the
-// domain's mutex (FI_THREAD_SAFE); the EQ has its own.
+// sources share: hal_state.cpp (backend choice, process-wide state), config.cpp (the environment
+// parser, once-per-process notices; config.hpp), cq_eq.cpp (EQ, CQ), av_mr.cpp (AV, MR),
+// ep.cpp (the endpoint fid, fi_endpoint), msg.cpp (data path, DGRAM fi_ops_msg), progress.cpp
+// (polling, stall dump), rdm.cpp / rdm_progress.cpp / rdm_msg.cpp (the RDM endpoint: receive
+// side and tag matching, send side and progress, msg and tagged ops), rma.cpp, atomic.cpp,
+// trace.cpp, provider.cpp (fabric, domain, getinfo, fi_prov_ini). Thread-safety: every fid of
+// a domain is serialised by the domain's mutex (FI_THREAD_SAFE); the EQ has its own.
 #pragma once
 #include <sys/eventfd.h>
 #include <sys/stat.h>
@@ -223,7 +225,7 @@ inline const char* env(const char* name) {
   return (v && *v) ? v : nullptr;
 }
 
-// ---- Backend choice and the process-wide state (backend.cpp) -----------------------------
+// ---- Backend choice and the process-wide state (hal_state.cpp) ---------------------------
 struct BackendChoice {
   std::string uri;      // as configured
   bool remote = false;  // emu-remote:DIR (one System per card)
@@ -873,6 +875,11 @@ struct Ep {
   }
 };
 
+// The endpoint behind an fid_ep (its first member).
+inline Ep* ep_of(fid_ep* f) { return reinterpret_cast<Ep*>(f); }
+// NPO_FI_STALL_MS, read once: after how long without progress an endpoint dumps its state (0: never).
+std::chrono::milliseconds stall_dump_after();
+
 // ---- fid ops helpers ----------------------------------------------------------------------
 inline int no_bind(fid*, fid*, std::uint64_t) { return -FI_ENOSYS; }
 inline int no_control(fid*, int, void*) { return -FI_ENOSYS; }
@@ -893,7 +900,7 @@ struct SlotMeta {
 };
 
 // ---- Defined in the other sources of the module --------------------------------------------
-// endpoint.cpp: the ring transport shared by DGRAM and RDM endpoints
+// msg.cpp: the ring transport shared by DGRAM and RDM endpoints
 // The payload is copied into a ring slot (or staging) before the call returns, so every send
 // is also an inject (FI_INJECT: the buffer is the caller's again at once); `completion` alone
 // says whether the send reports a CQ entry (fi_inject passes false, fi_sendmsg(FI_INJECT)
@@ -917,7 +924,7 @@ constexpr std::size_t kReadbackWords = 64;
 Result<void> read_peer_words(Ep& e, const WindowHandle& h, std::span<const std::uint64_t> offsets, std::uint64_t* out,
                              OpStatus* status = nullptr);
 // First contact with a peer: continue our lane of its ring after an earlier endpoint's
-// messages (endpoint.cpp). Sets d.consumed and d.next_seq; the peer's consumer counter.
+// messages (msg.cpp). Sets d.consumed and d.next_seq; the peer's consumer counter.
 Result<std::uint64_t> sync_lane(Ep& e, const Av::Entry& peer, Ep::Dest& d, OpStatus* status = nullptr);
 std::uint64_t dest_key_of(const WindowHandle& h);
 // av_mr.cpp: an address from fi_getname of a peer, imported (its window checked)
@@ -930,6 +937,22 @@ std::size_t copy_to_iov(const iovec* iov, std::size_t count, std::size_t off, co
 void copy_from_iov(const iovec* iov, std::size_t count, std::size_t off, std::byte* dst, std::size_t len);
 // Grants landing chunks to the rendezvous receive `q` (queued CTS).
 void queue_grants(Ep& e, std::uint64_t recv_id, Ep::RecvReq& q);
+// RDM tag matching (rdm.cpp; used by rdm_msg.cpp): whether posted receive `p` takes a message of
+// this kind, tag and source; whether unexpected message `u` is unclaimed and matches `p`.
+bool matches(const Ep::Posted& p, bool tagged, std::uint64_t tag, fi_addr_t src);
+bool matches(const Ep::Unexp& u, const Ep::Posted& p);
+// The completion flags of a receive.
+std::uint64_t recv_flags(bool tagged, bool has_data);
+// A posted receive meets an unexpected message: deliver it (eager) or start its rendezvous.
+void deliver_unexp(Ep& e, const Ep::Posted& r, std::list<Ep::Unexp>::iterator u);
+// Drops unexpected message `u` (FI_DISCARD); a rendezvous one is still drained, without a completion.
+void discard_unexp(Ep& e, std::list<Ep::Unexp>::iterator u);
+// The RTS of a rendezvous message (rdm_msg.cpp sends it, rdm.cpp receives it).
+struct RtsBody {
+  std::uint64_t send_id;
+  std::uint64_t total;
+  WireAddr sender;  // where to send the CTS
+};
 // The FIN of a rendezvous chunk (the word `err` is an RMA source's status, 0 otherwise).
 struct FinBody {
   std::uint64_t recv_id, msg_off, land_off, len, err;
@@ -963,6 +986,7 @@ void atomic_on_message(Ep& e, const SlotHeader& h, const std::byte* payload, fi_
 // fi_query_atomic of a domain.
 int query_atomic(fid_domain* domain, fi_datatype datatype, fi_op op, fi_atomic_attr* attr, std::uint64_t flags);
 extern fi_ops_msg rdm_msg_ops;
+extern fi_ops_msg ep_msg_ops;  // the DGRAM endpoint's (msg.cpp)
 extern fi_ops_tagged rdm_tagged_ops;
 int rdm_setup(Ep& e);
 ssize_t rdm_cancel(Ep& e, void* ctx);
@@ -973,7 +997,7 @@ int cq_open(fid_domain* domain, fi_cq_attr* attr, fid_cq** out, void* context);
 // av_mr.cpp
 int av_open(fid_domain* domain, fi_av_attr* attr, fid_av** out, void* context);
 extern fi_ops_mr mr_ops;
-// endpoint.cpp
+// ep.cpp
 int ep_open(fid_domain* domain, fi_info* info, fid_ep** out, void* context);
 
 }  // namespace npo::fi
