@@ -46,7 +46,7 @@ inline bool on() noexcept { return g_tracer.load(std::memory_order_relaxed) != n
 /// Reads NPO_FI_TRACE once per process and, when set, creates the tracer. Idempotent.
 void init();
 
-// ---- DMA ops (endpoint.cpp) -----------------------------------------------------------------
+// ---- DMA ops (msg.cpp) ---------------------------------------------------------------------
 /// What a DMA op of a ring write is: a rendezvous chunk, the message's payload, the slot
 /// header; or a remote read of the peer's ring (credits, a delivery check).
 enum class Role : std::uint8_t { kChunk, kPayload, kHeader, kRead };
