@@ -40,6 +40,7 @@
 #include "npo/fw/regs.hpp"
 #include "npo/hal/backend/host_memory.hpp"
 #include "npo/hal/log.hpp"
+#include "wire/fd_passing.hpp"
 
 namespace npo::emu::remote {
 
@@ -158,21 +159,7 @@ class Conn {
     emud::store<std::uint32_t>(m, emud::hdr::kSize, static_cast<std::uint32_t>(size));
     emud::store<std::uint32_t>(m, emud::hdr::kFlags, emud::kTypeCommand | (no_reply ? emud::kFlagNoReply : 0u));
     if (!body.empty()) std::memcpy(m.data() + emud::hdr::kBytes, body.data(), body.size());
-    iovec iov{m.data(), m.size()};
-    msghdr mh{};
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int) * emud::kMaxFds)> ctrl{};
-    if (!fds.empty()) {
-      mh.msg_control = ctrl.data();
-      mh.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
-      cmsghdr* c = CMSG_FIRSTHDR(&mh);
-      c->cmsg_level = SOL_SOCKET;
-      c->cmsg_type = SCM_RIGHTS;
-      c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-      std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
-    }
-    while (::sendmsg(fd_, &mh, MSG_NOSIGNAL) < 0) {
+    while (wire::send_with_fds(fd_, m, fds) < 0) {
       if (errno == EINTR) continue;
       const int err = errno;
       if (err == EBADF && !fds.empty())
@@ -193,21 +180,11 @@ class Conn {
         return daemon_->error();
       }
       std::array<std::byte, emud::kMaxMessage> in{};
-      iovec riov{in.data(), in.size()};
-      msghdr rh{};
-      rh.msg_iov = &riov;
-      rh.msg_iovlen = 1;
       alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int))> rctrl{};
-      rh.msg_control = rctrl.data();
-      rh.msg_controllen = rctrl.size();
-      const ssize_t n = ::recvmsg(fd_, &rh, MSG_CMSG_CLOEXEC);
+      wire::Received got;
+      const ssize_t n = wire::recv_with_fds(fd_, in, rctrl, MSG_CMSG_CLOEXEC, got);
       if (n < 0 && errno == EINTR) continue;
-      int rfd = -1;
-      for (cmsghdr* c = n > 0 ? CMSG_FIRSTHDR(&rh) : nullptr; c != nullptr; c = CMSG_NXTHDR(&rh, c)) {
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len >= CMSG_LEN(sizeof(int))) {
-          std::memcpy(&rfd, CMSG_DATA(c), sizeof(int));
-        }
-      }
+      const int rfd = got.fds.empty() ? -1 : got.fds.front();
       if (n <= 0) {
         const int err = n < 0 ? errno : 0;
         if (rfd >= 0) ::close(rfd);

@@ -43,6 +43,7 @@
 #include "server/protocol.hpp"
 #include "server/sigbus_guard.hpp"
 #include "system.hpp"
+#include "wire/fd_passing.hpp"
 
 namespace npo::emu {
 
@@ -153,39 +154,19 @@ void Session::run() {
       apply_shadow();
       if ((ready & kEvConn) == 0) continue;
     }
-    iovec iov{buf.data(), buf.size()};
-    msghdr mh{};
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = ctrl.data();
-    mh.msg_controllen = ctrl.size();
-    const ssize_t n = ::recvmsg(conn_, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-    std::vector<int> fds;
     // Only a message that arrived has descriptors: after a failed recvmsg the control buffer
     // still holds the previous message's (long closed) fds, which must not be closed again.
-    msg_pid_ = 0;
-    for (cmsghdr* c = n > 0 ? CMSG_FIRSTHDR(&mh) : nullptr; c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
-      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS && c->cmsg_len >= CMSG_LEN(sizeof(ucred))) {
-        ucred uc{};
-        std::memcpy(&uc, CMSG_DATA(c), sizeof uc);
-        msg_pid_ = uc.pid;
-        continue;
-      }
-      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-      const std::size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      for (std::size_t i = 0; i < k; ++i) {
-        int fd = -1;
-        std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-        fds.push_back(fd);
-      }
-    }
+    wire::Received got;
+    const ssize_t n = wire::recv_with_fds(conn_, buf, ctrl, MSG_CMSG_CLOEXEC | MSG_DONTWAIT, got);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    std::vector<int> fds = std::move(got.fds);
+    msg_pid_ = got.pid;
     if (n <= 0) {
       if (n < 0) srv_.log(fmt::format("card={} pid={}: recvmsg failed: {}", card_, pid_, std::strerror(errno)));
       close_all(fds);
       break;
     }
-    if ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0) {
+    if ((got.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0) {
       close_all(fds);
       reply_error(0, 0, Code::kInvalidArgument, "message or its file descriptors exceed the protocol's limits");
       continue;
@@ -206,21 +187,7 @@ void Session::run() {
 }
 
 void Session::send(std::span<const std::byte> msg, int fd) {
-  iovec iov{const_cast<std::byte*>(msg.data()), msg.size()};
-  msghdr mh{};
-  mh.msg_iov = &iov;
-  mh.msg_iovlen = 1;
-  alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int))> ctrl{};
-  if (fd >= 0) {
-    mh.msg_control = ctrl.data();
-    mh.msg_controllen = ctrl.size();
-    cmsghdr* c = CMSG_FIRSTHDR(&mh);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  }
-  (void)::sendmsg(conn_, &mh, MSG_NOSIGNAL);
+  (void)wire::send_with_fds(conn_, msg, fd >= 0 ? std::span<const int>(&fd, 1) : std::span<const int>());
 }
 
 void Session::reply_ok(const ParsedCommand& c, std::span<const std::byte> body, int fd) {
