@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: Apache-2.0
+// Engine sharing for emu-remote (spec §5.12): ENGINE_SHARE builds the card's DMA engines in
+// this process (client_engine.*), which reach npo-emud through ConnLink (HBM_FD, ENGINE_EVENT).
+#include <unistd.h>
+
+#include <array>
+
+#include <fmt/format.h>
+
+#include "npo/fw/emud.hpp"
+#include "remote/remote_internal.hpp"
+
+namespace npo::emu::remote {
+
+Result<EngineLink::Hbm> ConnLink::hbm_fd(std::uint32_t card) {
+  std::array<std::byte, emud::engine::kHbmBytes> b{};
+  emud::store<std::uint32_t>(b, emud::engine::kHbmCard, card);
+  auto r = c_.call(emud::Command::kHbmFd, b);
+  if (!r) return std::unexpected(r.error());
+  if (r->fd < 0 || r->body.size() != emud::engine::kHbmReplyBytes) {
+    if (r->fd >= 0) ::close(r->fd);
+    return fail(Code::kInternal, fmt::format("emu-remote: malformed HBM_FD reply for card {}", card));
+  }
+  return Hbm{r->fd, emud::load<std::uint64_t>(r->body, emud::engine::kHbmReplyFdOffset),
+             emud::load<std::uint64_t>(r->body, emud::engine::kHbmReplySize)};
+}
+void ConnLink::post_event(std::uint32_t kind, std::uint32_t queue, std::uint64_t value, std::uint64_t flags) {
+  std::array<std::byte, emud::engine::kEventBytes> b{};
+  emud::store<std::uint32_t>(b, emud::engine::kEventKind, kind);
+  emud::store<std::uint32_t>(b, emud::engine::kEventQueue, queue);
+  emud::store<std::uint64_t>(b, emud::engine::kEventValue, value);
+  emud::store<std::uint64_t>(b, emud::engine::kEventFlags, flags);
+  (void)c_.call(emud::Command::kEngineEvent, b, {}, true);
+}
+
+Result<std::unique_ptr<ClientEngine>> share_engines(Conn& c, EngineLink& link) {
+  std::array<std::byte, emud::engine::kShareBytes> b{};
+  auto r = c.call(emud::Command::kEngineShare, b);
+  if (!r) return std::unexpected(r.error());
+  struct Closer {
+    int fd;
+    ~Closer() {
+      if (fd >= 0) ::close(fd);
+    }
+  } closer{r->fd};
+  if (r->fd < 0 || r->body.size() != emud::engine::kShareReplyBytes) {
+    return fail(Code::kInternal, "emu-remote: malformed ENGINE_SHARE reply (no state fd, or a short body)");
+  }
+  if (emud::load<std::uint32_t>(r->body, emud::engine::kReplyLayout) != FabricState::kLayout) {
+    return fail(Code::kFailedPrecondition,
+                fmt::format("emu-remote: npo-emud's engine state has layout {}, this library {}",
+                            emud::load<std::uint32_t>(r->body, emud::engine::kReplyLayout), FabricState::kLayout));
+  }
+  return ClientEngine::create(link, r->fd, emud::load<std::uint32_t>(r->body, emud::engine::kReplyCard),
+                              emud::load<std::uint32_t>(r->body, emud::engine::kReplyLockTag));
+}
+
+}  // namespace npo::emu::remote
