@@ -85,8 +85,8 @@ if [[ "${exporter}" == ON ]]; then
   grep -qxF /usr/lib/systemd/system/npo-exporter.service "${work}/contents.txt" ||
     die "not in the package: /usr/lib/systemd/system/npo-exporter.service"
 fi
-grep -qE "^/usr/lib/${multiarch}/libnpo_hal\\.so" "${work}/contents.txt" ||
-  die "libnpo_hal.so is not in /usr/lib/${multiarch}"
+grep -qE "^/usr/lib/${multiarch}/libnpo-hal\\.so" "${work}/contents.txt" ||
+  die "libnpo-hal.so is not in /usr/lib/${multiarch}"
 if grep -vE '^/usr(/|$)|^/$' "${work}/contents.txt"; then
   die "files outside /usr (above)"
 fi
@@ -122,7 +122,7 @@ fi
 
 # 5. A program built against the installed package (g++ and pkg-config, no LD_LIBRARY_PATH).
 step "g++ -std=c++23 consumer \$(pkg-config --cflags --libs npo-hal)"
-read -r -a pc_flags <<<"$(timeout 30 pkg-config --cflags --libs npo-hal)"
+read -r -a pc_flags <<<"$(timeout 30 env -u PKG_CONFIG_PATH pkg-config --cflags --libs npo-hal)"
 run "${work}/consumer-build.log" 300 "${cxx}" -std=c++23 "${here}/consumer/main.cpp" "${pc_flags[@]}" -o "${work}/consumer"
 run "${work}/consumer-run.log" 120 env -u LD_LIBRARY_PATH "${work}/consumer" emu:2
 grep -q "devices: 2" "${work}/consumer-run.log" || { cat "${work}/consumer-run.log" >&2; die "the consumer did not see 2 devices"; }
