@@ -2,12 +2,24 @@
 // libnpo-fi.so: address vectors and (no-op) memory registration (docs/libfabric.md).
 #include "provider.hpp"
 
+#include "names.hpp"
+
 namespace npo::fi {
 
 // ---- AV ops -------------------------------------------------------------------------------
 Result<Av::Entry> decode_addr(Domain& d, const void* addr) {
+  if (!addr) return fail(Code::kInvalidArgument, "no address (NULL)");
   Av::Entry e;
-  std::memcpy(&e.wire, addr, kAddrLen);
+  if (is_svc_addr(addr)) {
+    // a service address from fi_getinfo's node/service: the endpoint published under it
+    SvcAddr svc;
+    std::memcpy(&svc, addr, sizeof svc);
+    auto w = resolve_service(d.fabric->backend, svc);
+    if (!w) return std::unexpected(w.error());
+    e.wire = *w;
+  } else {
+    std::memcpy(&e.wire, addr, kAddrLen);
+  }
   if (e.wire.magic != kAddrMagic || e.wire.lanes == 0 || e.wire.slots == 0)
     return fail(Code::kInvalidArgument, "not an npo address");
   auto h = import_window(*d.sys, e.wire.handle);
@@ -18,6 +30,7 @@ Result<Av::Entry> decode_addr(Domain& d, const void* addr) {
 }
 int av_insert(fid_av* f, const void* addr, std::size_t count, fi_addr_t* fi_addr, std::uint64_t flags, void* context) {
   auto* a = reinterpret_cast<Av*>(f);
+  if (!addr && count) return -FI_EINVAL;
   std::lock_guard lk(a->domain->mu);
   int ok = 0;
   for (std::size_t i = 0; i < count; ++i) {
@@ -74,7 +87,12 @@ const char* av_straddr(fid_av*, const void* addr, char* buf, std::size_t* len) {
   auto h = WindowHandle::deserialize(w.handle);
   char tmp[128];
   int n;
-  if (w.magic != kAddrMagic || !h) {
+  if (is_svc_addr(addr)) {
+    SvcAddr svc;
+    std::memcpy(&svc, addr, sizeof svc);
+    std::string node(svc.node, strnlen(svc.node, sizeof svc.node));
+    n = std::snprintf(tmp, sizeof tmp, "npo://service/%s:%u", node.empty() ? "localhost" : node.c_str(), svc.service);
+  } else if (w.magic != kAddrMagic || !h) {
     n = std::snprintf(tmp, sizeof tmp, "npo://invalid");
   } else {
     n = std::snprintf(tmp, sizeof tmp, "npo://fabric%u/window%u.%u/ring%ux%u", h->fabric_id, h->window_id,

@@ -193,7 +193,14 @@ ssize_t cq_readerr(fid_cq* f, fi_cq_err_entry* buf, std::uint64_t flags) {
   } else {
     std::memcpy(buf, &e.entry, offsetof(fi_cq_err_entry, err_data_size));
   }
-  if (new_abi && user_err_size && user_err) {
+  if (e.entry.err == FI_ECANCELED || e.entry.err == FI_ENOMSG) {
+    // A canceled receive and a peek that found nothing carry no provider data (as libfabric's
+    // own providers report them; fi_strerror says it all): nothing is copied through the
+    // caller's err_data, so an entry it did not initialise is not written through (fabtests'
+    // recv_cancel and rdm_tagged_peek pass one).
+    buf->err_data = nullptr;
+    if (new_abi) buf->err_data_size = 0;
+  } else if (new_abi && user_err_size && user_err) {
     const std::size_t n = std::min(user_err_size, q->last_msg.size() + 1);
     std::memcpy(user_err, q->last_msg.c_str(), n);
     buf->err_data = user_err;

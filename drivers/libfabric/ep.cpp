@@ -5,6 +5,8 @@
 
 #include "provider.hpp"
 
+#include "names.hpp"
+
 namespace npo::fi {
 
 ssize_t ep_cancel(fid_t f, void* ctx) {
@@ -138,6 +140,7 @@ int ep_close(fid* f) {
       }
     }
     if (e->av) e->av->refs.fetch_sub(1);
+    if (e->service) unpublish_service(d->fabric->backend, e->service, e->wire);
     e->queue.reset();
     e->map.reset();
     if (e->window) (void)e->window->revoke();
@@ -304,6 +307,22 @@ int ep_open(fid_domain* f, fi_info* info, fid_ep** out, void* context) {
     std::lock_guard lk2(s.mu);
     s.ep_used[d->fabric_id] &= ~(1u << e->ep_no);
     return r;
+  }
+  // An info whose source address names a service (fi_getinfo with FI_SOURCE and a service):
+  // publish this endpoint under it, as a bound port (names.hpp).
+  if (info && is_svc_addr(info->src_addr) && info->src_addrlen == kAddrLen) {
+    SvcAddr svc;
+    std::memcpy(&svc, info->src_addr, sizeof svc);
+    if (svc.service != 0) {
+      if (const int r = publish_service(d->fabric->backend, svc.service, e->wire); r != 0) {
+        d->refs.fetch_add(1);  // ep_close gives it back
+        d->mu.unlock();
+        ep_close(&e.release()->ep.fid);
+        d->mu.lock();
+        return r;
+      }
+      e->service = svc.service;
+    }
   }
   d->refs.fetch_add(1);
   *out = &e.release()->ep;

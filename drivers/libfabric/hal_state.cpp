@@ -243,15 +243,18 @@ std::size_t count_cards(const BackendChoice& b) {
   return (*sys)->device_count();
 }
 
-std::optional<unsigned> card_choice(std::size_t n, const BackendChoice& b) {
-  if (auto c = env_int("FI_NPO_CARD", 0, 65535, "every card (the local rank's inside a parallel job)")) {
-    if (static_cast<std::size_t>(*c) >= n) {
-      notice_once("card:" + std::to_string(*c), "npo: FI_NPO_CARD=" + std::to_string(*c) + " but " + b.uri + " has " +
-                                                    std::to_string(n) + " cards (npo0..npo" + std::to_string(n - 1) +
-                                                    "): fi_getinfo lists none");
-    }
-    return static_cast<unsigned>(*c);
+std::optional<unsigned> named_card(std::size_t n, const BackendChoice& b) {
+  auto c = env_int("FI_NPO_CARD", 0, 65535, "a free card (the local rank's first inside a parallel job)");
+  if (!c) return std::nullopt;
+  if (static_cast<std::size_t>(*c) >= n) {
+    notice_once("card:" + std::to_string(*c), "npo: FI_NPO_CARD=" + std::to_string(*c) + " but " + b.uri + " has " +
+                                                  std::to_string(n) + " cards (npo0..npo" + std::to_string(n - 1) +
+                                                  "): fi_getinfo lists none");
   }
+  return static_cast<unsigned>(*c);
+}
+
+std::optional<unsigned> launcher_card(std::size_t n) {
   for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "SLURM_LOCALID"}) {
     if (const char* r = env(var)) {
       unsigned rank = 0;
@@ -259,6 +262,68 @@ std::optional<unsigned> card_choice(std::size_t n, const BackendChoice& b) {
       return rank % static_cast<unsigned>(n);
     }
   }
+  return std::nullopt;
+}
+
+std::string remote_card_uri(const BackendChoice& b, unsigned k) {
+  return "emu-remote:" + b.dir + "?card=" + std::to_string(k) + (b.query.empty() ? std::string() : "&" + b.query);
+}
+
+Result<std::shared_ptr<System>> remote_card_locked(Shared& s, const BackendChoice& b, unsigned k) {
+  const std::string uri = remote_card_uri(b, k);
+  if (auto held = s.remote_sys[uri].lock()) return held;
+  auto sys = System::open(uri);
+  if (!sys) return std::unexpected(sys.error());
+  std::shared_ptr<System> p(std::move(*sys));
+  s.remote_sys[uri] = p;
+  return p;
+}
+
+namespace {
+// "card K is open by pid P (...)" (docs/spec/emud-protocol.md §3): P, or "" for another error.
+std::string holder_pid(const Error& e) {
+  constexpr std::string_view kMark = " is open by pid ";
+  const std::string& m = e.message();
+  const auto at = m.find(kMark);
+  if (at == std::string::npos) return {};
+  const auto from = at + kMark.size();
+  const auto end = m.find_first_not_of("0123456789", from);
+  return m.substr(from, end == std::string::npos ? std::string::npos : end - from);
+}
+}  // namespace
+
+std::optional<unsigned> claim_card(const BackendChoice& b, std::size_t n, unsigned first) {
+  auto& s = shared();
+  std::lock_guard lk(s.mu);
+  if (s.claimed && s.claim_dir == b.dir && *s.claimed < n) return s.claimed;
+  std::string held;
+  for (std::size_t i = 0; i < n; ++i) {
+    const unsigned k = static_cast<unsigned>((first + i) % n);
+    auto sys = remote_card_locked(s, b, k);
+    if (sys) {
+      s.claim_dir = b.dir;
+      s.claimed = k;
+      s.claim = *sys;
+      return k;
+    }
+    const std::string pid = holder_pid(sys.error());
+    if (pid.empty()) {
+      notice_once("claim:" + b.dir, "npo: fi_getinfo: cannot open card " + std::to_string(k) + " of npo-emud at " +
+                                        b.dir + ": " + sys.error().message());
+      return std::nullopt;
+    }
+    held += (held.empty() ? "" : ", ") + ("npo" + std::to_string(k)) + " by pid " + pid;
+  }
+  std::string line = "npo: no free card: all " + std::to_string(n) + " cards of npo-emud at " + b.dir +
+                     " are held by other processes (" + held + ")";
+  const unsigned local = local_ranks();
+  if (local > n) {
+    line += "; this job runs " + std::to_string(local) + " ranks on this node but there are only " + std::to_string(n) +
+            " cards: run at most " + std::to_string(n) + " ranks per node";
+  } else {
+    line += "; one process drives a card at a time: wait for one to end, or start npo-emud with more cards";
+  }
+  notice_once("claim-all:" + b.dir, line);
   return std::nullopt;
 }
 

@@ -26,10 +26,14 @@ struct BackendChoice {
 /// The backend of this process: NPO_FI_BACKEND, else NPO_BACKEND, else emu-remote:/run/npo-emud
 /// when that directory exists, else vfio:all (docs/libfabric.md "Backend").
 BackendChoice choose_backend();
-/// The one card fi_getinfo lists, or nullopt for all `n` (docs/libfabric.md "Picking a card"):
-/// FI_NPO_CARD (a bad value or one >= n is reported once), else inside a parallel job the
-/// local rank modulo n. Call only when the hints name no domain.
-std::optional<unsigned> card_choice(std::size_t n, const BackendChoice& b);
+/// The card FI_NPO_CARD names (a bad value or one >= n is reported once), or nullopt
+/// (docs/libfabric.md "Picking a card"). Call only when the hints name no domain.
+std::optional<unsigned> named_card(std::size_t n, const BackendChoice& b);
+/// Inside a parallel job (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, PMI_LOCAL_RANK,
+/// SLURM_LOCALID) the local rank modulo n, the card this rank tries first; else nullopt.
+std::optional<unsigned> launcher_card(std::size_t n);
+/// "emu-remote:DIR?card=K[&QUERY]": card k of an npo-emud backend as a domain opens it.
+std::string remote_card_uri(const BackendChoice& b, unsigned k);
 /// fi_domain of card `card` failed with `e`: prints once per process one stderr line with the
 /// reason (the HAL's message; for a held card also the card count and, when this node runs more
 /// ranks than there are cards, that) and logs it (FI_LOG warn). Returns -errno for fi_domain.
@@ -51,6 +55,11 @@ struct Shared {
   // that card (the daemon gives a card to one owner connection: a second System::open of it
   // from the same process would be refused); it closes with the last domain
   std::map<std::string, std::weak_ptr<System>> remote_sys;
+  // emu-remote: the card fi_getinfo claimed for this process (claim_card), held as its owner
+  // connection until cleanup() so that no other process takes it between getinfo and fi_domain
+  std::string claim_dir;
+  std::optional<unsigned> claimed;
+  std::shared_ptr<System> claim;
 };
 
 /// The process-wide state, created on first use; cleanup() deletes it (g_shared).
@@ -59,6 +68,17 @@ Shared& shared();
 /// Opens (once) the process-wide System of an in-process backend and brings its fabric up.
 /// Caller holds s.mu.
 Result<std::shared_ptr<System>> local_system_locked(Shared& s, const std::string& uri);
+/// The System of card `k` of an npo-emud backend, opened as this process's owner connection
+/// once and shared by every domain of the process on that card (the daemon serves a card to
+/// one owner connection). Caller holds s.mu. Errors: System::open's, e.g. kUnavailable "card K
+/// is open by pid P ..." when another process holds the card.
+Result<std::shared_ptr<System>> remote_card_locked(Shared& s, const BackendChoice& b, unsigned k);
+/// Claims a free card of the npo-emud backend `b` (n cards) for this process: tries `first`,
+/// then first+1, ... modulo n, and keeps the first one whose owner connection the daemon grants
+/// (Shared::claim, until cleanup()); later calls return the same card. nullopt when every card
+/// is held by another process or the daemon cannot be reached: said once on stderr (which
+/// process holds which card) and at FI_LOG warn. Thread-safety: takes s.mu.
+std::optional<unsigned> claim_card(const BackendChoice& b, std::size_t n, unsigned first);
 /// Number of cards the backend offers; 0 when nothing is reachable (quickly; why is logged at
 /// FI_LOG warn and, when NPO_FI_BACKEND chose the backend, said once on stderr). emu-remote:
 /// counts the daemon's card sockets without connecting (docs/libfabric.md "Backend").

@@ -115,23 +115,30 @@ Result<std::uint64_t> read_peer_u64(Ep& e, const WindowHandle& h, std::uint64_t 
   return v;
 }
 
-// Enqueues the writes of `t` -- its payload from the staging slot, a FIN's rendezvous chunk
-// -- then its header, fenced, and submits them. The fenced header waits for both and is
-// skipped (FENCE_SKIPPED) if either failed (registers.md §5.7): the receiver never sees a
-// header whose payload or chunk did not land, whether the peer refused the write or the card
-// could not read the source (a user buffer read in place).
+// Enqueues the writes of `t` -- the slot after its first word (the rest of the header and the
+// payload, from the staging slot, in one write), a FIN's rendezvous chunk -- then, fenced, the
+// header's first word, the seq the receiver polls, and submits them. The seq lands only after
+// every other byte of the slot did: a write of several words may become visible in any order
+// (a CPU-run engine's memcpy stores a 64-byte header as two 32-byte halves, the seq's first),
+// so a receiver that saw the seq and read the header's sum from the older half would take a
+// good message for a corrupt one. The fenced seq waits for the earlier writes and is skipped
+// (FENCE_SKIPPED) if one failed (registers.md §5.7): the receiver never sees a seq whose slot
+// or chunk did not land, whether the peer refused the write or the card could not read the
+// source (a user buffer read in place).
 Result<void> enqueue_tx(Ep& e, Ep::Tx& t) {
+  constexpr std::uint64_t kSeqBytes = sizeof(SlotHeader::seq);
+  static_assert(offsetof(SlotHeader, seq) == 0);
   const std::uint64_t dst = slot_offset(t.lanes, t.lane, t.slots, t.seq);
   bool first_set = false;
   auto mark = [&](OpHandle op) {
     if (!first_set) t.first = op;
     first_set = true;
   };
-  if (t.len) {
-    auto op = e.queue->enqueue_remote_write(DmaAddress::host(e.staging_iova(t.slot) + kHdr), t.handle, dst + kHdr,
-                                            static_cast<std::uint32_t>(t.len));
+  {
+    auto op = e.queue->enqueue_remote_write(DmaAddress::host(e.staging_iova(t.slot) + kSeqBytes), t.handle,
+                                            dst + kSeqBytes, static_cast<std::uint32_t>(kHdr - kSeqBytes + t.len));
     if (!op) return std::unexpected(op.error());
-    if (trace::on()) trace::op_enqueued(e, *op, t.len, trace::Role::kPayload, t.dest_fabric);
+    if (trace::on()) trace::op_enqueued(e, *op, kHdr - kSeqBytes + t.len, trace::Role::kPayload, t.dest_fabric);
     mark(*op);
   }
   if ((t.rndv_chunk >= 0 || t.rndv_src != 0) && t.data_len) {
@@ -143,10 +150,10 @@ Result<void> enqueue_tx(Ep& e, Ep::Tx& t) {
     if (trace::on()) trace::op_enqueued(e, *op, t.data_len, trace::Role::kChunk, t.dest_fabric);
     mark(*op);
   }
-  if (first_set) e.queue->fence_next_op();
-  auto hop = e.queue->enqueue_remote_write(DmaAddress::host(e.staging_iova(t.slot)), t.handle, dst, kHdr);
+  e.queue->fence_next_op();
+  auto hop = e.queue->enqueue_remote_write(DmaAddress::host(e.staging_iova(t.slot)), t.handle, dst, kSeqBytes);
   if (!hop) return std::unexpected(hop.error());
-  if (trace::on()) trace::op_enqueued(e, *hop, kHdr, trace::Role::kHeader, t.dest_fabric);
+  if (trace::on()) trace::op_enqueued(e, *hop, kSeqBytes, trace::Role::kHeader, t.dest_fabric);
   mark(*hop);
   t.last = *hop;
   t.done = false;

@@ -3,6 +3,8 @@
 // entry point fi_prov_ini, the module's only exported symbol (docs/libfabric.md).
 #include "provider.hpp"
 
+#include "names.hpp"
+
 namespace npo::fi {
 
 int dma_counters(fid_domain* f, fi_npo_dma_counters* out) {
@@ -99,19 +101,14 @@ int domain_open(fid_fabric* f, fi_info* info, fid_domain** out, void* context) {
   d->fabric = fab;
   d->card = *k;
   if (fab->backend.remote) {
-    const std::string uri = "emu-remote:" + fab->backend.dir + "?card=" + std::to_string(*k) +
-                            (fab->backend.query.empty() ? std::string() : "&" + fab->backend.query);
     auto& s = shared();
     std::lock_guard lk(s.mu);
     // one System per card per process, shared by the domains on it (a second owner attach of
-    // the same card from this process would be refused by the daemon)
-    d->sys = s.remote_sys[uri].lock();
-    if (!d->sys) {
-      auto sys = System::open(uri);
-      if (!sys) return domain_open_failed(fab->backend, *k, sys.error());
-      d->sys = std::shared_ptr<System>(std::move(*sys));
-      s.remote_sys[uri] = d->sys;
-    }
+    // the same card from this process would be refused by the daemon); a card fi_getinfo
+    // claimed is already open
+    auto sys = remote_card_locked(s, fab->backend, *k);
+    if (!sys) return domain_open_failed(fab->backend, *k, sys.error());
+    d->sys = *sys;
     if (d->sys->device_count() != 1) return -FI_ENODEV;
     d->dev = &d->sys->device(0);
   } else {
@@ -342,33 +339,93 @@ fi_info* make_info(unsigned card, const fi_info* hints) {
 // (ofi_rxd, ofi_rxm) asks a core provider for endpoints to layer on.
 constexpr std::uint64_t kCoreProvOnly = 1ull << 59;
 
-int getinfo(std::uint32_t, const char*, const char*, std::uint64_t flags, const fi_info* hints, fi_info** info) {
+// node / service / FI_SOURCE of fi_getinfo as service addresses (names.hpp): every entry gets
+// a source address (the card's; with FI_SOURCE the service to publish), and a destination
+// address when node or service names a peer. False when they name nothing the provider serves.
+bool set_addresses(fi_info* i, unsigned card, const char* node, std::uint32_t service, std::uint64_t flags,
+                   const fi_info* hints) {
+  const bool source = (flags & FI_SOURCE) != 0;
+  if (hints && hints->src_addr && hints->src_addrlen == kAddrLen) {
+    i->src_addr = std::malloc(kAddrLen);
+    if (i->src_addr) std::memcpy(i->src_addr, hints->src_addr, kAddrLen);
+  } else {
+    i->src_addr = make_svc_addr(source ? service : 0, card, source ? node : nullptr);
+  }
+  if (!i->src_addr) return false;
+  i->src_addrlen = kAddrLen;
+  if (!source && (node || service)) {
+    i->dest_addr = make_svc_addr(service, ~0u, node);
+  } else if (hints && hints->dest_addr && hints->dest_addrlen == kAddrLen) {
+    i->dest_addr = std::malloc(kAddrLen);
+    if (i->dest_addr) std::memcpy(i->dest_addr, hints->dest_addr, kAddrLen);
+  } else {
+    return true;
+  }
+  if (!i->dest_addr) return false;
+  i->dest_addrlen = kAddrLen;
+  return true;
+}
+
+int getinfo(std::uint32_t, const char* node, const char* service, std::uint64_t flags, const fi_info* hints,
+            fi_info** info) {
   *info = nullptr;
   // The native RDM endpoint replaces ofi_rxd over the DGRAM core. libfabric lists utility
   // providers before a provider it does not know, so `-p npo` would pick "npo;ofi_rxd" first;
   // like efa, shm and psm3 the provider declines layering unless NPO_FI_LAYERING=1 asks for it
   // (to compare against ofi_rxd, docs/libfabric.md "Layering").
   if ((flags & kCoreProvOnly) && !env_bool("NPO_FI_LAYERING", "the default off").value_or(false)) return -FI_ENODATA;
+  // Services are numbers on this host (names.hpp): another host, or a service that is not a
+  // number, is nothing this provider reaches.
+  const auto svc = parse_service(service);
+  if (!svc || !node_is_local(node)) {
+    warn(FI_LOG_CORE, std::string("fi_getinfo: ") + (svc ? "node " + std::string(node) + " is not this host"
+                                                         : "service " + std::string(service) + " is not a number"));
+    return -FI_ENODATA;
+  }
   const BackendChoice b = choose_backend();
   const std::size_t n = count_cards(b);
   if (n == 0) return -FI_ENODATA;
   // Card choice (docs/libfabric.md "Picking a card"): a domain named in the hints; else
-  // FI_NPO_CARD; else, inside a parallel job, the local rank modulo the card count (so rank
-  // i of a node drives card i, whatever entry the runtime would pick); else every card.
-  std::optional<unsigned> only;
+  // FI_NPO_CARD; else, on npo-emud, a card claimed for this process (the local rank's first
+  // inside a parallel job, then the next free one), listed first -- alone inside a job, before
+  // the others outside one; else (in-process backends) the local rank's card inside a job, or
+  // every card.
+  std::optional<unsigned> first;
+  bool rest = true;
   const bool named = hints && hints->domain_attr && hints->domain_attr->name;
   if (!named) {
-    only = card_choice(n, b);
+    first = named_card(n, b);
+    rest = !first;
+    if (!first) {
+      const auto rank_card = launcher_card(n);
+      if (b.remote) {
+        if (!hints_match_rdm(hints, 0) && !hints_match(hints, 0)) return -FI_ENODATA;
+        first = claim_card(b, n, rank_card.value_or(0));
+        if (!first) return -FI_ENODATA;
+        rest = !rank_card;
+      } else if (rank_card) {
+        first = rank_card;
+        rest = false;
+      }
+    }
   }
   fi_info* head = nullptr;
   fi_info* tail = nullptr;
-  for (unsigned k = 0; k < n; ++k) {
-    if (only && *only != k) continue;
+  std::vector<unsigned> order;
+  if (first) order.push_back(*first);
+  for (unsigned k = 0; rest && k < n; ++k)
+    if (!first || k != *first) order.push_back(k);
+  for (const unsigned k : order) {
+    if (k >= n) continue;
     // the native RDM endpoint first (a runtime takes the first entry that fits), then the
     // DGRAM core (what ofi_rxd and other utility providers layer on)
     for (int kind = 0; kind < 2; ++kind) {
       if (kind == 0 ? !hints_match_rdm(hints, k) : !hints_match(hints, k)) continue;
       fi_info* i = kind == 0 ? make_rdm_info(k, hints) : make_info(k, hints);
+      if (i && !set_addresses(i, k, node, *svc, flags, hints)) {
+        fi_freeinfo(i);
+        i = nullptr;
+      }
       if (!i) {
         fi_freeinfo(head);
         return -FI_ENOMEM;

@@ -332,6 +332,7 @@ struct Ep {
   bool tx_default_completion() const { return !tx_selective || (tx_op_flags & FI_COMPLETION); }
   bool rx_default_completion() const { return !rx_selective || (rx_op_flags & FI_COMPLETION); }
   bool enabled = false;
+  std::uint32_t service = 0;  // the service this endpoint publishes (names.hpp), 0 for none
   unsigned ep_no = 0;
   unsigned lanes = kDefaultLanes;
   unsigned slots = kSlotsPerLane;         // slots per lane of the own ring

@@ -12,7 +12,8 @@
 #    (the ping-pong still passes);
 #  - fi_domain on a card another process holds: one stderr line naming the holder's pid, the
 #    card count, and (9 local ranks) that there are more ranks than cards;
-#  - enumerating (fi_info) connects to no card socket (npo-emud logs every connect).
+#  - fi_info claims one free card (one owner connect, npo-emud logs every connect), inside a
+#    job the local rank's card first, and lists it first (alone inside a job).
 # Usage: run-diagnostics.sh NPO_EMUD PROVIDER_DIR
 set -euo pipefail
 # shellcheck source=fi-script.sh
@@ -63,17 +64,22 @@ export NPO_FI_BACKEND="emu-remote:${dir}/sock"
 expect_no_cards "?card=" "^npo: no cards: NPO_FI_BACKEND=emu-remote:${dir}/sock\?card=9: the provider takes no \?card=9" \
   NPO_FI_BACKEND="emu-remote:${dir}/sock?card=9"
 
-# enumeration connects to no card (the daemon logs each connect)
-fi_info -p npo >/dev/null
-OMPI_COMM_WORLD_LOCAL_RANK=3 fi_info -p npo >/dev/null
-connects="$(grep -c 'connect card=' "${dir}/emud.log" || true)"
-echo "daemon connect lines after 2 fi_info runs: ${connects}"
-[[ "${connects}" -eq 0 ]] || fail "fi_info connected to the daemon ${connects} times"
+# fi_getinfo claims a free card for the process (one owner connect; the daemon logs each):
+# card 0 first outside a job, the local rank's card inside one (listed alone)
+first_domain="$(fi_info -p npo | sed -n 's/^ *domain: //p' | head -1)"
+[[ "${first_domain}" == npo0 ]] || fail "fi_info outside a job listed ${first_domain} first, not npo0"
+rank3="$(OMPI_COMM_WORLD_LOCAL_RANK=3 fi_info -p npo | sed -n 's/^ *domain: //p' | sort -u | tr '\n' ' ')"
+[[ "${rank3}" == "npo3 " ]] || fail "local rank 3 listed '${rank3}', not npo3 alone"
+connects="$(grep -c '^npo-emud: connect card=[0-9]* pid=[0-9]* mode=owner' "${dir}/emud.log" || true)"
+echo "daemon owner connects after 2 fi_info runs: ${connects}"
+[[ "${connects}" -eq 2 ]] || fail "2 fi_info runs took ${connects} cards, not one each"
+grep -q 'connect card=0 pid=[0-9]* mode=owner' "${dir}/emud.log" || fail "fi_info did not claim card 0"
+grep -q 'connect card=3 pid=[0-9]* mode=owner' "${dir}/emud.log" || fail "local rank 3 did not claim card 3"
 
 # FI_NPO_CARD
 out="$(FI_NPO_CARD=abc fi_info -p npo -t FI_EP_DGRAM 2>&1)"
 echo "${out}" | grep '^npo: ' || true
-grep -q "^npo: FI_NPO_CARD='abc' is not valid (accepted: an integer 0..65535); using every card" <<<"${out}" ||
+grep -q "^npo: FI_NPO_CARD='abc' is not valid (accepted: an integer 0..65535); using a free card (the local rank's first inside a parallel job)" <<<"${out}" ||
   fail "FI_NPO_CARD=abc not reported"
 [[ "$(grep -c 'domain: npo' <<<"${out}")" -eq 8 ]] || fail "FI_NPO_CARD=abc: not every card listed"
 set +e
