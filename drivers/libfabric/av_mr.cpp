@@ -1,8 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // libnpo-fi.so: address vectors and (no-op) memory registration (docs/libfabric.md).
-#include "provider.hpp"
-
 #include "names.hpp"
+#include "provider.hpp"
 
 namespace npo::fi {
 

@@ -3,9 +3,8 @@
 // fi_endpoint (ep_open) (docs/libfabric.md "Faults").
 #include <sys/random.h>
 
-#include "provider.hpp"
-
 #include "names.hpp"
+#include "provider.hpp"
 
 namespace npo::fi {
 

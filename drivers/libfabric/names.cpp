@@ -107,9 +107,7 @@ std::optional<Record> read_record(const std::string& path) {
   return r;
 }
 
-bool alive(std::int64_t pid) {
-  return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH);
-}
+bool alive(std::int64_t pid) { return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH); }
 }  // namespace
 
 int publish_service(const BackendChoice& b, std::uint32_t service, const WireAddr& w) {
