@@ -218,6 +218,9 @@ bool hints_match_rdm(const fi_info* hints, unsigned card) {
     return false;
   if (hints->addr_format != FI_FORMAT_UNSPEC) return false;
   if (hints->domain_attr && hints->domain_attr->cq_data_size > 8) return false;
+  // FI_MR_BASIC (v1.0: provider keys, virtual addresses) is not offered: keys are the
+  // application's and remote addresses offsets, which is FI_MR_SCALABLE (mr_mode 0 since 1.5)
+  if (hints->domain_attr && (hints->domain_attr->mr_mode & FI_MR_BASIC)) return false;
   if (hints->domain_attr && (hints->domain_attr->mr_mode & FI_MR_LOCAL) == 0 && hints->domain_attr->mr_mode != 0 &&
       (hints->domain_attr->mr_mode &
        ~(FI_MR_BASIC | FI_MR_SCALABLE | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_LOCAL | FI_MR_RAW |
@@ -265,8 +268,10 @@ fi_info* make_rdm_info(unsigned card, const fi_info* hints) {
   i->ep_attr->max_msg_size = kRdmMaxMsg;
   // all 64 tag bits are matched (libfabric 1.17 has no FI_TAG_GENERIC; this is its pattern)
   i->ep_attr->mem_tag_format = 0xaaaaaaaaaaaaaaaaull;
-  // any user buffer is accepted (the provider stages it), so no FI_MR_LOCAL; keys are the provider's
-  i->domain_attr->mr_mode = 0;
+  // any user buffer is accepted (the provider stages it), so no FI_MR_LOCAL; keys are the
+  // application's, remote addresses offsets: FI_MR_SCALABLE when the hints say it so
+  i->domain_attr->mr_mode =
+      (hints && hints->domain_attr && hints->domain_attr->mr_mode == FI_MR_SCALABLE) ? FI_MR_SCALABLE : 0;
   return i;
 }
 
@@ -339,6 +344,53 @@ fi_info* make_info(unsigned card, const fi_info* hints) {
 // (ofi_rxd, ofi_rxm) asks a core provider for endpoints to layer on.
 constexpr std::uint64_t kCoreProvOnly = 1ull << 59;
 
+// Whether entry `i` gives everything `hints` asks for (fi_getinfo(3): a returned entry
+// satisfies the hints): every capability, ordering bit and domain capability asked for, the
+// progress models, the AV type. An entry that does not is not returned, so what the provider
+// does not offer is refused at getinfo with -FI_ENODATA, not by a later call.
+bool info_fits(const fi_info* i, const fi_info* hints) {
+  if (!hints) return true;
+  auto has = [](std::uint64_t have, std::uint64_t want) { return (have & want) == want; };
+  // primary capabilities (secondary ones such as FI_FENCE are hints, fi_getinfo(3) "Capabilities")
+  constexpr std::uint64_t kPrimary = FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_READ | FI_WRITE | FI_SEND | FI_RECV |
+                                     FI_REMOTE_READ | FI_REMOTE_WRITE | FI_MULTICAST | FI_COLLECTIVE | FI_HMEM |
+                                     FI_NAMED_RX_CTX | FI_DIRECTED_RECV | FI_MULTI_RECV | FI_RMA_EVENT | FI_TRIGGER |
+                                     FI_SOURCE | FI_SHARED_AV | FI_VARIABLE_MSG;
+  if (!has(i->caps, hints->caps & kPrimary)) return false;
+  if (hints->tx_attr && !has(i->tx_attr->caps, hints->tx_attr->caps & kPrimary)) return false;
+  if (hints->rx_attr && !has(i->rx_attr->caps, hints->rx_attr->caps & kPrimary)) return false;
+  if (hints->tx_attr && !has(i->tx_attr->msg_order, hints->tx_attr->msg_order)) return false;
+  if (hints->rx_attr && !has(i->rx_attr->msg_order, hints->rx_attr->msg_order)) return false;
+  if (hints->tx_attr && !has(i->tx_attr->comp_order, hints->tx_attr->comp_order)) return false;
+  if (hints->rx_attr && !has(i->rx_attr->comp_order, hints->rx_attr->comp_order)) return false;
+  if (hints->domain_attr) {
+    const fi_domain_attr& h = *hints->domain_attr;
+    if (!has(i->domain_attr->caps, h.caps & (FI_LOCAL_COMM | FI_REMOTE_COMM | FI_SHARED_AV))) return false;
+    if (h.data_progress != FI_PROGRESS_UNSPEC && h.data_progress != i->domain_attr->data_progress) return false;
+    if (h.control_progress != FI_PROGRESS_UNSPEC && h.control_progress != i->domain_attr->control_progress)
+      return false;
+    if (h.threading != FI_THREAD_UNSPEC && i->domain_attr->threading != FI_THREAD_SAFE &&
+        h.threading != i->domain_attr->threading)
+      return false;
+    if (h.av_type != FI_AV_UNSPEC && h.av_type != FI_AV_MAP && h.av_type != FI_AV_TABLE) return false;
+  }
+  if (hints->ep_attr && hints->ep_attr->protocol != FI_PROTO_UNSPEC && hints->ep_attr->protocol != i->ep_attr->protocol)
+    return false;
+  return true;
+}
+
+// Whether some entry of card 0 (the hints name no domain here) satisfies `hints`.
+bool any_entry_fits(const fi_info* hints) {
+  for (int kind = 0; kind < 2; ++kind) {
+    if (kind == 0 ? !hints_match_rdm(hints, 0) : !hints_match(hints, 0)) continue;
+    fi_info* i = kind == 0 ? make_rdm_info(0, hints) : make_info(0, hints);
+    const bool fits = i && info_fits(i, hints);
+    fi_freeinfo(i);
+    if (fits) return true;
+  }
+  return false;
+}
+
 // node / service / FI_SOURCE of fi_getinfo as service addresses (names.hpp): every entry gets
 // a source address (the card's; with FI_SOURCE the service to publish), and a destination
 // address when node or service names a peer. False when they name nothing the provider serves.
@@ -399,7 +451,7 @@ int getinfo(std::uint32_t, const char* node, const char* service, std::uint64_t 
     if (!first) {
       const auto rank_card = launcher_card(n);
       if (b.remote) {
-        if (!hints_match_rdm(hints, 0) && !hints_match(hints, 0)) return -FI_ENODATA;
+        if (!any_entry_fits(hints)) return -FI_ENODATA;  // claim no card for nothing
         first = claim_card(b, n, rank_card.value_or(0));
         if (!first) return -FI_ENODATA;
         rest = !rank_card;
@@ -422,6 +474,10 @@ int getinfo(std::uint32_t, const char* node, const char* service, std::uint64_t 
     for (int kind = 0; kind < 2; ++kind) {
       if (kind == 0 ? !hints_match_rdm(hints, k) : !hints_match(hints, k)) continue;
       fi_info* i = kind == 0 ? make_rdm_info(k, hints) : make_info(k, hints);
+      if (i && !info_fits(i, hints)) {
+        fi_freeinfo(i);
+        continue;
+      }
       if (i && !set_addresses(i, k, node, *svc, flags, hints)) {
         fi_freeinfo(i);
         i = nullptr;
