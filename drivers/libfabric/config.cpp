@@ -54,8 +54,8 @@ constexpr ParamSpec kParams[] = {
      "%r the MPI rank (default: unset, no trace)",
      "no trace", true},
     {Param::kTraceMax, "trace_max", FI_PARAM_SIZE_T,
-     "Events kept per process with FI_NPO_TRACE: an integer 0..1099511627776 (default: 1000000)",
-     "the default 1000000", true},
+     "Events kept per process with FI_NPO_TRACE: an integer 0..1099511627776 (default: 1000000)", "the default 1000000",
+     true},
     {Param::kZeroCopy, "zero_copy", FI_PARAM_BOOL,
      "Rendezvous chunks read in place from the sender's buffer (off: staged by a CPU copy): 1, on, yes, true "
      "or 0, off, no, false (default: on)",
@@ -173,8 +173,7 @@ std::optional<std::int64_t> param_int(Param p, std::int64_t lo, std::int64_t hi)
   auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), out);
   if (!digits.empty() && ec == std::errc{} && end == digits.data() + digits.size() && out >= lo && out <= hi)
     return out;
-  report_bad_env(pv->var.c_str(), s, "an integer " + std::to_string(lo) + ".." + std::to_string(hi),
-                 spec(p).fallback);
+  report_bad_env(pv->var.c_str(), s, "an integer " + std::to_string(lo) + ".." + std::to_string(hi), spec(p).fallback);
   return std::nullopt;
 }
 

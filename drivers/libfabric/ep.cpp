@@ -275,8 +275,7 @@ int ep_open(fid_domain* f, fi_info* info, fid_ep** out, void* context) {
   // One lane per possible sender (fabric IDs 1..N, kEpsPerCard endpoints each), at least 64.
   e->lanes =
       std::clamp(kEpsPerCard * (static_cast<unsigned>(count_cards(d->fabric->backend)) + 1), kDefaultLanes, 4096u);
-  if (auto l = param_int(Param::kRingLanes, 1, 4096))
-    e->lanes = static_cast<unsigned>(*l);
+  if (auto l = param_int(Param::kRingLanes, 1, 4096)) e->lanes = static_cast<unsigned>(*l);
   {
     auto& s = shared();
     std::lock_guard lk(s.mu);

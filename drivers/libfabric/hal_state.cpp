@@ -90,7 +90,8 @@ std::atomic<std::size_t> g_daemon_cards{0};
 // chose it (the user wants this provider; libfabric's default log level hides warn).
 void no_cards(const BackendChoice& b, const std::string& why) {
   std::string what = b.origin.empty() ? "the default backend " + b.uri : b.origin + "=" + b.uri;
-  if (b.origin == "FI_NPO_BACKEND" && !param_str(Param::kBackend)) what = "FI_NPO_BACKEND is empty; the default " + b.uri;
+  if (b.origin == "FI_NPO_BACKEND" && !param_str(Param::kBackend))
+    what = "FI_NPO_BACKEND is empty; the default " + b.uri;
   const std::string line = "npo: no cards: " + what + ": " + why;
   if (b.origin == "FI_NPO_BACKEND") {
     notice_once("backend:" + b.uri, line);

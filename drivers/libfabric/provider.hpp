@@ -158,7 +158,7 @@ inline bool abort_on_fault() {
   static const bool v = [] {
     const bool job = in_parallel_job();
     if (auto f = param_choice(Param::kFault, {"abort", "report"},
-                            job ? "the default abort (inside a parallel job)" : "the default report"))
+                              job ? "the default abort (inside a parallel job)" : "the default report"))
       return *f == "abort";
     return job;
   }();

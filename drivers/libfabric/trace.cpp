@@ -374,8 +374,7 @@ void init() {
     const char* p = param_str(Param::kTrace);
     if (!p) return;
     std::size_t max = 1'000'000;
-    if (auto m = param_int(Param::kTraceMax, 0, std::int64_t{1} << 40))
-      max = static_cast<std::size_t>(*m);
+    if (auto m = param_int(Param::kTraceMax, 0, std::int64_t{1} << 40)) max = static_cast<std::size_t>(*m);
     check_trace_dir(file_name(p));
     // Lives until the provider is unloaded (TracerOwner).
     g_tracer.store(new Tracer(file_name(p), max), std::memory_order_release);
