@@ -11,12 +11,12 @@
 //
 // This private header (with ring.hpp, the ring format, and hal_state.hpp) holds the objects
 // behind each fid and the helpers the sources share: hal_state.cpp (backend choice,
-// process-wide state), config.cpp (the environment parser, once-per-process notices; config.hpp), cq_eq.cpp (EQ, CQ),
-// av_mr.cpp (AV, MR), ep.cpp (the endpoint fid, fi_endpoint), msg.cpp (data path, DGRAM fi_ops_msg), progress.cpp
-// (polling, stall dump), rdm.cpp / rdm_progress.cpp / rdm_msg.cpp (the RDM endpoint: receive
-// side and tag matching, send side and progress, msg and tagged ops), rma.cpp, atomic.cpp,
-// trace.cpp, provider.cpp (fabric, domain, getinfo, fi_prov_ini). Thread-safety: every fid of
-// a domain is serialised by the domain's mutex (FI_THREAD_SAFE); the EQ has its own.
+// process-wide state), config.cpp (the FI_NPO_* parameter table, fi_param_define / fi_param_get, once-per-process
+// notices; config.hpp), cq_eq.cpp (EQ, CQ), av_mr.cpp (AV, MR), ep.cpp (the endpoint fid, fi_endpoint), msg.cpp (data
+// path, DGRAM fi_ops_msg), progress.cpp (polling, stall dump), rdm.cpp / rdm_progress.cpp / rdm_msg.cpp (the RDM
+// endpoint: receive side and tag matching, send side and progress, msg and tagged ops), rma.cpp, atomic.cpp, trace.cpp,
+// provider.cpp (fabric, domain, getinfo, fi_prov_ini). Thread-safety: every fid of a domain is serialised by the
+// domain's mutex (FI_THREAD_SAFE); the EQ has its own.
 #pragma once
 #include <sys/eventfd.h>
 #include <sys/stat.h>
