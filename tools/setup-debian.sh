@@ -20,6 +20,8 @@ packages=(
   libdpdk-dev dpdk-dev
   # libfabric provider libnpo-fi.so (drivers/libfabric): headers, and fi_info/fi_pingpong for its tests
   libfabric-dev libfabric-bin
+  # groff renders fi_npo(7) in ctest fi_params (groff -man -ww)
+  groff-base
   # npo-exporter's HTTP server (cpp-httplib); Prometheus + promtool for its tests (issue 17)
   libcpp-httplib-dev prometheus
   # Slurm's controller and scontrol (munge comes with them): npo-smi topo --format slurm is

@@ -80,7 +80,7 @@ constexpr unsigned kEmptyPollsBeforeBackoff = 64;
 // How long an empty run yields before it sleeps (kYield mode): longer than the waits inside a
 // collective (the 8-rank allreduce of 1 MiB took 14-15 ms with 2 ms here, 8.8-10 with 20 ms).
 constexpr auto kYieldFor = std::chrono::milliseconds(20);
-// NPO_FI_POLL_BACKOFF (docs/libfabric.md "Progress"): what a caller polling an empty CQ does
+// FI_NPO_POLL_BACKOFF (docs/libfabric.md "Progress"): what a caller polling an empty CQ does
 // after 64 empty polls. "yield" (the default; also "1"/"on"): sched_yield for the first 20 ms
 // of the empty run, so a thread the CPU is needed for (npo-emud's session thread running the
 // card's engine, another rank) runs at once and the caller is back as soon as nothing else is
@@ -92,7 +92,7 @@ constexpr auto kYieldFor = std::chrono::milliseconds(20);
 enum class Backoff { kSpin, kSleep, kYield };
 Backoff backoff_mode() {
   static const Backoff v = [] {
-    const auto e = env_choice("NPO_FI_POLL_BACKOFF", {"yield", "sleep", "0", "off", "1", "on"}, "the default yield");
+    const auto e = param_choice(Param::kPollBackoff, {"yield", "sleep", "0", "off", "1", "on"});
     if (e == "0" || e == "off") return Backoff::kSpin;
     if (e == "sleep") return Backoff::kSleep;
     return Backoff::kYield;
@@ -152,7 +152,7 @@ ssize_t cq_readfrom(fid_cq* f, void* buf, std::size_t count, fi_addr_t* src) {
   if (q->comps.empty()) {
     // A caller spinning on an empty CQ would starve the card's engines on a host with few
     // cores (the emulator's engines are threads); after a burst of empty polls, give the
-    // CPU away briefly (NPO_FI_POLL_BACKOFF=0 disables it).
+    // CPU away briefly (FI_NPO_POLL_BACKOFF=0 disables it).
     if (++q->empty_polls > kEmptyPollsBeforeBackoff && backoff_mode() != Backoff::kSpin) {
       const auto now = std::chrono::steady_clock::now();
       if (q->empty_polls == kEmptyPollsBeforeBackoff + 1) q->empty_since = now;

@@ -247,7 +247,7 @@ int ep_open(fid_domain* f, fi_info* info, fid_ep** out, void* context) {
   if (info && info->ep_attr && info->ep_attr->type != FI_EP_DGRAM && info->ep_attr->type != FI_EP_RDM &&
       info->ep_attr->type != FI_EP_UNSPEC)
     return -FI_EINVAL;
-  trace::init();  // NPO_FI_TRACE, read once per process
+  trace::init();  // FI_NPO_TRACE, read once per process
   auto e = std::make_unique<Ep>();
   e->rdm = info && info->ep_attr && info->ep_attr->type == FI_EP_RDM;
   e->directed_recv = info && (info->caps & FI_DIRECTED_RECV);
@@ -270,15 +270,14 @@ int ep_open(fid_domain* f, fi_info* info, fid_ep** out, void* context) {
     e->ep.rma = &rdm_rma_ops;
     e->ep.atomic = &rdm_atomic_ops;
   }
-  // A bad NPO_FI_FAULT / NPO_FI_FAULT_MS / NPO_FI_STALL_MS is reported now, not at the first fault.
+  // A bad FI_NPO_FAULT / FI_NPO_FAULT_MS / FI_NPO_STALL_MS is reported now, not at the first fault.
   (void)abort_on_fault();
   (void)fault_persistence();
   (void)stall_dump_after();
   // One lane per possible sender (fabric IDs 1..N, kEpsPerCard endpoints each), at least 64.
   e->lanes =
       std::clamp(kEpsPerCard * (static_cast<unsigned>(count_cards(d->fabric->backend)) + 1), kDefaultLanes, 4096u);
-  if (auto l = env_int("NPO_FI_RING_LANES", 1, 4096, "the default (4 per card + 4, at least 64)"))
-    e->lanes = static_cast<unsigned>(*l);
+  if (auto l = param_int(Param::kRingLanes, 1, 4096)) e->lanes = static_cast<unsigned>(*l);
   {
     auto& s = shared();
     std::lock_guard lk(s.mu);

@@ -33,7 +33,7 @@ struct fi_npo_dma_counters {
  *  endpoints started as initiator (fi_write / fi_read / fi_atomic families, accepted by the
  *  call) and those they executed as target (after the key / range / access checks passed).
  *  Two-sided traffic (messages, tagged) moves none of them. Also printed to stderr when the
- *  domain closes if NPO_FI_STATS is set (docs/libfabric.md "Extensions"). */
+ *  domain closes if FI_NPO_STATS is set (docs/libfabric.md "Extensions"). */
 struct fi_npo_op_counters {
   uint64_t rma_writes;        /**< RMA writes started */
   uint64_t rma_reads;         /**< RMA reads started */

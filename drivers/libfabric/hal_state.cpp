@@ -12,9 +12,9 @@ namespace npo::fi {
 
 BackendChoice choose_backend() {
   BackendChoice c;
-  if (const char* v = env("NPO_FI_BACKEND")) {
+  if (const char* v = param_str(Param::kBackend)) {
     c.uri = v;
-    c.origin = "NPO_FI_BACKEND";
+    c.origin = "FI_NPO_BACKEND";
   } else if (const char* b = env("NPO_BACKEND")) {
     c.uri = b;
     c.origin = "NPO_BACKEND";
@@ -26,7 +26,7 @@ BackendChoice choose_backend() {
       c.uri = "vfio:all";
     }
     // set but empty: the user asked for something; the default is used (count_cards says so)
-    if (std::getenv("NPO_FI_BACKEND")) c.origin = "NPO_FI_BACKEND";
+    if (param_present(Param::kBackend)) c.origin = "FI_NPO_BACKEND";
   }
   constexpr std::string_view kRemote = "emu-remote:";
   if (std::string_view(c.uri).starts_with(kRemote)) {
@@ -86,13 +86,14 @@ namespace {
 // which its caller may hold.
 std::atomic<std::size_t> g_daemon_cards{0};
 
-// Says why the backend offers no card: FI_LOG warn always; once on stderr when NPO_FI_BACKEND
+// Says why the backend offers no card: FI_LOG warn always; once on stderr when FI_NPO_BACKEND
 // chose it (the user wants this provider; libfabric's default log level hides warn).
 void no_cards(const BackendChoice& b, const std::string& why) {
   std::string what = b.origin.empty() ? "the default backend " + b.uri : b.origin + "=" + b.uri;
-  if (b.origin == "NPO_FI_BACKEND" && !env("NPO_FI_BACKEND")) what = "NPO_FI_BACKEND is empty; the default " + b.uri;
+  if (b.origin == "FI_NPO_BACKEND" && !param_str(Param::kBackend))
+    what = "FI_NPO_BACKEND is empty; the default " + b.uri;
   const std::string line = "npo: no cards: " + what + ": " + why;
-  if (b.origin == "NPO_FI_BACKEND") {
+  if (b.origin == "FI_NPO_BACKEND") {
     notice_once("backend:" + b.uri, line);
   } else {
     warn(FI_LOG_CORE, line);
@@ -131,7 +132,7 @@ std::string private_emulator_in_job(const BackendChoice& b) {
   if (n <= 1) return {};
   return "an in-process emulator is private to each process, and this job has " + std::to_string(n) +
          " ranks that could not reach each other's cards: share one emulator with `npo-emud --topology " + b.uri +
-         " --socket-dir DIR` and NPO_FI_BACKEND=emu-remote:DIR (docs/libfabric.md \"Backend\")";
+         " --socket-dir DIR` and FI_NPO_BACKEND=emu-remote:DIR (docs/libfabric.md \"Backend\")";
 }
 
 // The cards of the npo-emud serving `dir`, counted from its sockets DIR/card-K.sock without
@@ -232,7 +233,7 @@ std::size_t count_cards(const BackendChoice& b) {
   }
   if (const std::string why = private_emulator_in_job(b); !why.empty()) {
     no_cards(b, why);
-    if (b.origin != "NPO_FI_BACKEND") notice_once("backend:" + b.uri, "npo: no cards: " + b.uri + ": " + why);
+    if (b.origin != "FI_NPO_BACKEND") notice_once("backend:" + b.uri, "npo: no cards: " + b.uri + ": " + why);
     return 0;
   }
   auto sys = local_system_locked(s, b.uri);
@@ -244,7 +245,7 @@ std::size_t count_cards(const BackendChoice& b) {
 }
 
 std::optional<unsigned> named_card(std::size_t n, const BackendChoice& b) {
-  auto c = env_int("FI_NPO_CARD", 0, 65535, "a free card (the local rank's first inside a parallel job)");
+  auto c = param_int(Param::kCard, 0, 65535);
   if (!c) return std::nullopt;
   if (static_cast<std::size_t>(*c) >= n) {
     notice_once("card:" + std::to_string(*c), "npo: FI_NPO_CARD=" + std::to_string(*c) + " but " + b.uri + " has " +

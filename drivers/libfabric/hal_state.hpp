@@ -20,10 +20,10 @@ struct BackendChoice {
   bool remote = false;  // emu-remote:DIR (one System per card)
   std::string dir;      // remote: socket dir
   std::string query;    // remote: what followed '?' (only doorbell=shadow|socket; the provider opens each card)
-  std::string origin;   // "NPO_FI_BACKEND", "NPO_BACKEND" or "" (the default)
+  std::string origin;   // "FI_NPO_BACKEND", "NPO_BACKEND" or "" (the default)
 };
 
-/// The backend of this process: NPO_FI_BACKEND, else NPO_BACKEND, else emu-remote:/run/npo-emud
+/// The backend of this process: FI_NPO_BACKEND, else NPO_BACKEND, else emu-remote:/run/npo-emud
 /// when that directory exists, else vfio:all (docs/libfabric.md "Backend").
 BackendChoice choose_backend();
 /// The card FI_NPO_CARD names (a bad value or one >= n is reported once), or nullopt
@@ -80,7 +80,7 @@ Result<std::shared_ptr<System>> remote_card_locked(Shared& s, const BackendChoic
 /// process holds which card) and at FI_LOG warn. Thread-safety: takes s.mu.
 std::optional<unsigned> claim_card(const BackendChoice& b, std::size_t n, unsigned first);
 /// Number of cards the backend offers; 0 when nothing is reachable (quickly; why is logged at
-/// FI_LOG warn and, when NPO_FI_BACKEND chose the backend, said once on stderr). emu-remote:
+/// FI_LOG warn and, when FI_NPO_BACKEND chose the backend, said once on stderr). emu-remote:
 /// counts the daemon's card sockets without connecting (docs/libfabric.md "Backend").
 std::size_t count_cards(const BackendChoice& b);
 

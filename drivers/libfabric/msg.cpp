@@ -321,7 +321,7 @@ ssize_t send_to(Ep& e, const Av::Entry& peer, const iovec* iov, std::size_t coun
       }
       if (gone()) return -FI_EIO;  // found closed while this send waited (rdm_poll_rx)
       if (e.rdm) {
-        // RDM never drops: wait (the route may come back), a fault after NPO_FI_FAULT_MS
+        // RDM never drops: wait (the route may come back), a fault after FI_NPO_FAULT_MS
         e.send_failed(key, read_status,
                       "npo: send from " + e.where() + " to the card with fabric id " + std::to_string(h.fabric_id) +
                           " stalled: " + c.error().to_string());

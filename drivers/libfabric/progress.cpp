@@ -137,7 +137,7 @@ void Ep::poll_rx() {
 
 std::chrono::milliseconds stall_dump_after() {
   static const std::chrono::milliseconds v{
-      [] { return static_cast<int>(env_int("NPO_FI_STALL_MS", 0, 86'400'000, "the default 0 (off)").value_or(0)); }()};
+      [] { return static_cast<int>(param_int(Param::kStallMs, 0, 86'400'000).value_or(0)); }()};
   return v;
 }
 

@@ -41,7 +41,7 @@ int domain_ops_open(fid*, const char* name, std::uint64_t, void** ops, void*) {
 int domain_close(fid* f) {
   auto* d = reinterpret_cast<Domain*>(f);
   if (d->refs.load() != 0) return -FI_EBUSY;
-  if (env_bool("NPO_FI_STATS", "the default off").value_or(false)) {
+  if (param_bool(Param::kStats).value_or(false)) {
     // one line per domain, for runtimes the application cannot ask (docs/libfabric.md "Extensions")
     std::fprintf(
         stderr,
@@ -423,9 +423,9 @@ int getinfo(std::uint32_t, const char* node, const char* service, std::uint64_t 
   *info = nullptr;
   // The native RDM endpoint replaces ofi_rxd over the DGRAM core. libfabric lists utility
   // providers before a provider it does not know, so `-p npo` would pick "npo;ofi_rxd" first;
-  // like efa, shm and psm3 the provider declines layering unless NPO_FI_LAYERING=1 asks for it
+  // like efa, shm and psm3 the provider declines layering unless FI_NPO_LAYERING=1 asks for it
   // (to compare against ofi_rxd, docs/libfabric.md "Layering").
-  if ((flags & kCoreProvOnly) && !env_bool("NPO_FI_LAYERING", "the default off").value_or(false)) return -FI_ENODATA;
+  if ((flags & kCoreProvOnly) && !param_bool(Param::kLayering).value_or(false)) return -FI_ENODATA;
   // Services are numbers on this host (names.hpp): another host, or a service that is not a
   // number, is nothing this provider reaches.
   const auto svc = parse_service(service);
@@ -515,4 +515,9 @@ fi_provider g_provider{
 
 }  // namespace npo::fi
 
-extern "C" FI_EXT_INI { return &npo::fi::g_provider; }
+// Every FI_NPO_* parameter is defined before libfabric gets the provider (fi_info -e lists them;
+// a failed definition leaves config.cpp reading the variable itself).
+extern "C" FI_EXT_INI {
+  (void)npo::fi::define_params(&npo::fi::g_provider);
+  return &npo::fi::g_provider;
+}

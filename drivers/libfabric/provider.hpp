@@ -11,12 +11,12 @@
 //
 // This private header (with ring.hpp, the ring format, and hal_state.hpp) holds the objects
 // behind each fid and the helpers the sources share: hal_state.cpp (backend choice,
-// process-wide state), config.cpp (the environment parser, once-per-process notices; config.hpp), cq_eq.cpp (EQ, CQ),
-// av_mr.cpp (AV, MR), ep.cpp (the endpoint fid, fi_endpoint), msg.cpp (data path, DGRAM fi_ops_msg), progress.cpp
-// (polling, stall dump), rdm.cpp / rdm_progress.cpp / rdm_msg.cpp (the RDM endpoint: receive
-// side and tag matching, send side and progress, msg and tagged ops), rma.cpp, atomic.cpp,
-// trace.cpp, provider.cpp (fabric, domain, getinfo, fi_prov_ini). Thread-safety: every fid of
-// a domain is serialised by the domain's mutex (FI_THREAD_SAFE); the EQ has its own.
+// process-wide state), config.cpp (the FI_NPO_* parameter table, fi_param_define / fi_param_get, once-per-process
+// notices; config.hpp), cq_eq.cpp (EQ, CQ), av_mr.cpp (AV, MR), ep.cpp (the endpoint fid, fi_endpoint), msg.cpp (data
+// path, DGRAM fi_ops_msg), progress.cpp (polling, stall dump), rdm.cpp / rdm_progress.cpp / rdm_msg.cpp (the RDM
+// endpoint: receive side and tag matching, send side and progress, msg and tagged ops), rma.cpp, atomic.cpp, trace.cpp,
+// provider.cpp (fabric, domain, getinfo, fi_prov_ini). Thread-safety: every fid of a domain is serialised by the
+// domain's mutex (FI_THREAD_SAFE); the EQ has its own.
 #pragma once
 #include <sys/eventfd.h>
 #include <sys/stat.h>
@@ -147,7 +147,7 @@ struct Eq;
 // the EQ) only; "abort" also ends the process with the message on stderr, so a parallel job
 // whose runtime swallows core-provider errors (ofi_rxd retries for minutes) ends within
 // seconds, naming the card. Default: abort inside a parallel job (a local-rank variable is
-// set), report otherwise. NPO_FI_FAULT=report|abort (case ignored) overrides; another value
+// set), report otherwise. FI_NPO_FAULT=report|abort (case ignored) overrides; another value
 // is reported once and the default used.
 inline bool in_parallel_job() {
   for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "SLURM_LOCALID"})
@@ -157,18 +157,18 @@ inline bool in_parallel_job() {
 inline bool abort_on_fault() {
   static const bool v = [] {
     const bool job = in_parallel_job();
-    if (auto f = env_choice("NPO_FI_FAULT", {"abort", "report"},
-                            job ? "the default abort (inside a parallel job)" : "the default report"))
+    if (auto f = param_choice(Param::kFault, {"abort", "report"},
+                              job ? "the default abort (inside a parallel job)" : "the default report"))
       return *f == "abort";
     return job;
   }();
   return v;
 }
 // A peer unreachable or its window refused for this long is a fault, not a transient (a link
-// retrain or reroute under it is survived). NPO_FI_FAULT_MS overrides (1..86400000 ms; default
+// retrain or reroute under it is survived). FI_NPO_FAULT_MS overrides (1..86400000 ms; default
 // 5000 ms, also for a bad value, which is reported once).
 inline std::chrono::milliseconds fault_persistence() {
-  return std::chrono::milliseconds(env_int("NPO_FI_FAULT_MS", 1, 86'400'000, "the default 5000").value_or(5000));
+  return std::chrono::milliseconds(param_int(Param::kFaultMs, 1, 86'400'000).value_or(5000));
 }
 // How often progress checks that the own card still answers (mailbox heartbeat).
 constexpr auto kHeartbeatPeriod = std::chrono::seconds(1);
@@ -241,7 +241,7 @@ struct Domain {
   std::atomic<std::uint64_t> rndv_zero_copy_bytes{0}, rndv_staged_bytes{0};
   std::atomic<std::uint64_t> credit_reads{0};  // remote reads of a peer's consumer counter
   // The process's memory mapped for the card (zero-copy rendezvous sources), made by the first
-  // RDM endpoint; null when the backend cannot (VFIO) or NPO_FI_ZERO_COPY=0. Guarded by mu.
+  // RDM endpoint; null when the backend cannot (VFIO) or FI_NPO_ZERO_COPY=0. Guarded by mu.
   std::unique_ptr<ProcessMemoryMap> process_map;
   bool process_map_tried = false;
   // Memory regions open to remote access (FI_REMOTE_READ / FI_REMOTE_WRITE), by key; guarded by mu.
@@ -524,7 +524,7 @@ struct Ep {
     if (lane_owner[lane] != who) {
       report_fatal("npo: two senders write lane " + std::to_string(lane) + " of the ring of " + where() +
                        " (fabric ids " + std::to_string((lane_owner[lane] - 1) >> 8) + " and " +
-                       std::to_string(src_fabric_id) + "): open the endpoints with more NPO_FI_RING_LANES (" +
+                       std::to_string(src_fabric_id) + "): open the endpoints with more FI_NPO_RING_LANES (" +
                        std::to_string(lanes) + " now)",
                    FI_EIO);
       return true;
@@ -564,7 +564,7 @@ struct Ep {
   }
   void poll_dma();
   void poll_rx();
-  // Stall diagnostic (NPO_FI_STALL_MS, default off): when progress saw no completion and no
+  // Stall diagnostic (FI_NPO_STALL_MS, default off): when progress saw no completion and no
   // arrival for that long, the endpoint's ring and flow-control state goes to the log once
   // per quiet period (FI_LOG_LEVEL=warn shows it).
   std::chrono::steady_clock::time_point last_activity = std::chrono::steady_clock::now();
@@ -606,7 +606,7 @@ struct Ep {
       if (trace::on()) trace::flush();  // the process ends: write what was recorded
       const std::string_view m = std::string_view(msg).starts_with("npo: ") ? std::string_view(msg).substr(5) : msg;
       std::fprintf(stderr,
-                   "npo: fatal: %.*s (the process ends; NPO_FI_FAULT=report would report it on the EQ instead)\n",
+                   "npo: fatal: %.*s (the process ends; FI_NPO_FAULT=report would report it on the EQ instead)\n",
                    static_cast<int>(m.size()), m.data());
       std::fflush(stderr);
       std::_Exit(1);
@@ -668,7 +668,7 @@ struct Ep {
 
 // The endpoint behind an fid_ep (its first member).
 inline Ep* ep_of(fid_ep* f) { return reinterpret_cast<Ep*>(f); }
-// NPO_FI_STALL_MS, read once: after how long without progress an endpoint dumps its state (0: never).
+// FI_NPO_STALL_MS, read once: after how long without progress an endpoint dumps its state (0: never).
 std::chrono::milliseconds stall_dump_after();
 
 // ---- fid ops helpers ----------------------------------------------------------------------

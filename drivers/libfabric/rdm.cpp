@@ -3,7 +3,7 @@
 //
 // Reliable: a ring write the fabric did not deliver (peer unreachable while a link retrains,
 // its window busy, a queue timeout with the card alive) is resent from the staging slot that
-// still holds it, in sequence order, until NPO_FI_FAULT_MS says the peer is gone. Ordered:
+// still holds it, in sequence order, until FI_NPO_FAULT_MS says the peer is gone. Ordered:
 // every sender writes its own lane of the receiver's ring in sequence order (FI_ORDER_SAS).
 // Messages up to kEagerMax bytes go eager (one ring message); larger ones by rendezvous: an
 // RTS, then the receiver grants chunks of its landing zone (CTS, up to kGrantsPerRecv ahead),
@@ -195,7 +195,7 @@ int rdm_setup(Ep& e) {
     std::lock_guard lk(d.mu);
     if (!d.process_map_tried) {
       d.process_map_tried = true;
-      if (env_bool("NPO_FI_ZERO_COPY", "the default on").value_or(true)) {
+      if (param_bool(Param::kZeroCopy).value_or(true)) {
         auto pm = map_process_memory(*d.dev, false);
         if (pm) {
           d.process_map = std::move(*pm);

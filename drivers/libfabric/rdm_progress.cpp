@@ -274,7 +274,7 @@ void Ep::rdm_progress() {
           }
         }
       }
-      if (!known) {  // the peer cannot be read now: check again later (a fault after NPO_FI_FAULT_MS)
+      if (!known) {  // the peer cannot be read now: check again later (a fault after FI_NPO_FAULT_MS)
         send_failed(t.dest_key, OpStatus::kRemoteUnreachable,
                     "npo: delivery check from " + where() + " to the card with fabric id " +
                         std::to_string(t.dest_fabric) + " failed");

@@ -357,13 +357,13 @@ struct Locked {
 }  // namespace
 
 namespace {
-// NPO_FI_TRACE names a file in a directory this process cannot write: said at start (the file
+// FI_NPO_TRACE names a file in a directory this process cannot write: said at start (the file
 // is written at exit, when nobody looks any more).
 void check_trace_dir(const std::string& path) {
   const auto slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
   if (::access(dir.c_str(), W_OK | X_OK) != 0)
-    notice_once("trace-dir", "npo: NPO_FI_TRACE: cannot write the trace file " + path + " (directory " + dir + ": " +
+    notice_once("trace-dir", "npo: FI_NPO_TRACE: cannot write the trace file " + path + " (directory " + dir + ": " +
                                  std::strerror(errno) + "); the trace is recorded but will be lost");
 }
 }  // namespace
@@ -371,11 +371,10 @@ void check_trace_dir(const std::string& path) {
 void init() {
   static std::once_flag once;
   std::call_once(once, [] {
-    const char* p = env("NPO_FI_TRACE");
+    const char* p = param_str(Param::kTrace);
     if (!p) return;
     std::size_t max = 1'000'000;
-    if (auto m = env_int("NPO_FI_TRACE_MAX", 0, std::int64_t{1} << 40, "the default 1000000"))
-      max = static_cast<std::size_t>(*m);
+    if (auto m = param_int(Param::kTraceMax, 0, std::int64_t{1} << 40)) max = static_cast<std::size_t>(*m);
     check_trace_dir(file_name(p));
     // Lives until the provider is unloaded (TracerOwner).
     g_tracer.store(new Tracer(file_name(p), max), std::memory_order_release);

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // libnpo-fi.so: provider-side tracing (issue 17 point 4; docs/libfabric.md "Traces").
 //
-// NPO_FI_TRACE=PATH turns it on: every process records in memory, per endpoint,
+// FI_NPO_TRACE=PATH turns it on: every process records in memory, per endpoint,
 //   - each DMA op the endpoint hands its card's queue (a span from the doorbell that submitted
 //     it to the poll that reaped its completion; name by kind: "eager write", "rts write",
 //     "cts write", "fin write", "rendezvous chunk", "ring header", "credit read", ...;
@@ -16,7 +16,7 @@
 // process: PATH with "%p" replaced by the pid and "%r" by the MPI rank, else PATH + ".PID.json"
 // (PATH's ".json" kept last). Chrome trace-event JSON ({"traceEvents": [...]}; ph X, i, M;
 // ts/dur in microseconds of CLOCK_MONOTONIC, the same clock as the ns args, so several
-// processes of one host line up). At most NPO_FI_TRACE_MAX events (default 1 000 000); the
+// processes of one host line up). At most FI_NPO_TRACE_MAX events (default 1 000 000); the
 // rest are counted in otherData.dropped_events.
 //
 // Cost when off: on() is one relaxed atomic load and a branch per hook. Thread-safety: every
@@ -37,13 +37,13 @@ struct Ep;
 namespace trace {
 
 class Tracer;
-/// The process's tracer; null while tracing is off (NPO_FI_TRACE unset).
+/// The process's tracer; null while tracing is off (FI_NPO_TRACE unset).
 extern std::atomic<Tracer*> g_tracer;
 
-/// True when NPO_FI_TRACE turned tracing on (init() ran). One relaxed load.
+/// True when FI_NPO_TRACE turned tracing on (init() ran). One relaxed load.
 inline bool on() noexcept { return g_tracer.load(std::memory_order_relaxed) != nullptr; }
 
-/// Reads NPO_FI_TRACE once per process and, when set, creates the tracer. Idempotent.
+/// Reads FI_NPO_TRACE once per process and, when set, creates the tracer. Idempotent.
 void init();
 
 // ---- DMA ops (msg.cpp) ---------------------------------------------------------------------

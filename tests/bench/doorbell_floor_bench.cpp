@@ -82,7 +82,7 @@ using npo_bench::pin;
 using npo_bench::two_cpus;
 
 // Empty polls before a waiting rank yields its CPU on every further poll, as the provider's CQ
-// back-off does (drivers/libfabric/cq_eq.cpp, NPO_FI_POLL_BACKOFF=yield, the default). On the
+// back-off does (drivers/libfabric/cq_eq.cpp, FI_NPO_POLL_BACKOFF=yield, the default). On the
 // doorbell path the daemon's thread needs the waiting rank's CPU, and an EEVDF kernel (Linux
 // 6.6 on) lets a spinner run out its slice before a woken thread gets the CPU.
 constexpr unsigned kEmptyPollsBeforeYield = 64;

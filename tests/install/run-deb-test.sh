@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Builds the npo-hal .deb with CPack from a build tree, checks what it holds and its version,
-# installs it as root (apt-get, which pulls its dependencies), runs the installed tools and
+# installs it as root (apt-get, which pulls its dependencies), runs the installed tools (and
+# fi_info, which must find the installed libfabric provider npo without FI_PROVIDER_PATH) and
 # builds a program against it with g++ and pkg-config, then purges it again (a trap: also when
 # a step fails). Not root: says why and exits 77 (ctest's skip). Every step is bounded.
 # Driven by ctest (tests/install/CMakeLists.txt, label install); by hand, as root:
@@ -85,6 +86,14 @@ if [[ "${exporter}" == ON ]]; then
   grep -qxF /usr/lib/systemd/system/npo-exporter.service "${work}/contents.txt" ||
     die "not in the package: /usr/lib/systemd/system/npo-exporter.service"
 fi
+# The libfabric provider (when this build has it), its extension header and fi_npo(7).
+provider=OFF
+if [[ -f "${build}/lib/libnpo-fi.so" ]]; then
+  provider=ON
+  for f in "/usr/lib/${multiarch}/libfabric/libnpo-fi.so" /usr/include/rdma/fi_npo_ext.h /usr/share/man/man7/fi_npo.7; do
+    grep -qxF "${f}" "${work}/contents.txt" || die "not in the package: ${f}"
+  done
+fi
 grep -qE "^/usr/lib/${multiarch}/libnpo-hal\\.so" "${work}/contents.txt" ||
   die "libnpo-hal.so is not in /usr/lib/${multiarch}"
 if grep -vE '^/usr(/|$)|^/$' "${work}/contents.txt"; then
@@ -118,6 +127,14 @@ if command -v systemd-analyze >/dev/null; then
     run "${work}/verify.log" 60 systemd-analyze verify "${unit}"
     if grep -F "${unit}" "${work}/verify.log"; then die "systemd-analyze verify ${unit} complained"; fi
   done
+fi
+
+# The system's libfabric finds the installed provider by itself (no FI_PROVIDER_PATH).
+if [[ "${provider}" == ON ]] && command -v fi_info >/dev/null; then
+  timeout 60 env -u FI_PROVIDER_PATH fi_info -l >"${work}/fi-info-l.txt" 2>&1 || true
+  grep -qx 'npo:' "${work}/fi-info-l.txt" ||
+    { cat "${work}/fi-info-l.txt" >&2; die "fi_info -l without FI_PROVIDER_PATH does not list npo"; }
+  step "fi_info -l lists npo from /usr/lib/${multiarch}/libfabric"
 fi
 
 # 5. A program built against the installed package (g++ and pkg-config, no LD_LIBRARY_PATH).

@@ -31,12 +31,12 @@ namespace npo_fi_test {
 /// Bytes of an `npo` endpoint name (fi_getname).
 constexpr std::size_t kAddrLen = 48;
 
-/// Points the provider of the build tree at `backend` (NPO_FI_BACKEND, e.g. "emu:mesh8" or an
+/// Points the provider of the build tree at `backend` (FI_NPO_BACKEND, e.g. "emu:mesh8" or an
 /// npo-emud's "emu-remote:DIR"), with FI_NPO_CARD and FI_PROVIDER unset. Takes effect only
 /// before libfabric initialises at the first fi_getinfo of the process.
 inline void use_provider_on(const std::string& backend) {
   ::setenv("FI_PROVIDER_PATH", NPO_FI_DIR, 1);
-  ::setenv("NPO_FI_BACKEND", backend.c_str(), 1);
+  ::setenv("FI_NPO_BACKEND", backend.c_str(), 1);
   ::unsetenv("FI_NPO_CARD");
   ::unsetenv("FI_PROVIDER");
 }

@@ -143,7 +143,7 @@ TEST(Provider, GetinfoListsEveryCardInOrderWithoutTakingThem) {
   EXPECT_EQ(names, (std::vector<std::string>{"npo0", "npo1", "npo2", "npo3", "npo4", "npo5", "npo6", "npo7"}));
   fi_freeinfo(info);
   // RDM + tagged: the native endpoint, one per card; ofi_rxd does not layer over npo unless
-  // NPO_FI_LAYERING=1 (it would be listed first and taken by `-p npo`)
+  // FI_NPO_LAYERING=1 (it would be listed first and taken by `-p npo`)
   hints->ep_attr->type = FI_EP_RDM;
   hints->caps = FI_TAGGED;
   info = nullptr;
@@ -239,11 +239,11 @@ TEST(Provider, FlowControlReadsTheCounterOfTheLaneInThePeersRing) {
   // Rings of 8 lanes: the sender on card 2 (fabric ID 3, lane 3*4 = 12) writes lane 12 mod 8
   // = 4 of the receiver's ring, and must read that lane's consumer counter to get credit back.
   use_provider();
-  ::setenv("NPO_FI_RING_LANES", "8", 1);
+  ::setenv("FI_NPO_RING_LANES", "8", 1);
   Side from, to;
   from.open(2, dgram(FI_CQ_FORMAT_DATA));
   to.open(3, dgram(FI_CQ_FORMAT_DATA));
-  ::unsetenv("NPO_FI_RING_LANES");
+  ::unsetenv("FI_NPO_RING_LANES");
   ASSERT_FALSE(HasFatalFailure());
   fi_addr_t dest = FI_ADDR_NOTAVAIL;
   ASSERT_EQ(fi_av_insert(from.av, to.addr.data(), 1, &dest, 0, nullptr), 1);
@@ -259,16 +259,16 @@ TEST(Provider, FlowControlReadsTheCounterOfTheLaneInThePeersRing) {
 TEST(Provider, ABadRingLanesValueIsReportedOnceAndTheDefaultUsed) {
   // Issue fix6p point 3: "abc" used to be read as 0 and clamped to 1 lane (ring1x16).
   use_provider();
-  ::setenv("NPO_FI_RING_LANES", "abc", 1);
+  ::setenv("FI_NPO_RING_LANES", "abc", 1);
   testing::internal::CaptureStderr();
   Side a, b;
   a.open(2, dgram(FI_CQ_FORMAT_DATA));
   b.open(3, dgram(FI_CQ_FORMAT_DATA));
   const std::string err = testing::internal::GetCapturedStderr();
-  ::unsetenv("NPO_FI_RING_LANES");
+  ::unsetenv("FI_NPO_RING_LANES");
   ASSERT_FALSE(HasFatalFailure());
   const std::string line =
-      "npo: NPO_FI_RING_LANES='abc' is not valid (accepted: an integer 1..4096); using the default (4 per card + 4, "
+      "npo: FI_NPO_RING_LANES='abc' is not valid (accepted: an integer 1..4096); using the default (4 per card + 4, "
       "at least 64)\n";
   EXPECT_NE(err.find(line), std::string::npos) << err;
   EXPECT_EQ(err.find(line), err.rfind(line)) << "reported twice: " << err;
@@ -436,9 +436,9 @@ TEST_F(ProviderPair, AvInsertLookupStraddrRemove) {
 
 TEST_F(ProviderPair, APeerWhoseWindowIsRevokedDropsDatagramsThenRaisesAnEqErrorNamingTheCards) {
   // DGRAM semantics: a datagram the fabric cannot deliver is dropped and its send completes
-  // (ofi_rxd retransmits); the drop is counted; a peer that keeps failing for NPO_FI_FAULT_MS
-  // (2 s here) is a fault reported on the EQ (NPO_FI_FAULT=report, the default outside a job).
-  ::setenv("NPO_FI_FAULT_MS", "2000", 1);
+  // (ofi_rxd retransmits); the drop is counted; a peer that keeps failing for FI_NPO_FAULT_MS
+  // (2 s here) is a fault reported on the EQ (FI_NPO_FAULT=report, the default outside a job).
+  ::setenv("FI_NPO_FAULT_MS", "2000", 1);
   fid_eq* eq = nullptr;
   fi_eq_attr eq_attr{};
   ASSERT_EQ(fi_eq_open(a_.fabric, &eq_attr, &eq, nullptr), 0);
@@ -467,7 +467,7 @@ TEST_F(ProviderPair, APeerWhoseWindowIsRevokedDropsDatagramsThenRaisesAnEqErrorN
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   const auto waited = std::chrono::steady_clock::now() - start;
-  ::unsetenv("NPO_FI_FAULT_MS");
+  ::unsetenv("FI_NPO_FAULT_MS");
   ASSERT_EQ(got, static_cast<ssize_t>(sizeof err));
   EXPECT_GE(waited, std::chrono::milliseconds(1900));
   EXPECT_EQ(err.fid, &a_.ep->fid);

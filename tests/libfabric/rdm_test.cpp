@@ -401,10 +401,10 @@ TEST_F(Rdm, ASendBufferTheCardCannotReadInPlaceIsStagedInstead) {
   ::close(fd);
 }
 
-// NPO_FI_ZERO_COPY=0 (read when the domain's first endpoint opens): every chunk is staged.
+// FI_NPO_ZERO_COPY=0 (read when the domain's first endpoint opens): every chunk is staged.
 struct ZeroCopyOff {
-  ZeroCopyOff() { ::setenv("NPO_FI_ZERO_COPY", "0", 1); }
-  ~ZeroCopyOff() { ::unsetenv("NPO_FI_ZERO_COPY"); }
+  ZeroCopyOff() { ::setenv("FI_NPO_ZERO_COPY", "0", 1); }
+  ~ZeroCopyOff() { ::unsetenv("FI_NPO_ZERO_COPY"); }
 };
 class RdmStaged : private ZeroCopyOff, public Rdm {};
 
@@ -552,7 +552,7 @@ TEST_F(Rdm, AReceiveOfAMessageWhosePredecessorSenderClosedMidwayFailsWhenItsSucc
   fi_eq_attr eq_attr{};
   ASSERT_EQ(fi_eq_open(b_.fabric, &eq_attr, &eq, nullptr), 0);
   ASSERT_EQ(fi_ep_bind(b_.ep, &eq->fid, 0), 0);
-  ::setenv("NPO_FI_FAULT_MS", "300", 1);
+  ::setenv("FI_NPO_FAULT_MS", "300", 1);
   fi_addr_t to_b = a_to_b_, to_a = b_to_a_;
   for (int round = 0; round < 2; ++round) {
     SCOPED_TRACE(round == 0 ? "b answered before a closed" : "b answered after a closed");
@@ -627,20 +627,20 @@ TEST_F(Rdm, AReceiveOfAMessageWhosePredecessorSenderClosedMidwayFailsWhenItsSucc
     if (fi_eq_read(eq, &event, &entry, sizeof entry, 0) == -FI_EAVAIL && fi_eq_readerr(eq, &err, 0) > 0)
       ADD_FAILURE() << "b reported a fault: " << fi_eq_strerror(eq, err.prov_errno, err.err_data, nullptr, 0);
   }
-  ::unsetenv("NPO_FI_FAULT_MS");
+  ::unsetenv("FI_NPO_FAULT_MS");
   b_.close_ep();
   EXPECT_EQ(fi_close(&eq->fid), 0);
 }
 
 TEST_F(Rdm, TwoCardsWritingOneLaneAreAFaultNamingBoth) {
-  // A ring of one lane (NPO_FI_RING_LANES=1): the endpoints of cards 0 and 2 both write lane
+  // A ring of one lane (FI_NPO_RING_LANES=1): the endpoints of cards 0 and 2 both write lane
   // 0 of it and would overwrite each other's slots. The receiver accepts the first sender and
-  // reports the second on its EQ (NPO_FI_FAULT=report, the default outside a job) -- unlike
+  // reports the second on its EQ (FI_NPO_FAULT=report, the default outside a job) -- unlike
   // a successor of the same card and endpoint number (the test above).
-  ::setenv("NPO_FI_RING_LANES", "1", 1);
+  ::setenv("FI_NPO_RING_LANES", "1", 1);
   Side one;
   one.open(1, options_);
-  ::unsetenv("NPO_FI_RING_LANES");
+  ::unsetenv("FI_NPO_RING_LANES");
   ASSERT_NE(one.ep, nullptr);
   fid_eq* eq = nullptr;
   fi_eq_attr eq_attr{};

@@ -3,11 +3,11 @@
 # What the provider says when it cannot work (issue fix6p), with unmodified fi_info /
 # fi_pingpong (libfabric-bin) and a private npo-emud mesh8 (docs/libfabric.md "Backend",
 # "Environment variables", "Domains are cards"):
-#  - NPO_FI_BACKEND without a daemon, bogus, empty, with ?card=: rc 61 and one stderr line why;
-#  - NPO_FI_BACKEND=...?doorbell=socket: every card's queues ring by socket (no shadow page);
+#  - FI_NPO_BACKEND without a daemon, bogus, empty, with ?card=: rc 61 and one stderr line why;
+#  - FI_NPO_BACKEND=...?doorbell=socket: every card's queues ring by socket (no shadow page);
 #  - emu:mesh8 inside a job of 2 ranks: no cards, the line says to use npo-emud;
-#  - bad values (FI_NPO_CARD, NPO_FI_LAYERING, NPO_FI_FAULT, NPO_FI_FAULT_MS, NPO_FI_RING_LANES,
-#    NPO_FI_POLL_BACKOFF, NPO_FI_STALL_MS, NPO_FI_TRACE_MAX, NPO_FI_TRACE in a missing directory)
+#  - bad values (FI_NPO_CARD, FI_NPO_LAYERING, FI_NPO_FAULT, FI_NPO_FAULT_MS, FI_NPO_RING_LANES,
+#    FI_NPO_POLL_BACKOFF, FI_NPO_STALL_MS, FI_NPO_TRACE_MAX, FI_NPO_TRACE in a missing directory)
 #    are reported once each, naming variable, value and accepted form, and the default is used
 #    (the ping-pong still passes);
 #  - fi_domain on a card another process holds: one stderr line naming the holder's pid, the
@@ -24,8 +24,8 @@ if ! command -v fi_info >/dev/null || ! command -v fi_pingpong >/dev/null; then
 fi
 fi_workdir npo-fi-diag
 export FI_PROVIDER_PATH="${provdir}"
-unset FI_NPO_CARD NPO_BACKEND NPO_FI_FAULT NPO_FI_FAULT_MS NPO_FI_RING_LANES NPO_FI_POLL_BACKOFF NPO_FI_STALL_MS \
-  NPO_FI_LAYERING NPO_FI_TRACE NPO_FI_TRACE_MAX FI_LOG_LEVEL
+unset FI_NPO_CARD NPO_BACKEND FI_NPO_FAULT FI_NPO_FAULT_MS FI_NPO_RING_LANES FI_NPO_POLL_BACKOFF FI_NPO_STALL_MS \
+  FI_NPO_LAYERING FI_NPO_TRACE FI_NPO_TRACE_MAX FI_LOG_LEVEL
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 # expect_no_cards NAME PATTERN [env assignments...]: fi_info -p npo answers 61 and prints
@@ -43,26 +43,26 @@ expect_no_cards() {
   [[ "$(grep -c '^npo: ' <<<"${out}")" -eq 1 ]] || fail "${name}: expected one line of the provider"
   grep -qE "${pat}" <<<"${out}" || fail "${name}: the line does not match '${pat}'"
 }
-expect_no_cards "no daemon" "^npo: no cards: NPO_FI_BACKEND=emu-remote:${dir}/none: no directory ${dir}/none \(is npo-emud running" \
-  NPO_FI_BACKEND="emu-remote:${dir}/none"
-expect_no_cards "bogus backend" "^npo: no cards: NPO_FI_BACKEND=bogus:xyz: .*bogus" NPO_FI_BACKEND=bogus:xyz
-expect_no_cards "empty backend" "^npo: no cards: NPO_FI_BACKEND is empty; the default (vfio:all|emu-remote:/run/npo-emud)" \
-  NPO_FI_BACKEND=
-expect_no_cards "emu: in a job" "in-process emulator is private to each process, and this job has 2 ranks.*npo-emud --topology emu:mesh8 --socket-dir DIR. and NPO_FI_BACKEND=emu-remote:DIR" \
-  NPO_FI_BACKEND=emu:mesh8 OMPI_COMM_WORLD_SIZE=2
+expect_no_cards "no daemon" "^npo: no cards: FI_NPO_BACKEND=emu-remote:${dir}/none: no directory ${dir}/none \(is npo-emud running" \
+  FI_NPO_BACKEND="emu-remote:${dir}/none"
+expect_no_cards "bogus backend" "^npo: no cards: FI_NPO_BACKEND=bogus:xyz: .*bogus" FI_NPO_BACKEND=bogus:xyz
+expect_no_cards "empty backend" "^npo: no cards: FI_NPO_BACKEND is empty; the default (vfio:all|emu-remote:/run/npo-emud)" \
+  FI_NPO_BACKEND=
+expect_no_cards "emu: in a job" "in-process emulator is private to each process, and this job has 2 ranks.*npo-emud --topology emu:mesh8 --socket-dir DIR. and FI_NPO_BACKEND=emu-remote:DIR" \
+  FI_NPO_BACKEND=emu:mesh8 OMPI_COMM_WORLD_SIZE=2
 # stale lock file: a daemon that was killed
 mkdir -p "${dir}/dead"
 echo 999999999 >"${dir}/dead/npo-emud.lock"
 expect_no_cards "dead daemon" "^npo: no cards: .*npo-emud at ${dir}/dead is gone \(pid 999999999" \
-  NPO_FI_BACKEND="emu-remote:${dir}/dead"
+  FI_NPO_BACKEND="emu-remote:${dir}/dead"
 
 "${emud}" --topology emu:mesh8 --socket-dir "${dir}/sock" >"${dir}/emud.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 300); do [[ -S "${dir}/sock/card-7.sock" ]] && break; sleep 0.05; done
 [[ -S "${dir}/sock/card-7.sock" ]] || { echo "npo-emud did not come up"; cat "${dir}/emud.log"; exit 1; }
-export NPO_FI_BACKEND="emu-remote:${dir}/sock"
-expect_no_cards "?card=" "^npo: no cards: NPO_FI_BACKEND=emu-remote:${dir}/sock\?card=9: the provider takes no \?card=9" \
-  NPO_FI_BACKEND="emu-remote:${dir}/sock?card=9"
+export FI_NPO_BACKEND="emu-remote:${dir}/sock"
+expect_no_cards "?card=" "^npo: no cards: FI_NPO_BACKEND=emu-remote:${dir}/sock\?card=9: the provider takes no \?card=9" \
+  FI_NPO_BACKEND="emu-remote:${dir}/sock?card=9"
 
 # fi_getinfo claims a free card for the process (one owner connect; the daemon logs each):
 # card 0 first outside a job, the local rank's card inside one (listed alone)
@@ -88,20 +88,20 @@ set -e
 echo "${out}" | grep '^npo: ' || true
 grep -q "^npo: FI_NPO_CARD=99 but emu-remote:${dir}/sock has 8 cards (npo0..npo7): fi_getinfo lists none" <<<"${out}" ||
   fail "FI_NPO_CARD=99 not reported"
-# NPO_FI_LAYERING: yes is a yes; maybe is reported (and off)
-NPO_FI_LAYERING=yes fi_info -p 'npo;ofi_rxd' -t FI_EP_RDM 2>&1 | grep -q 'provider: npo;ofi_rxd' ||
-  fail "NPO_FI_LAYERING=yes did not layer"
+# FI_NPO_LAYERING: yes is a yes; maybe is reported (and off)
+FI_NPO_LAYERING=yes fi_info -p 'npo;ofi_rxd' -t FI_EP_RDM 2>&1 | grep -q 'provider: npo;ofi_rxd' ||
+  fail "FI_NPO_LAYERING=yes did not layer"
 set +e
-out="$(NPO_FI_LAYERING=maybe fi_info -p 'npo;ofi_rxd' -t FI_EP_RDM 2>&1)"
+out="$(FI_NPO_LAYERING=maybe fi_info -p 'npo;ofi_rxd' -t FI_EP_RDM 2>&1)"
 set -e
-grep -q "^npo: NPO_FI_LAYERING='maybe' is not valid (accepted: 1, on, yes, true or 0, off, no, false); using the default off" \
-  <<<"${out}" || fail "NPO_FI_LAYERING=maybe not reported"
-grep -q 'provider: npo;ofi_rxd' <<<"${out}" && fail "NPO_FI_LAYERING=maybe layered"
+grep -q "^npo: FI_NPO_LAYERING='maybe' is not valid (accepted: 1, on, yes, true or 0, off, no, false); using the default off" \
+  <<<"${out}" || fail "FI_NPO_LAYERING=maybe not reported"
+grep -q 'provider: npo;ofi_rxd' <<<"${out}" && fail "FI_NPO_LAYERING=maybe layered"
 
 # Bad runtime values: reported once each, the defaults used, the ping-pong still passes.
 port=$((20000 + ($$ % 20000)))
-bad=(NPO_FI_FAULT=bogus NPO_FI_FAULT_MS=abc NPO_FI_RING_LANES=5000 NPO_FI_POLL_BACKOFF=maybe NPO_FI_STALL_MS=abc
-  NPO_FI_TRACE_MAX=-5 NPO_FI_TRACE=/nonexistent/dir/t.json)
+bad=(FI_NPO_FAULT=bogus FI_NPO_FAULT_MS=abc FI_NPO_RING_LANES=5000 FI_NPO_POLL_BACKOFF=maybe FI_NPO_STALL_MS=abc
+  FI_NPO_TRACE_MAX=-5 FI_NPO_TRACE=/nonexistent/dir/t.json)
 env "${bad[@]}" timeout 60 fi_pingpong -p npo -e rdm -S 4096 -I 10 -d npo0 -B "${port}" >"${dir}/srv.log" 2>&1 &
 srv=$!
 pids+=("${srv}")
@@ -114,13 +114,13 @@ srv_rc=$?
 set -e
 echo "--- client (rc ${cli_rc})"; cat "${dir}/cli.log"
 [[ ${cli_rc} -eq 0 && ${srv_rc} -eq 0 ]] || fail "ping-pong with bad values failed (rc ${cli_rc} / ${srv_rc})"
-for want in "NPO_FI_FAULT='bogus' is not valid (accepted: abort, report); using the default report" \
-  "NPO_FI_FAULT_MS='abc' is not valid (accepted: an integer 1..86400000); using the default 5000" \
-  "NPO_FI_RING_LANES='5000' is not valid (accepted: an integer 1..4096); using the default" \
-  "NPO_FI_POLL_BACKOFF='maybe' is not valid (accepted: yield, sleep, 0, off, 1, on); using the default yield" \
-  "NPO_FI_STALL_MS='abc' is not valid (accepted: an integer 0..86400000); using the default 0 (off)" \
-  "NPO_FI_TRACE_MAX='-5' is not valid (accepted: an integer 0..1099511627776); using the default 1000000" \
-  "NPO_FI_TRACE: cannot write the trace file /nonexistent/dir/t."; do
+for want in "FI_NPO_FAULT='bogus' is not valid (accepted: abort, report); using the default report" \
+  "FI_NPO_FAULT_MS='abc' is not valid (accepted: an integer 1..86400000); using the default 5000" \
+  "FI_NPO_RING_LANES='5000' is not valid (accepted: an integer 1..4096); using the default" \
+  "FI_NPO_POLL_BACKOFF='maybe' is not valid (accepted: yield, sleep, 0, off, 1, on); using the default yield" \
+  "FI_NPO_STALL_MS='abc' is not valid (accepted: an integer 0..86400000); using the default 0 (off)" \
+  "FI_NPO_TRACE_MAX='-5' is not valid (accepted: an integer 0..1099511627776); using the default 1000000" \
+  "FI_NPO_TRACE: cannot write the trace file /nonexistent/dir/t."; do
   n="$(grep -cF "npo: ${want}" "${dir}/cli.log" || true)"
   [[ "${n}" -eq 1 ]] || fail "expected once, saw ${n} times: npo: ${want}"
 done
@@ -131,13 +131,13 @@ done
 shadow_lines() { grep -c ': shadow doorbells for 32 queues' "${dir}/emud.log" || true; }
 shadow_before="$(shadow_lines)"
 [[ "${shadow_before}" -ge 2 ]] || fail "the default ping-pong asked for ${shadow_before} shadow pages, not 2"
-NPO_FI_BACKEND="${NPO_FI_BACKEND}?doorbell=socket" timeout 60 fi_pingpong -p npo -e rdm -S 4096 -I 10 -d npo0 \
+FI_NPO_BACKEND="${FI_NPO_BACKEND}?doorbell=socket" timeout 60 fi_pingpong -p npo -e rdm -S 4096 -I 10 -d npo0 \
   -B "$((port + 4))" >"${dir}/srv-socket.log" 2>&1 &
 srv=$!
 pids+=("${srv}")
 wait_listen "$((port + 4))" "${srv}" || fail "the doorbell=socket server did not listen within 30 s"
 set +e
-NPO_FI_BACKEND="${NPO_FI_BACKEND}?doorbell=socket" timeout 60 fi_pingpong -p npo -e rdm -S 4096 -I 10 -d npo1 \
+FI_NPO_BACKEND="${FI_NPO_BACKEND}?doorbell=socket" timeout 60 fi_pingpong -p npo -e rdm -S 4096 -I 10 -d npo1 \
   -P "$((port + 4))" 127.0.0.1 >"${dir}/cli-socket.log" 2>&1
 cli_rc=$?
 wait "${srv}"
@@ -146,18 +146,18 @@ set -e
 [[ ${cli_rc} -eq 0 && ${srv_rc} -eq 0 ]] || fail "doorbell=socket ping-pong failed (rc ${cli_rc} / ${srv_rc})"
 [[ "$(shadow_lines)" -eq "${shadow_before}" ]] || fail "doorbell=socket asked for a shadow page"
 expect_no_cards "?doorbell=bogus" "^npo: no cards: .*: \?doorbell=bogus is neither \?doorbell=shadow nor \?doorbell=socket" \
-  NPO_FI_BACKEND="${NPO_FI_BACKEND}?doorbell=bogus"
+  FI_NPO_BACKEND="${FI_NPO_BACKEND}?doorbell=bogus"
 expect_no_cards "?engine=bogus" "^npo: no cards: .*: \?engine=bogus is neither \?engine=local nor \?engine=daemon" \
-  NPO_FI_BACKEND="${NPO_FI_BACKEND}?doorbell=shadow&engine=bogus"
+  FI_NPO_BACKEND="${FI_NPO_BACKEND}?doorbell=shadow&engine=bogus"
 expect_no_cards "?engine=local&doorbell=socket" "^npo: no cards: .*: \?engine=local needs \?doorbell=shadow" \
-  NPO_FI_BACKEND="${NPO_FI_BACKEND}?engine=local&doorbell=socket"
+  FI_NPO_BACKEND="${FI_NPO_BACKEND}?engine=local&doorbell=socket"
 # both options pass through together: every card listed
-n_both="$(NPO_FI_BACKEND="${NPO_FI_BACKEND}?engine=daemon&doorbell=shadow" fi_info -p npo -t FI_EP_RDM 2>/dev/null | grep -c 'domain: npo' || true)"
+n_both="$(FI_NPO_BACKEND="${FI_NPO_BACKEND}?engine=daemon&doorbell=shadow" fi_info -p npo -t FI_EP_RDM 2>/dev/null | grep -c 'domain: npo' || true)"
 [[ "${n_both}" -ge 8 ]] || fail "?engine=daemon&doorbell=shadow: ${n_both} domains listed, expected 8"
 
-# upper case is the word: NPO_FI_FAULT=ABORT is abort (nothing reported)
-if NPO_FI_FAULT=ABORT NPO_FI_FAULT_MS=0 fi_info -p npo 2>&1 | grep -q "NPO_FI_FAULT="; then
-  fail "NPO_FI_FAULT=ABORT reported at getinfo"
+# upper case is the word: FI_NPO_FAULT=ABORT is abort (nothing reported)
+if FI_NPO_FAULT=ABORT FI_NPO_FAULT_MS=0 fi_info -p npo 2>&1 | grep -q "FI_NPO_FAULT="; then
+  fail "FI_NPO_FAULT=ABORT reported at getinfo"
 fi
 
 # fi_domain on a held card: one line with the holder, the card count; 9 ranks on 8 cards. The

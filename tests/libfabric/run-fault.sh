@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # A card removed under running traffic ends the processes that use the provider with an error
 # naming the card, never a hang: fi_pingpong (dgram) between cards 0 and 1 of an npo-emud
-# mesh8 with NPO_FI_FAULT=abort (the default inside an MPI job), then
+# mesh8 with FI_NPO_FAULT=abort (the default inside an MPI job), then
 # `npo-emu fault --kind surprise_removal --card 1`: the process on card 1 must end within 10 s
 # with "npo: fatal: card 1 (npo1, fabric id 2) is gone". (Its peer only waits to receive: in an
 # MPI job the launcher ends it when a rank exits; here the test stops it.) The message names
@@ -24,7 +24,7 @@ emud_pid=$!
 pids+=("${emud_pid}")
 for _ in $(seq 1 300); do [[ -S "${dir}/sock/card-1.sock" ]] && break; sleep 0.05; done
 [[ -S "${dir}/sock/card-1.sock" ]] || { echo "npo-emud did not come up"; cat "${dir}/emud.log"; exit 1; }
-export FI_PROVIDER_PATH="${provdir}" NPO_FI_BACKEND="emu-remote:${dir}/sock" NPO_FI_FAULT=abort
+export FI_PROVIDER_PATH="${provdir}" FI_NPO_BACKEND="emu-remote:${dir}/sock" FI_NPO_FAULT=abort
 unset FI_NPO_CARD
 port=$((20000 + ($$ % 20000)))
 # enough iterations to outlast the test: the fault must end them

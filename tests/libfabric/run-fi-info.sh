@@ -2,9 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # fi_info (libfabric-bin, unmodified) with libnpo-fi.so: `fi_info -l` lists npo; on a running
 # npo-emud mesh8 `fi_info -p npo` shows npo0..npo7, the native RDM/tagged entry first and (with
-# NPO_FI_LAYERING=1) the ofi_rxd layered one;
+# FI_NPO_LAYERING=1) the ofi_rxd layered one;
 # with no supernode reachable it answers "no data" quickly and says why in one line (issue fix6p:
-# NPO_FI_BACKEND names the backend, so the user wants this provider; it used to print nothing).
+# FI_NPO_BACKEND names the backend, so the user wants this provider; it used to print nothing).
 # Usage: run-fi-info.sh NPO_EMUD PROVIDER_DIR
 set -euo pipefail
 emud="$1" provdir="$2"
@@ -24,14 +24,14 @@ unset FI_NPO_CARD NPO_BACKEND
 fi_info -l | grep -qx 'npo:' || { echo "FAIL: fi_info -l does not list npo"; fi_info -l; exit 1; }
 
 # Nothing reachable: "no data" (ENODATA, 61), and one line of the provider saying why.
-export NPO_FI_BACKEND="emu-remote:${dir}/none"
+export FI_NPO_BACKEND="emu-remote:${dir}/none"
 set +e
 out="$(fi_info -p npo 2>&1)"
 rc=$?
 set -e
 echo "no supernode: rc=${rc}: ${out}"
 [[ ${rc} -eq 61 ]] || { echo "FAIL: expected no data (61)"; exit 1; }
-[[ "$(grep -vc '^npo: no cards: NPO_FI_BACKEND=emu-remote:.*/none: no directory ' <<<"${out}")" -eq 1 &&
+[[ "$(grep -vc '^npo: no cards: FI_NPO_BACKEND=emu-remote:.*/none: no directory ' <<<"${out}")" -eq 1 &&
   "$(grep -c '^npo: no cards: ' <<<"${out}")" -eq 1 && "${out}" == *"fi_getinfo: -61"* ]] ||
   { echo "FAIL: unexpected output"; exit 1; }
 # Its cost: the same query with and without the provider on the path (libfabric's own start-up
@@ -57,12 +57,12 @@ ms=$(nth 1 "${with[@]}"); base=$(nth 1 "${without[@]}")
 "${emud}" --topology emu:mesh8 --socket-dir "${dir}/sock" >"${dir}/emud.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 300); do [[ -S "${dir}/sock/card-7.sock" ]] && break; sleep 0.05; done
-export NPO_FI_BACKEND="emu-remote:${dir}/sock"
+export FI_NPO_BACKEND="emu-remote:${dir}/sock"
 domains="$(fi_info -p npo -t FI_EP_DGRAM | awk '/domain:/ {print $2}' | tr '\n' ' ')"
 echo "core domains: ${domains}"
 [[ "${domains}" == "npo0 npo1 npo2 npo3 npo4 npo5 npo6 npo7 " ]] || { echo "FAIL: one entry per card"; exit 1; }
 # the native RDM endpoint: tagged with directed receive, the first (and, without
-# NPO_FI_LAYERING=1, the only) entry of `-p npo -t FI_EP_RDM`
+# FI_NPO_LAYERING=1, the only) entry of `-p npo -t FI_EP_RDM`
 rdm="$(fi_info -p npo -t FI_EP_RDM -c 'FI_TAGGED|FI_DIRECTED_RECV' -v)"
 first="$(echo "${rdm}" | awk '/prov_name:/ {print $2; exit}')"
 [[ "${first}" == "npo" ]] || { echo "FAIL: first RDM entry is '${first}', not the native npo"; echo "${rdm}" | head -40; exit 1; }
@@ -83,7 +83,7 @@ echo "${atomic}" | grep -qw FI_ATOMIC || { echo "FAIL: native atomic entry lacks
 if fi_info -p npo -t FI_EP_DGRAM -c FI_ATOMIC 2>/dev/null | grep -q 'provider: npo$'; then
   echo "FAIL: FI_ATOMIC offered on the DGRAM core"; exit 1
 fi
-layered="$(NPO_FI_LAYERING=1 fi_info -p 'npo;ofi_rxd' -t FI_EP_RDM -c FI_TAGGED)"
-echo "${layered}" | grep -q 'provider: npo;ofi_rxd' || { echo "FAIL: no layered entry with NPO_FI_LAYERING=1"; exit 1; }
+layered="$(FI_NPO_LAYERING=1 fi_info -p 'npo;ofi_rxd' -t FI_EP_RDM -c FI_TAGGED)"
+echo "${layered}" | grep -q 'provider: npo;ofi_rxd' || { echo "FAIL: no layered entry with FI_NPO_LAYERING=1"; exit 1; }
 # enumerating takes no card: a client can still own card 0 while fi_info ran
 echo PASS

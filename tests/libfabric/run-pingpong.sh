@@ -25,12 +25,12 @@ done
 if [[ ! -S "${dir}/sock/card-${cli_card}.sock" ]]; then
   echo "npo-emud did not come up in 15 s"; cat "${dir}/emud.log"; exit 1
 fi
-export FI_PROVIDER_PATH="${provdir}" NPO_FI_BACKEND="emu-remote:${dir}/sock"
+export FI_PROVIDER_PATH="${provdir}" FI_NPO_BACKEND="emu-remote:${dir}/sock"
 # a stall (no completion, no arrival for 5 s) logs the endpoint's ring state once: shown on failure
-export NPO_FI_STALL_MS="${NPO_FI_STALL_MS:-5000}" FI_LOG_LEVEL="${FI_LOG_LEVEL:-warn}" FI_LOG_PROV="${FI_LOG_PROV:-npo}"
+export FI_NPO_STALL_MS="${FI_NPO_STALL_MS:-5000}" FI_LOG_LEVEL="${FI_LOG_LEVEL:-warn}" FI_LOG_PROV="${FI_LOG_PROV:-npo}"
 unset FI_NPO_CARD
 # ofi_rxd layered over the DGRAM core is offered only on request (docs/libfabric.md "Layering")
-if [[ "$*" == *ofi_rxd* ]]; then export NPO_FI_LAYERING=1; else unset NPO_FI_LAYERING; fi
+if [[ "$*" == *ofi_rxd* ]]; then export FI_NPO_LAYERING=1; else unset FI_NPO_LAYERING; fi
 port=$((20000 + ($$ % 20000)))
 # 200 s: 46 sizes take 12-21 s on an idle 2-core VM and up to ~120 s while other builds load it.
 timeout 200 fi_pingpong "$@" -d "npo${srv_card}" -B "${port}" >"${dir}/server.log" 2>&1 &

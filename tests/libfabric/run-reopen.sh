@@ -18,7 +18,7 @@ fi_workdir npo-fi-reopen
 pids+=("$!")
 for _ in $(seq 1 600); do grep -q '^npo-emud: ready' "${dir}/emud.log" && break; sleep 0.05; done
 grep -q '^npo-emud: ready' "${dir}/emud.log" || { echo "npo-emud did not come up"; cat "${dir}/emud.log"; exit 1; }
-export FI_PROVIDER_PATH="${provdir}" NPO_FI_BACKEND="emu-remote:${dir}/sock"
+export FI_PROVIDER_PATH="${provdir}" FI_NPO_BACKEND="emu-remote:${dir}/sock"
 unset FI_NPO_CARD
 mkdir -p "${dir}/x"
 timeout 120 "${prog}" peer "${dir}/x" "${rounds}" >"${dir}/peer.log" 2>&1 &

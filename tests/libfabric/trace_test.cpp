@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// NPO_FI_TRACE (issue 17 point 4; docs/libfabric.md "Traces"): the provider records every DMA
+// FI_NPO_TRACE (issue 17 point 4; docs/libfabric.md "Traces"): the provider records every DMA
 // op of an endpoint's queue, every send and receive from post to completion, and writes one
 // Chrome trace-event JSON file per process when an endpoint closes. In-process on emu:mesh8
 // (so it also runs under ASan and TSan): two RDM endpoints (cards 0 and 1) exchange tagged
@@ -70,7 +70,7 @@ TEST(FiTrace, DmaOpsAndMessagesOfAnRdmEndpoint) {
   fs::create_directories(dir);
   const fs::path file = dir / "trace.json";
   // read once, at the first endpoint of the process: this test's own process
-  ::setenv("NPO_FI_TRACE", (dir / "trace-%p.json").c_str(), 1);
+  ::setenv("FI_NPO_TRACE", (dir / "trace-%p.json").c_str(), 1);
   use_provider();
   Side a, b;
   a.open(0, kSide);

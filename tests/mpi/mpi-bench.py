@@ -14,7 +14,7 @@ In one run, over each transport:
 Transports:
   npo PROVIDER  mpirun --mca pml cm --mca mtl ofi --mca btl self --mca mtl_ofi_provider_include
                 PROVIDER, ranks on the cards of a private `npo-emud --topology emu:mesh8`
-                (FI_PROVIDER_PATH, NPO_FI_BACKEND); --provider (default "npo"; repeat it
+                (FI_PROVIDER_PATH, FI_NPO_BACKEND); --provider (default "npo"; repeat it
                 to compare e.g. "npo" with "npo;ofi_rxd"). mtl ofi's verbose line must name
                 exactly PROVIDER on every rank, or the row is reported failed.
   shm           mpirun --mca pml ob1 --mca btl self,vader (Open MPI's own shared memory)
@@ -27,7 +27,7 @@ each peer (latency: npo/peer, lower is better; bandwidths: npo/peer, higher is b
 transport that fails is reported as such and the others still run; exit 1 if any failed.
 
 Trace (--trace FILE, issue 17 point 4; docs/observability.md "Traces"): the ranks of the npo
-jobs run with NPO_FI_TRACE (the provider records every DMA op of its endpoint's queue, every
+jobs run with FI_NPO_TRACE (the provider records every DMA op of its endpoint's queue, every
 send and receive from post to completion, faults; docs/libfabric.md "Traces"), npo-emud with
 --trace (training, link changes, faults, clients); afterwards the per-rank files and the
 daemon's are merged into ONE Chrome trace-event JSON FILE on the ranks' CLOCK_MONOTONIC time
@@ -104,7 +104,7 @@ class Transport:
         self.key, self.label, self.mca, self.env = key, label, mca, env
         self.expect_provider = expect_provider
         self.pin = pin
-        self.trace_dir, self.index = trace_dir, index  # --trace: the ranks' NPO_FI_TRACE files go there
+        self.trace_dir, self.index = trace_dir, index  # --trace: the ranks' FI_NPO_TRACE files go there
         self.pingpong = None  # {size: (half_rtt_us, MB/s)}: the median over the rounds
         self.allreduce = None  # (bytes, ranks, time_us, algbw GB/s, busbw GB/s): the median over the rounds
         self.pp_rounds = []  # one {size: (half_rtt_us, MB/s)} per round
@@ -117,7 +117,7 @@ class Transport:
             mca += ["--mca", "mtl_ofi_verbose", "1"]
         env = self.env
         if self.trace_dir:
-            env = dict(env, NPO_FI_TRACE=os.path.join(self.trace_dir, f"{self.index}-{job}.%p.json"))
+            env = dict(env, FI_NPO_TRACE=os.path.join(self.trace_dir, f"{self.index}-{job}.%p.json"))
         out, err = run_job(args.mpirun, np, mca, env, prog, timeout, self.pin)
         for line in out.splitlines():
             if not SKIPPED_RX.search(line) and not SELECTED_RX.search(line):
@@ -211,7 +211,7 @@ def main():
                     help="one more npo-emud argument (repeat it), e.g. --emud-arg=--doorbell-poll-us=200")
     ap.add_argument("--pin-card", action="store_true", help="npo: each rank sets FI_NPO_CARD to its local rank")
     ap.add_argument("--trace", metavar="FILE",
-                    help="write one Chrome/Perfetto trace-event JSON file of the npo jobs' ranks (NPO_FI_TRACE) and "
+                    help="write one Chrome/Perfetto trace-event JSON file of the npo jobs' ranks (FI_NPO_TRACE) and "
                     "the daemon (npo-emud --trace)")
     args = ap.parse_args()
     providers = args.provider or ["npo"]
@@ -229,14 +229,14 @@ def main():
     trace_dir = os.path.join(sockdir, "trace") if args.trace else None
     if trace_dir:
         os.mkdir(trace_dir)
-    npo_env = dict(env, FI_PROVIDER_PATH=args.provider_dir, NPO_FI_BACKEND=f"emu-remote:{sockdir}/s")
+    npo_env = dict(env, FI_PROVIDER_PATH=args.provider_dir, FI_NPO_BACKEND=f"emu-remote:{sockdir}/s")
     emud_desc = " ".join(["npo-emud"] + args.emud_arg)
     def npo_transport(i, spec):
         # "P?doorbell=socket": provider P with that emu-remote option on every card it opens
         p, _, query = spec.partition("?")
-        e = dict(npo_env, NPO_FI_LAYERING="1") if "ofi_rxd" in p else dict(npo_env)
+        e = dict(npo_env, FI_NPO_LAYERING="1") if "ofi_rxd" in p else dict(npo_env)
         if query:
-            e["NPO_FI_BACKEND"] += "?" + query
+            e["FI_NPO_BACKEND"] += "?" + query
         label = f"`{p}` on {emud_desc}" + (f" ({query})" if query else "") + " (mtl ofi)"
         return Transport(spec, label, ofi + ["--mca", "mtl_ofi_provider_include", p], e, expect_provider=p,
                          pin=args.pin_card, trace_dir=trace_dir, index=i)

@@ -8,7 +8,7 @@ for its "ready" line, runs
     mpirun --allow-run-as-root --oversubscribe --mca plm isolated -np N \\
            --mca pml cm --mca mtl ofi --mca btl self --mca mtl_ofi_provider_include PROVIDER PROGRAM...
 
-with FI_PROVIDER_PATH=<provider dir> and NPO_FI_BACKEND=emu-remote:DIR (inside a job the
+with FI_PROVIDER_PATH=<provider dir> and FI_NPO_BACKEND=emu-remote:DIR (inside a job the
 provider offers only the card of the rank's local rank: rank i on card i), then stops the
 daemon and reads the per-card
 DMA traffic it logged for each owner session (`disconnect card=K ... dma_ops=O dma_bytes=B`,
@@ -38,7 +38,7 @@ Several faults (--inject T:OPTIONS, repeatable): T seconds after all N cards are
 --value 1e-4 --duration-ms 3000"); the job must then pass as with --expect pass. A fault whose
 time comes after the job ended is a failure (the run did not cover it).
 
---trace FILE (issue 17 point 4): the ranks run with the provider's NPO_FI_TRACE and npo-emud with
+--trace FILE (issue 17 point 4): the ranks run with the provider's FI_NPO_TRACE and npo-emud with
 --trace; afterwards their files are merged into one Chrome trace-event JSON FILE (pid = rank,
 npo-emud pid 1000; trace_merge.py, docs/observability.md "Traces"), with the per-card DMA
 traffic npo-emud counted in otherData.daemon_traffic. Written whether the job passed or not.
@@ -210,7 +210,7 @@ def selected_providers(out):
     return [m.group(1) for m in (SELECTED_RX.search(l) for l in out.splitlines()) if m]
 
 
-# The provider's per-domain line when NPO_FI_STATS is set (drivers/libfabric/provider.cpp).
+# The provider's per-domain line when FI_NPO_STATS is set (drivers/libfabric/provider.cpp).
 STATS_RX = re.compile(r"npo: stats pid (\d+) domain npo(\d+) \(fabric id \d+\): started rma_write=(\d+) "
                       r"rma_read=(\d+) atomic=(\d+); executed as target rma_write=(\d+) rma_read=(\d+) atomic=(\d+)")
 
@@ -224,7 +224,7 @@ def check_one_sided(out, np):
       its "selected btl" line);
     - btl ofi initialised on every rank ("select: init of component ofi returned success",
       --mca btl_base_verbose 1) and is the only btl besides self (which has no atomics);
-    - the provider's op counters (NPO_FI_STATS=1): every rank has two npo domains on its card,
+    - the provider's op counters (FI_NPO_STATS=1): every rank has two npo domains on its card,
       mtl ofi's, which started and executed no RMA and no atomic (two-sided traffic moves none),
       and btl ofi's, which did; over the job every RMA write, RMA read and atomic started was
       executed by a target, and there was at least one of each."""
@@ -322,7 +322,7 @@ def main():
     ap.add_argument("--pin-card", action="store_true",
                     help="wrap each rank so that it sets FI_NPO_CARD to its local rank")
     ap.add_argument("--trace", metavar="FILE",
-                    help="write one Chrome/Perfetto trace-event JSON file of the ranks (NPO_FI_TRACE) and npo-emud")
+                    help="write one Chrome/Perfetto trace-event JSON file of the ranks (FI_NPO_TRACE) and npo-emud")
     ap.add_argument("program", nargs=argparse.REMAINDER, help="-- PROGRAM ARGS...")
     args = ap.parse_args()
     if args.program and args.program[0] == "--":
@@ -374,17 +374,17 @@ def main():
 
         env = dict(os.environ)
         env["FI_PROVIDER_PATH"] = args.provider_dir
-        env["NPO_FI_BACKEND"] = f"emu-remote:{daemon.dir}"
+        env["FI_NPO_BACKEND"] = f"emu-remote:{daemon.dir}"
         # ofi_rxd layers over the npo DGRAM core only on request (docs/libfabric.md "Layering")
         if "ofi_rxd" in args.provider:
-            env["NPO_FI_LAYERING"] = "1"
+            env["FI_NPO_LAYERING"] = "1"
         if not npo:
             env["FI_PROVIDER"] = args.provider
         for kv in args.env:
             name, _, value = kv.partition("=")
             env[name] = value
         if trace_dir:
-            env["NPO_FI_TRACE"] = os.path.join(trace_dir, "job.%p.json")
+            env["FI_NPO_TRACE"] = os.path.join(trace_dir, "job.%p.json")
         # Ranks run oversubscribed on few cores: yield instead of spinning while they wait.
         env["OMPI_MCA_mpi_yield_when_idle"] = "1"
         cmd = mpirun_line(args)

@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Merges the libfabric provider's per-process trace files (NPO_FI_TRACE, docs/libfabric.md
+"""Merges the libfabric provider's per-process trace files (FI_NPO_TRACE, docs/libfabric.md
 "Traces") of MPI jobs and npo-emud's --trace file into one Chrome trace-event JSON file
 (issue 17 point 4; used by mpi-bench.py and run-mpi.py --trace; docs/observability.md "Traces").
 
-The ranks' files are named PREFIX.PID.json in one folder (NPO_FI_TRACE=DIR/PREFIX.%p.json), one
+The ranks' files are named PREFIX.PID.json in one folder (FI_NPO_TRACE=DIR/PREFIX.%p.json), one
 PREFIX per job. In the merged file job number j's rank r is pid 100 j + r (the first job: pid =
 rank), named "rank R (card K) DESCRIPTION"; npo-emud is pid 1000, its time stamps moved onto the
 ranks' CLOCK_MONOTONIC time line by its otherData.steady_origin_ns.

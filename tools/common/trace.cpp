@@ -75,7 +75,7 @@ Result<void> TraceWriter::write(const nlohmann::json& other_data) const {
     text.reserve(events_.size() * 160 + 256);
     text += "{\"displayTimeUnit\":\"ns\",\"otherData\":";
     // where ts 0 lies on the steady clock (CLOCK_MONOTONIC): traces of several processes of
-    // one host (the provider's NPO_FI_TRACE files) can be put on one time line
+    // one host (the provider's FI_NPO_TRACE files) can be put on one time line
     nlohmann::json other = other_data.is_object() ? other_data : nlohmann::json::object();
     other["steady_origin_ns"] = static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(t0_.time_since_epoch()).count());
