@@ -19,14 +19,14 @@ if ! command -v fi_info >/dev/null || ! command -v fi_pingpong >/dev/null; then
 fi
 fi_workdir npo-fi-free
 export FI_PROVIDER_PATH="${provdir}"
-unset FI_NPO_CARD NPO_FI_CARD NPO_BACKEND OMPI_COMM_WORLD_LOCAL_RANK MPI_LOCALRANKID PMI_LOCAL_RANK SLURM_LOCALID
+unset FI_NPO_CARD NPO_BACKEND OMPI_COMM_WORLD_LOCAL_RANK MPI_LOCALRANKID PMI_LOCAL_RANK SLURM_LOCALID
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 "${emud}" --topology emu:mesh8 --socket-dir "${dir}/sock" >"${dir}/emud.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 300); do [[ -S "${dir}/sock/card-7.sock" ]] && break; sleep 0.05; done
 [[ -S "${dir}/sock/card-7.sock" ]] || { echo "npo-emud did not come up"; cat "${dir}/emud.log"; exit 1; }
-export NPO_FI_BACKEND="emu-remote:${dir}/sock"
+export FI_NPO_BACKEND="emu-remote:${dir}/sock"
 owners() { grep -c '^npo-emud: connect card=[0-9]* pid=[0-9]* mode=owner' "${dir}/emud.log" || true; }
 port=$((20000 + ($$ % 20000)))
 
