@@ -315,9 +315,10 @@ fi_info* make_info(unsigned card, const fi_info* hints) {
   i->domain_attr->control_progress = FI_PROGRESS_MANUAL;
   i->domain_attr->data_progress = FI_PROGRESS_MANUAL;
   i->domain_attr->resource_mgmt = FI_RM_ENABLED;
-  i->domain_attr->av_type = (hints && hints->domain_attr && hints->domain_attr->av_type != FI_AV_UNSPEC)
-                                ? hints->domain_attr->av_type
-                                : FI_AV_TABLE;
+  // Both AV types work the same (an fi_addr_t is the table index), so an unspecified type is
+  // answered FI_AV_UNSPEC, as libfabric's own providers do: a program that sees FI_AV_TABLE may
+  // assume its first insert is fi_addr 0 (fabtests' ft_init_av does).
+  i->domain_attr->av_type = (hints && hints->domain_attr) ? hints->domain_attr->av_type : FI_AV_UNSPEC;
   i->domain_attr->mr_mode = 0;
   i->domain_attr->mr_key_size = 8;
   i->domain_attr->cq_data_size = 8;
@@ -418,7 +419,7 @@ bool set_addresses(fi_info* i, unsigned card, const char* node, std::uint32_t se
   return true;
 }
 
-int getinfo(std::uint32_t, const char* node, const char* service, std::uint64_t flags, const fi_info* hints,
+int getinfo(std::uint32_t version, const char* node, const char* service, std::uint64_t flags, const fi_info* hints,
             fi_info** info) {
   *info = nullptr;
   // The native RDM endpoint replaces ofi_rxd over the DGRAM core. libfabric lists utility
@@ -486,6 +487,10 @@ int getinfo(std::uint32_t, const char* node, const char* service, std::uint64_t 
         fi_freeinfo(head);
         return -FI_ENOMEM;
       }
+      // Before 1.5 mr_mode is an enum whose answer must be a mode, never FI_MR_UNSPEC (0):
+      // this provider's keys and offsets are FI_MR_SCALABLE (fi_domain(3) "MR Mode").
+      if (FI_VERSION_LT(version, FI_VERSION(1, 5)) && i->domain_attr->mr_mode == 0)
+        i->domain_attr->mr_mode = FI_MR_SCALABLE;
       if (tail) {
         tail->next = i;
       } else {

@@ -212,6 +212,28 @@ TEST(Getinfo, AnEntryIsWhatItSays) {
   EXPECT_EQ(info->tx_attr->msg_order & FI_ORDER_SAS, FI_ORDER_SAS);
   fi_freeinfo(info);
   fi_freeinfo(h);
+  // an API 1.0 caller with mr_mode FI_MR_UNSPEC gets a mode (FI_MR_SCALABLE), never UNSPEC
+  h = rdm_hints(FI_RMA);
+  h->domain_attr->mr_mode = FI_MR_UNSPEC;
+  ASSERT_EQ(fi_getinfo(FI_VERSION(1, 0), nullptr, nullptr, 0, h, &info), 0);
+  for (fi_info* i = info; i; i = i->next) {
+    if (std::string(i->fabric_attr->prov_name) == "npo") {
+      EXPECT_EQ(i->domain_attr->mr_mode, FI_MR_SCALABLE);
+    }
+  }
+  fi_freeinfo(info);
+  fi_freeinfo(h);
+  // no AV type asked: FI_AV_UNSPEC (both work); a program that sees FI_AV_TABLE may take its
+  // first insert for fi_addr 0 (fabtests' ft_init_av); one asked is answered
+  h = rdm_hints(FI_MSG);
+  ASSERT_EQ(fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, h, &info), 0);
+  EXPECT_EQ(info->domain_attr->av_type, FI_AV_UNSPEC);
+  fi_freeinfo(info);
+  h->domain_attr->av_type = FI_AV_MAP;
+  ASSERT_EQ(fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, h, &info), 0);
+  EXPECT_EQ(info->domain_attr->av_type, FI_AV_MAP);
+  fi_freeinfo(info);
+  fi_freeinfo(h);
 }
 
 TEST(Getinfo, ACanceledReceiveWritesNothingThroughAnUninitialisedErrData) {
