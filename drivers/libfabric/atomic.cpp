@@ -238,6 +238,8 @@ void target_request(Ep& e, const SlotHeader& h, const std::byte* payload, fi_add
   }
   e.ctrl_out.push_back(std::move(c));
   e.domain->target_atomics.fetch_add(1, std::memory_order_relaxed);
+  // fi_ep_bind(3): a fetching or compare atomic counts as a remote read, a plain one as a write
+  e.count(kind == kPlain ? FI_REMOTE_WRITE : FI_REMOTE_READ);
   if ((h.flags & kFlagData) && e.rx_cq)
     e.rx_cq->push({nullptr, FI_ATOMIC | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, bytes, nullptr, h.data});
 }
@@ -252,6 +254,7 @@ void initiator_answer(Ep& e, const SlotHeader& h, const std::byte* payload) {
   Ep::RmaOp& op = it->second;
   const std::uint64_t err = w[1];
   const std::uint64_t flags = FI_ATOMIC | (op.read ? FI_READ : FI_WRITE);
+  e.count(flags, err != 0);
   if (!err && op.read) {
     const std::uint64_t n = std::min<std::uint64_t>({w[2], h.len - sizeof w, op.len});
     copy_to_iov(op.iov.data(), op.count, 0, payload + sizeof w, n, false);

@@ -18,15 +18,24 @@ ssize_t ep_cancel(fid_t f, void* ctx) {
   if (e->rx_cq) e->rx_cq->push_error(ctx, FI_RECV | FI_MSG, 0, 0, FI_ECANCELED, "npo: receive canceled");
   return 0;
 }
-int ep_getopt(fid_t, int level, int optname, void* optval, std::size_t* optlen) {
-  if (level != FI_OPT_ENDPOINT) return -FI_ENOPROTOOPT;
-  if (optname == FI_OPT_MIN_MULTI_RECV) return -FI_ENOPROTOOPT;
-  (void)optval;
-  (void)optlen;
-  return -FI_ENOPROTOOPT;
+// FI_OPT_MIN_MULTI_RECV (size_t, bytes; RDM only): an FI_MULTI_RECV buffer is released once
+// less than this is left (default kEagerMax).
+int ep_getopt(fid_t f, int level, int optname, void* optval, std::size_t* optlen) {
+  Ep* e = reinterpret_cast<Ep*>(f);
+  if (level != FI_OPT_ENDPOINT || optname != FI_OPT_MIN_MULTI_RECV || !e->rdm) return -FI_ENOPROTOOPT;
+  if (!optval || !optlen || *optlen < sizeof(std::size_t)) return -FI_ETOOSMALL;
+  std::lock_guard lk(e->domain->mu);
+  std::memcpy(optval, &e->min_multi_recv, sizeof(std::size_t));
+  *optlen = sizeof(std::size_t);
+  return 0;
 }
-int ep_setopt(fid_t, int level, int, const void*, std::size_t) {
-  return level == FI_OPT_ENDPOINT ? -FI_ENOPROTOOPT : -FI_ENOPROTOOPT;
+int ep_setopt(fid_t f, int level, int optname, const void* optval, std::size_t optlen) {
+  Ep* e = reinterpret_cast<Ep*>(f);
+  if (level != FI_OPT_ENDPOINT || optname != FI_OPT_MIN_MULTI_RECV || !e->rdm) return -FI_ENOPROTOOPT;
+  if (!optval || optlen != sizeof(std::size_t)) return -FI_EINVAL;
+  std::lock_guard lk(e->domain->mu);
+  std::memcpy(&e->min_multi_recv, optval, sizeof(std::size_t));
+  return 0;
 }
 ssize_t ep_rx_size_left(fid_ep* f) {
   Ep* e = ep_of(f);
@@ -139,6 +148,7 @@ int ep_close(fid* f) {
       }
     }
     if (e->av) e->av->refs.fetch_sub(1);
+    cntr_unbind(*e);
     if (e->service) unpublish_service(d->fabric->backend, e->service, e->wire);
     e->queue.reset();
     e->map.reset();
@@ -190,6 +200,7 @@ int ep_bind(fid* f, fid* b, std::uint64_t flags) {
       return 0;
     }
     case FI_CLASS_EQ: e->eq = reinterpret_cast<Eq*>(b); return 0;
+    case FI_CLASS_CNTR: return cntr_bind(*e, *reinterpret_cast<Cntr*>(b), flags);
     default: return -FI_ENOSYS;
   }
 }

@@ -72,7 +72,7 @@ fi_ops_domain domain_ops{sizeof(fi_ops_domain),
                          cq_open,
                          ep_open,
                          NPO_ENOSYS(fi_ops_domain, scalable_ep),
-                         NPO_ENOSYS(fi_ops_domain, cntr_open),
+                         cntr_open,
                          NPO_ENOSYS(fi_ops_domain, poll_open),
                          NPO_ENOSYS(fi_ops_domain, stx_ctx),
                          NPO_ENOSYS(fi_ops_domain, srx_ctx),
@@ -198,15 +198,16 @@ bool hints_match(const fi_info* hints, unsigned card) {
 // ordered per sender, directed receives, peek/claim/discard, remote CQ data; RMA read and
 // write into registered memory (rma.cpp).
 constexpr std::uint64_t kRdmRmaCaps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+// FI_RMA_EVENT: counters bound with FI_REMOTE_READ / FI_REMOTE_WRITE count the RMA and
+// atomics this endpoint is the target of (cntr.cpp).
 constexpr std::uint64_t kRdmCaps = FI_MSG | FI_TAGGED | FI_SEND | FI_RECV | FI_DIRECTED_RECV | FI_SOURCE |
-                                   FI_LOCAL_COMM | FI_REMOTE_COMM | kRdmRmaCaps | FI_ATOMIC;
+                                   FI_LOCAL_COMM | FI_REMOTE_COMM | kRdmRmaCaps | FI_ATOMIC | FI_RMA_EVENT |
+                                   FI_MULTI_RECV;
 
 bool hints_match_rdm(const fi_info* hints, unsigned card) {
   if (!hints) return true;
   // capabilities this endpoint cannot offer (secondary ones like FI_FENCE are ignored)
-  if (hints->caps &
-      (FI_COLLECTIVE | FI_MULTI_RECV | FI_HMEM | FI_TRIGGER | FI_MULTICAST | FI_NAMED_RX_CTX | FI_RMA_EVENT))
-    return false;
+  if (hints->caps & (FI_COLLECTIVE | FI_HMEM | FI_TRIGGER | FI_MULTICAST | FI_NAMED_RX_CTX)) return false;
   if (hints->ep_attr && hints->ep_attr->type != FI_EP_UNSPEC && hints->ep_attr->type != FI_EP_RDM) return false;
   if (hints->ep_attr && hints->ep_attr->max_msg_size > kRdmMaxMsg) return false;
   if (hints->domain_attr && hints->domain_attr->name &&
@@ -254,16 +255,20 @@ fi_info* make_rdm_info(unsigned card, const fi_info* hints) {
   i->caps = caps;
   i->tx_attr->caps = caps & (FI_MSG | FI_TAGGED | FI_SEND | FI_RMA | FI_ATOMIC | FI_READ | FI_WRITE);
   i->rx_attr->caps = caps & (FI_MSG | FI_TAGGED | FI_RECV | FI_DIRECTED_RECV | FI_SOURCE | FI_RMA | FI_ATOMIC |
-                             FI_REMOTE_READ | FI_REMOTE_WRITE);
+                             FI_REMOTE_READ | FI_REMOTE_WRITE | FI_RMA_EVENT | FI_MULTI_RECV);
   if (caps & (FI_RMA | FI_ATOMIC)) {
     i->tx_attr->rma_iov_limit = 1;
     i->domain_attr->mr_iov_limit = kIovLimit;
   }
   i->tx_attr->inject_size = kEagerMax;
+  i->domain_attr->cntr_cnt = kEpsPerCard * kCntrEvents;
   i->rx_attr->total_buffered_recv = kUnexpMax;
   // default op flags: FI_COMPLETION when asked (with FI_SELECTIVE_COMPLETION it decides)
   if (hints && hints->tx_attr) i->tx_attr->op_flags = hints->tx_attr->op_flags & FI_COMPLETION;
   if (hints && hints->rx_attr) i->rx_attr->op_flags = hints->rx_attr->op_flags & FI_COMPLETION;
+  // FI_MULTI_RECV in the default op flags makes every fi_recv a multi-receive buffer
+  if ((caps & FI_MULTI_RECV) && hints && hints->rx_attr)
+    i->rx_attr->op_flags |= hints->rx_attr->op_flags & FI_MULTI_RECV;
   i->ep_attr->type = FI_EP_RDM;
   i->ep_attr->max_msg_size = kRdmMaxMsg;
   // all 64 tag bits are matched (libfabric 1.17 has no FI_TAG_GENERIC; this is its pattern)

@@ -317,6 +317,27 @@ struct Cq {
   void progress();
 };
 
+// ---- Counter (cntr.cpp; docs/libfabric.md "Counters") ---------------------------------------
+// What a counter bound to an endpoint counts (fi_ep_bind(3) flags FI_SEND, FI_RECV, FI_READ,
+// FI_WRITE, FI_REMOTE_READ, FI_REMOTE_WRITE).
+enum CntrEvent : unsigned {
+  kCntrSend,
+  kCntrRecv,
+  kCntrRead,
+  kCntrWrite,
+  kCntrRemoteRead,
+  kCntrRemoteWrite,
+  kCntrEvents
+};
+struct Cntr {
+  fid_cntr cntr{};
+  Domain* domain = nullptr;
+  std::atomic<std::uint64_t> value{0}, errors{0};
+  std::vector<Ep*> eps;  // endpoints bound (progressed by fi_cntr_read / fi_cntr_wait); guarded by domain->mu
+  unsigned empty_reads = 0;
+  std::atomic<unsigned> refs{0};
+};
+
 // ---- Endpoint -----------------------------------------------------------------------------
 struct Ep {
   fid_ep ep{};
@@ -325,6 +346,20 @@ struct Ep {
   Cq* tx_cq = nullptr;
   Cq* rx_cq = nullptr;
   Eq* eq = nullptr;
+  std::array<Cntr*, kCntrEvents> cntrs{};  // bound counters (RDM only)
+  // One operation of this endpoint ended (with or without a CQ entry: counters count every
+  // operation, fi_cntr(3)): the counter bound for its kind moves, its error count on `error`.
+  // `cq_flags` as in the completion: FI_REMOTE_WRITE / FI_REMOTE_READ (target side of an RMA
+  // or atomic), FI_SEND, FI_RECV, FI_READ (RMA reads, fetching atomics), FI_WRITE.
+  void count(std::uint64_t cq_flags, bool error = false) {
+    const CntrEvent ev = (cq_flags & FI_REMOTE_WRITE)  ? kCntrRemoteWrite
+                         : (cq_flags & FI_REMOTE_READ) ? kCntrRemoteRead
+                         : (cq_flags & FI_SEND)        ? kCntrSend
+                         : (cq_flags & FI_RECV)        ? kCntrRecv
+                         : (cq_flags & FI_READ)        ? kCntrRead
+                                                       : kCntrWrite;
+    if (Cntr* c = cntrs[ev]) (error ? c->errors : c->value).fetch_add(1, std::memory_order_release);
+  }
   bool tx_selective = false, rx_selective = false;
   std::uint64_t tx_op_flags = 0, rx_op_flags = 0;  // the info's default op flags (FI_COMPLETION)
   // Whether a send call without flags (fi_send, fi_tsend, ...) generates a completion: always,
@@ -424,9 +459,20 @@ struct Ep {
     bool tagged = false;
     std::uint64_t tag = 0, ignore = 0;
     fi_addr_t src = FI_ADDR_UNSPEC;
+    // FI_MULTI_RECV (fi_msg(3)): one buffer takes message after message, each placed right
+    // after the one before (take_posted cuts a slice per message). The buffer stays posted
+    // until less than min_multi_recv bytes are left; the completion of the last message in
+    // it (released, none in flight) carries FI_MULTI_RECV. Shared by the slices.
+    struct Multi {
+      std::uint64_t used = 0;  // bytes handed to messages so far
+      unsigned inflight = 0;   // slices whose message has not completed yet
+      bool released = false;   // taken off `posted`
+    };
+    std::shared_ptr<Multi> multi;
   };
   std::deque<Posted> posted;
-  struct Unexp {  // a message that arrived before its receive (eager payload, or an RTS)
+  std::size_t min_multi_recv = kEagerMax;  // FI_OPT_MIN_MULTI_RECV, bytes
+  struct Unexp {                           // a message that arrived before its receive (eager payload, or an RTS)
     bool tagged = false;
     MsgKind kind = kEager;
     fi_addr_t src = FI_ADDR_NOTAVAIL;
@@ -731,6 +777,15 @@ void queue_grants(Ep& e, std::uint64_t recv_id, Ep::RecvReq& q);
 // RDM tag matching (rdm.cpp; used by rdm_msg.cpp): whether posted receive `p` takes a message of
 // this kind, tag and source; whether unexpected message `u` is unclaimed and matches `p`.
 bool matches(const Ep::Posted& p, bool tagged, std::uint64_t tag, fi_addr_t src);
+// The receive a message of `len` bytes (tagged, tag, from src) goes to: the first posted one it
+// matches, taken off `posted` -- or, for an FI_MULTI_RECV buffer, the next slice of it (the
+// buffer leaves `posted` once less than min_multi_recv bytes are left). nullopt: none matches.
+std::optional<Ep::Posted> take_posted(Ep& e, bool tagged, std::uint64_t tag, fi_addr_t src, std::uint64_t len);
+// The next slice of FI_MULTI_RECV buffer `p` for a message of `len` bytes (see Posted::Multi).
+Ep::Posted multi_slice(Ep& e, Ep::Posted& p, std::uint64_t len);
+// A message of a slice ended (completed or failed): FI_MULTI_RECV when it was the buffer's
+// last, else 0. 0 for a receive that is not a slice.
+std::uint64_t multi_done(const Ep::Posted& r);
 bool matches(const Ep::Unexp& u, const Ep::Posted& p);
 // The completion flags of a receive.
 std::uint64_t recv_flags(bool tagged, bool has_data);
@@ -788,6 +843,14 @@ int cq_open(fid_domain* domain, fi_cq_attr* attr, fid_cq** out, void* context);
 // av_mr.cpp
 int av_open(fid_domain* domain, fi_av_attr* attr, fid_av** out, void* context);
 extern fi_ops_mr mr_ops;
+// cntr.cpp
+int cntr_open(fid_domain* domain, fi_cntr_attr* attr, fid_cntr** out, void* context);
+// fi_ep_bind of a counter: FI_SEND, FI_RECV, FI_READ, FI_WRITE, FI_REMOTE_READ, FI_REMOTE_WRITE
+// (FI_TRANSMIT is FI_SEND). -FI_EBADFLAGS for none of them, -FI_EINVAL for another domain's
+// counter or an event that has one already, -FI_ENOSYS on a DGRAM endpoint.
+int cntr_bind(Ep& e, Cntr& c, std::uint64_t flags);
+// ep_close: the endpoint's counters let it go.
+void cntr_unbind(Ep& e);
 // ep.cpp
 int ep_open(fid_domain* domain, fi_info* info, fid_ep** out, void* context);
 

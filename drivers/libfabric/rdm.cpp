@@ -79,6 +79,46 @@ std::uint64_t recv_flags(bool tagged, bool has_data) {
   return FI_RECV | (tagged ? FI_TAGGED : FI_MSG) | (has_data ? FI_REMOTE_CQ_DATA : 0);
 }
 
+Ep::Posted multi_slice(Ep& e, Ep::Posted& p, std::uint64_t len) {
+  Ep::Posted s = p;
+  const std::uint64_t cap = iov_bytes(p.iov.data(), p.count);
+  std::uint64_t off = p.multi->used;
+  s.count = 0;
+  for (std::size_t i = 0; i < p.count; ++i) {
+    if (off >= p.iov[i].iov_len) {
+      off -= p.iov[i].iov_len;
+      continue;
+    }
+    s.iov[s.count++] = {static_cast<std::byte*>(p.iov[i].iov_base) + off, p.iov[i].iov_len - off};
+    off = 0;
+  }
+  // a message longer than what is left is truncated (FI_ETRUNC) and takes the rest
+  p.multi->used += std::min(len, cap - p.multi->used);
+  ++p.multi->inflight;
+  if (cap - p.multi->used < e.min_multi_recv) p.multi->released = true;
+  return s;
+}
+
+std::uint64_t multi_done(const Ep::Posted& r) {
+  if (!r.multi) return 0;
+  if (r.multi->inflight) --r.multi->inflight;
+  return (r.multi->released && r.multi->inflight == 0) ? FI_MULTI_RECV : 0;
+}
+
+std::optional<Ep::Posted> take_posted(Ep& e, bool tagged, std::uint64_t tag, fi_addr_t src, std::uint64_t len) {
+  auto p =
+      std::find_if(e.posted.begin(), e.posted.end(), [&](const Ep::Posted& r) { return matches(r, tagged, tag, src); });
+  if (p == e.posted.end()) return std::nullopt;
+  if (p->multi) {
+    Ep::Posted s = multi_slice(e, *p, len);
+    if (p->multi->released) e.posted.erase(p);
+    return s;
+  }
+  const Ep::Posted r = *p;
+  e.posted.erase(p);
+  return r;
+}
+
 namespace {
 
 // Writes the completion of a receive of `total` message bytes into `r` (FI_ETRUNC when the
@@ -86,9 +126,11 @@ namespace {
 void complete_recv(Ep& e, const Ep::Posted& r, std::uint64_t total, bool tagged, std::uint64_t tag, std::uint64_t data,
                    bool has_data, fi_addr_t src) {
   if (trace::on()) trace::recv_end(e, r.ctx, total, total > iov_bytes(r.iov.data(), r.count) ? "truncated" : "ok");
-  if (!e.rx_cq) return;
   const std::size_t cap = iov_bytes(r.iov.data(), r.count);
-  const std::uint64_t flags = recv_flags(tagged, has_data);
+  e.count(FI_RECV, total > cap);
+  const std::uint64_t multi = multi_done(r);
+  if (!e.rx_cq) return;
+  const std::uint64_t flags = recv_flags(tagged, has_data) | multi;
   if (total > cap) {
     e.rx_cq->push_error(r.ctx, flags, cap, total - cap, FI_ETRUNC,
                         "npo: receive on " + e.where() + " truncated: message of " + std::to_string(total) +
@@ -96,7 +138,7 @@ void complete_recv(Ep& e, const Ep::Posted& r, std::uint64_t total, bool tagged,
                         tag, has_data ? data : 0);
     return;
   }
-  if (e.rx_selective && !(r.flags & FI_COMPLETION)) return;
+  if (e.rx_selective && !(r.flags & FI_COMPLETION) && !multi) return;
   Cq::Comp c{r.ctx, flags, static_cast<std::size_t>(total), r.count ? r.iov[0].iov_base : nullptr, has_data ? data : 0};
   c.tag = tagged ? tag : 0;
   c.src = src;
@@ -151,8 +193,10 @@ void deliver_unexp(Ep& e, const Ep::Posted& r, std::list<Ep::Unexp>::iterator u)
     complete_recv(e, r, u->total, u->tagged, u->tag, u->data, u->has_data, u->src);
     e.unexp_bytes -= u->payload.size();
   } else if (u->sender_gone) {  // claimed before its sender was found closed: no data will come
+    e.count(FI_RECV, true);
+    const std::uint64_t multi = multi_done(r);
     if (e.rx_cq)
-      e.rx_cq->push_error(r.ctx, recv_flags(u->tagged, u->has_data), 0, 0, FI_EIO,
+      e.rx_cq->push_error(r.ctx, recv_flags(u->tagged, u->has_data) | multi, 0, 0, FI_EIO,
                           "npo: the sender of a claimed message to " + e.where() +
                               " was closed before the message finished (the endpoint opened next on its card "
                               "has written since)",
@@ -283,15 +327,6 @@ void Ep::rdm_poll_rx() {
       const bool tagged = (h.flags & kFlagTagged) != 0;
       const bool has_data = (h.flags & kFlagData) != 0;
       bool consumed = true;
-      // the first posted receive this message matches, taken off the list
-      auto take_posted = [&]() -> std::optional<Posted> {
-        auto p =
-            std::find_if(posted.begin(), posted.end(), [&](const Posted& r) { return matches(r, tagged, h.tag, src); });
-        if (p == posted.end()) return std::nullopt;
-        const Posted r = *p;
-        posted.erase(p);
-        return r;
-      };
       auto unexpected = [&](MsgKind kind, std::uint64_t total) -> Unexp& {
         Unexp& u = unexp.emplace_back();
         u.tagged = tagged;
@@ -307,7 +342,7 @@ void Ep::rdm_poll_rx() {
       };
       switch (h.kind) {
         case kEager: {
-          if (auto r = take_posted()) {
+          if (auto r = take_posted(*this, tagged, h.tag, src, h.len)) {
             copy_to_iov(r->iov.data(), r->count, 0, rx_scratch.data(), h.len, false);
             complete_recv(*this, *r, h.len, tagged, h.tag, h.data, has_data, src);
           } else if (unexp_bytes + h.len > kUnexpMax) {
@@ -337,7 +372,7 @@ void Ep::rdm_poll_rx() {
               break;
             }
           }
-          if (auto r = take_posted()) {
+          if (auto r = take_posted(*this, tagged, h.tag, src, b.total)) {
             start_rndv_recv(*this, *r, b.total, b.send_id, src_key, ring, src, tagged, h.tag, h.data, has_data);
           } else {
             unexpected(kRts, b.total).send_id = b.send_id;

@@ -103,10 +103,32 @@ ssize_t rdm_recv(Ep& e, const iovec* iov, std::size_t count, fi_addr_t src, void
       c.tag = u->tag;
       c.src = u->src;
       discard_unexp(e, u);
+      e.count(FI_RECV);
       if (e.rx_cq) e.rx_cq->push(c);
       return 0;
     }
     deliver_unexp(e, r, u);
+    return 0;
+  }
+  if (flags & FI_MULTI_RECV) {
+    // one buffer for message after message (untagged only, fi_msg(3)); the unexpected ones
+    // that match go in first
+    if (tagged || count == 0) return -FI_EINVAL;
+    if (e.posted.size() >= kRxSize) return -FI_EAGAIN;
+    if (trace::on()) trace::recv_begin(e, ctx, iov_bytes(iov, count), tagged, tag);
+    r.multi = std::make_shared<Ep::Posted::Multi>();
+    if (iov_bytes(iov, count) < e.min_multi_recv) r.multi->released = true;  // one message, then released
+    for (auto u = e.unexp.begin(); u != e.unexp.end();) {
+      if (!matches(*u, r)) {
+        ++u;
+        continue;
+      }
+      const auto next = std::next(u);
+      deliver_unexp(e, multi_slice(e, r, u->total), u);
+      u = next;
+      if (r.multi->released) return 0;
+    }
+    e.posted.push_back(r);
     return 0;
   }
   auto u = std::find_if(e.unexp.begin(), e.unexp.end(), [&](const Ep::Unexp& x) { return matches(x, r); });
@@ -121,17 +143,23 @@ ssize_t rdm_recv(Ep& e, const iovec* iov, std::size_t count, fi_addr_t src, void
   return 0;
 }
 
+// The op flags of fi_recv / fi_recvv: FI_COMPLETION as the CQ binding says, FI_MULTI_RECV when
+// the info's rx_attr->op_flags asked for it (fi_endpoint(3) "op_flags").
+std::uint64_t untagged_recv_flags(const Ep& e) {
+  return (e.rx_default_completion() ? FI_COMPLETION : 0) | (e.rx_op_flags & FI_MULTI_RECV);
+}
+
 // fi_ops_msg
 ssize_t m_recv(fid_ep* f, void* buf, std::size_t len, void*, fi_addr_t src, void* ctx) {
   Ep* e = ep_of(f);
   std::lock_guard lk(e->domain->mu);
   iovec iov{buf, len};
-  return rdm_recv(*e, &iov, 1, src, ctx, e->rx_default_completion() ? FI_COMPLETION : 0, false, 0, 0);
+  return rdm_recv(*e, &iov, 1, src, ctx, untagged_recv_flags(*e), false, 0, 0);
 }
 ssize_t m_recvv(fid_ep* f, const iovec* iov, void**, std::size_t count, fi_addr_t src, void* ctx) {
   Ep* e = ep_of(f);
   std::lock_guard lk(e->domain->mu);
-  return rdm_recv(*e, iov, count, src, ctx, e->rx_default_completion() ? FI_COMPLETION : 0, false, 0, 0);
+  return rdm_recv(*e, iov, count, src, ctx, untagged_recv_flags(*e), false, 0, 0);
 }
 ssize_t m_recvmsg(fid_ep* f, const fi_msg* msg, std::uint64_t flags) {
   Ep* e = ep_of(f);
@@ -241,9 +269,16 @@ ssize_t rdm_cancel(Ep& e, void* ctx) {
   const Ep::Posted r = *it;
   e.posted.erase(it);
   if (trace::on()) trace::recv_end(e, ctx, 0, "canceled");
+  // an FI_MULTI_RECV buffer is released by the cancel: FI_MULTI_RECV on it unless messages
+  // still land in it (then on the last of those)
+  std::uint64_t multi = 0;
+  if (r.multi) {
+    r.multi->released = true;
+    if (r.multi->inflight == 0) multi = FI_MULTI_RECV;
+  }
   if (e.rx_cq)
-    e.rx_cq->push_error(ctx, FI_RECV | (r.tagged ? FI_TAGGED : FI_MSG), 0, 0, FI_ECANCELED, "npo: receive canceled",
-                        r.tag);
+    e.rx_cq->push_error(ctx, FI_RECV | (r.tagged ? FI_TAGGED : FI_MSG) | multi, 0, 0, FI_ECANCELED,
+                        "npo: receive canceled", r.tag);
   return 0;
 }
 

@@ -30,6 +30,7 @@ std::uint64_t zero_copy_src(const Ep& e, const Ep::SendReq& q, std::uint64_t off
 // An error is reported also for an operation posted without FI_COMPLETION (fi_cq(3)), when it
 // has a context to name: an error entry with a NULL context breaks Open MPI 4.1's mtl ofi.
 void fail_send_req(Ep& e, std::map<std::uint64_t, Ep::SendReq>::iterator s, int err, const std::string& msg) {
+  if (s->second.cq_flags & FI_SEND) e.count(FI_SEND, true);
   if (e.tx_cq && (s->second.completion || s->second.ctx))
     e.tx_cq->push_error(s->second.ctx, s->second.cq_flags, 0, 0, err, msg, s->second.tag);
   e.sends.erase(s);
@@ -56,14 +57,21 @@ void Ep::rdm_tx_delivered(const Tx& t) {
       if (auto s = sends.find(t.send_id); s != sends.end()) {
         s->second.done += t.data_len;
         if (s->second.done >= s->second.total) {
+          // a send's last chunk, or the last chunk of a large read this side is the target of
+          if (s->second.rma_src) {
+            count(FI_REMOTE_READ);
+          } else if (s->second.cq_flags & FI_SEND) {  // an RMA write counts at its ack (rma.cpp)
+            count(s->second.cq_flags);
+          }
           if (tx_cq && s->second.completion)
             tx_cq->push({s->second.ctx, s->second.cq_flags, static_cast<std::size_t>(s->second.total), nullptr, 0,
                          s->second.tag});
           sends.erase(s);
         }
       }
-    } else if (t.msg_kind == kEager && t.completion && tx_cq) {
-      tx_cq->push({t.ctx, t.cq_flags, t.len, nullptr, 0, t.tag});
+    } else if (t.msg_kind == kEager) {
+      count(t.cq_flags);  // injects too (fi_cntr(3): every operation counts)
+      if (t.completion && tx_cq) tx_cq->push({t.ctx, t.cq_flags, t.len, nullptr, 0, t.tag});
     }
   }
 }
@@ -118,8 +126,10 @@ void Ep::rdm_tx_failed(Tx t) {
   if (t.rndv_chunk >= 0) rndv_free.push_back(static_cast<unsigned>(t.rndv_chunk));
   if (t.send_id) {
     if (auto s = sends.find(t.send_id); s != sends.end()) fail_send_req(*this, s, fi_errno_of(t.worst), msg);
-  } else if (t.msg_kind == kEager && (t.completion || t.ctx) && tx_cq) {  // as fail_send_req
-    tx_cq->push_error(t.ctx, t.cq_flags, 0, 0, fi_errno_of(t.worst), msg, t.tag);
+  } else if (t.msg_kind == kEager) {
+    count(t.cq_flags, true);
+    if ((t.completion || t.ctx) && tx_cq)  // as fail_send_req
+      tx_cq->push_error(t.ctx, t.cq_flags, 0, 0, fi_errno_of(t.worst), msg, t.tag);
   }
   if (t.send_id) rma_fail(*this, t.send_id, fi_errno_of(t.worst), msg);
   report_fatal(msg, fi_errno_of(t.worst));
@@ -129,6 +139,7 @@ void Ep::rdm_tx_failed(Tx t) {
 void Ep::drop_tx_to_gone(const Tx& t) {
   free_slots.push_back(t.slot);
   if (t.rndv_chunk >= 0) rndv_free.push_back(static_cast<unsigned>(t.rndv_chunk));
+  if (t.msg_kind == kEager) count(t.cq_flags, true);
   if (t.msg_kind == kEager && (t.completion || t.ctx) && tx_cq)  // as fail_send_req
     tx_cq->push_error(t.ctx, t.cq_flags, 0, 0, FI_EIO,
                       "npo: send of " + std::to_string(t.len) + " B from " + where() +
@@ -161,8 +172,12 @@ void Ep::predecessor_gone(std::uint64_t ring) {
       land_free.push_back(static_cast<unsigned>((off - landing_off()) / kRndvChunk));
     if (q.rma_op) {
       rma_fail(*this, q.rma_op, FI_EIO, msg);
-    } else if (!q.rma_write && q.r.ctx != reinterpret_cast<void*>(1) && rx_cq) {
-      rx_cq->push_error(q.r.ctx, recv_flags(q.tagged, q.has_data), 0, 0, FI_EIO, msg, q.tag, q.has_data ? q.data : 0);
+    } else if (!q.rma_write && q.r.ctx != reinterpret_cast<void*>(1)) {
+      count(FI_RECV, true);
+      const std::uint64_t multi = multi_done(q.r);
+      if (rx_cq)
+        rx_cq->push_error(q.r.ctx, recv_flags(q.tagged, q.has_data) | multi, 0, 0, FI_EIO, msg, q.tag,
+                          q.has_data ? q.data : 0);
     }
     std::erase_if(ctrl_out,
                   [&](const Ctrl& c) { return c.kind == kCts && c.body.size() > 1 && c.body[1] == it->first; });

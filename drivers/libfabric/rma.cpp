@@ -51,6 +51,7 @@ void remote_cq_data(Ep& e, std::uint64_t len, std::uint64_t data) {
 void complete(Ep& e, std::map<std::uint64_t, Ep::RmaOp>::iterator it, std::uint64_t err) {
   const Ep::RmaOp& op = it->second;
   const std::uint64_t flags = FI_RMA | (op.read ? FI_READ : FI_WRITE);
+  e.count(flags, err != 0);
   if (e.tx_cq) {
     if (err) {
       e.tx_cq->push_error(op.ctx, flags, 0, 0, static_cast<int>(err),
@@ -90,7 +91,10 @@ void target_request(Ep& e, const SlotHeader& h, const std::byte* payload, fi_add
     const std::uint64_t n = h.len - sizeof rq;
     if (!err && n != rq.len) err = FI_EINVAL;
     if (!err) copy_to_iov(mr->iov.data(), mr->count, rq.addr - mr->offset, payload + sizeof rq, n, false);
-    if (!err) e.domain->target_rma_writes.fetch_add(1, std::memory_order_relaxed);
+    if (!err) {
+      e.domain->target_rma_writes.fetch_add(1, std::memory_order_relaxed);
+      e.count(FI_REMOTE_WRITE);
+    }
     ack(e, src_key, rq.op, err);
     if (!err && has_data) remote_cq_data(e, rq.len, h.data);
     return;
@@ -126,6 +130,7 @@ void target_request(Ep& e, const SlotHeader& h, const std::byte* payload, fi_add
     copy_from_iov(mr->iov.data(), mr->count, rq.addr - mr->offset, reinterpret_cast<std::byte*>(c.body.data() + 3),
                   rq.len);
     e.ctrl_out.push_back(std::move(c));
+    e.count(FI_REMOTE_READ);
     return;
   }
   // large: the initiator grants its landing zone (kRmaReadGo, then CTS), this side sends chunks
@@ -200,6 +205,7 @@ void rma_place_chunk(Ep& e, Ep::RecvReq& r, std::uint64_t msg_off, const std::by
 void rma_recv_done(Ep& e, Ep::RecvReq& r) {
   if (r.rma_write) {
     ack(e, r.src_key, r.send_id, r.rma_err);
+    if (!r.rma_err) e.count(FI_REMOTE_WRITE);
     if (!r.rma_err && r.has_data) remote_cq_data(e, r.total, r.data);
     return;
   }
@@ -220,6 +226,7 @@ void rma_fail(Ep& e, std::uint64_t id, int err, const std::string& msg) {
   auto it = e.rma_ops.find(id);
   if (it == e.rma_ops.end()) return;
   const std::uint64_t kind = it->second.atomic ? FI_ATOMIC : FI_RMA;
+  e.count(kind | (it->second.read ? FI_READ : FI_WRITE), true);
   if (e.tx_cq) e.tx_cq->push_error(it->second.ctx, kind | (it->second.read ? FI_READ : FI_WRITE), 0, 0, err, msg);
   e.rma_ops.erase(it);
 }

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -98,7 +99,13 @@ struct SideOptions {
   std::uint64_t cq_bind_flags = FI_TRANSMIT | FI_RECV;
   /// Asserts that fi_getname returns exactly kAddrLen bytes.
   bool check_addr_len = false;
+  /// Opens one counter per event (Side::cntr, FI_SEND .. FI_REMOTE_WRITE) and binds it before
+  /// fi_enable.
+  bool counters = false;
 };
+
+/// The events of Side::cntr, in order (fi_ep_bind flags).
+constexpr std::uint64_t kCntrEvents[] = {FI_SEND, FI_RECV, FI_READ, FI_WRITE, FI_REMOTE_READ, FI_REMOTE_WRITE};
 
 /// The DMA counters of a domain's card (fi_npo_domain_ops).
 inline fi_npo_dma_counters dma_counters(fid_domain* d) {
@@ -119,6 +126,7 @@ struct Side {
   fid_cq* cq = nullptr;
   fid_av* av = nullptr;
   fid_ep* ep = nullptr;
+  fid_cntr* cntr[6] = {};  // SideOptions::counters: one per kCntrEvents entry
   std::vector<std::uint8_t> addr = std::vector<std::uint8_t>(kAddrLen);
 
   /// Opens everything on card `card`; fails the test (fatally) on any error.
@@ -145,6 +153,13 @@ struct Side {
     ASSERT_EQ(fi_endpoint(domain, info, &ep, nullptr), 0);
     ASSERT_EQ(fi_ep_bind(ep, &cq->fid, o.cq_bind_flags), 0);
     ASSERT_EQ(fi_ep_bind(ep, &av->fid, 0), 0);
+    for (std::size_t k = 0; o.counters && k < std::size(kCntrEvents); ++k) {
+      fi_cntr_attr ca{};
+      ca.events = FI_CNTR_EVENTS_COMP;
+      ca.wait_obj = FI_WAIT_UNSPEC;
+      ASSERT_EQ(fi_cntr_open(domain, &ca, &cntr[k], nullptr), 0);
+      ASSERT_EQ(fi_ep_bind(ep, &cntr[k]->fid, kCntrEvents[k]), 0);
+    }
     ASSERT_EQ(fi_enable(ep), 0);
     std::size_t len = addr.size();
     ASSERT_EQ(fi_getname(&ep->fid, addr.data(), &len), 0);
@@ -170,6 +185,11 @@ struct Side {
   /// Closes in reverse order of opening; the Side is empty afterwards.
   void close() {
     close_ep();
+    for (fid_cntr* c : cntr) {
+      if (c) {
+        EXPECT_EQ(fi_close(&c->fid), 0);
+      }
+    }
     if (av) {
       EXPECT_EQ(fi_close(&av->fid), 0);
     }
