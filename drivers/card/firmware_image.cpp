@@ -110,7 +110,7 @@ Result<fw::ImageView> fw::parse_image(std::span<const std::byte> bytes) {
 
 Result<void> fw::verify_image_signature(const ImageView& view, std::span<const std::byte, 32> trusted) {
   if (!std::equal(trusted.begin(), trusted.end(), view.header.signer_key.begin())) {
-    return image_refusal(img::Error::kUnknownKey, fmt::format("signed by key {}..., the card trusts {}...",
+    return image_refusal(img::Error::kUnknownKey, fmt::format("signed by key {}..., the trusted key is {}...",
                                                               hex_prefix(view.header.signer_key), hex_prefix(trusted)));
   }
   if (auto r = sodium_ready(); !r) return std::unexpected(r.error());
