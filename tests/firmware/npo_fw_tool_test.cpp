@@ -109,6 +109,28 @@ TEST(NpoFwTool, SignVerifyUpdateQueryAcrossProcesses) {
   q = query(uri);
   EXPECT_EQ(q[0].value("running", ""), "1.3.0");
   EXPECT_EQ(q[0].value("rolled_back", false), true);
+  // --no-commit leaves a trial; rollback returns to the committed slot, commit makes it permanent.
+  r = npo_test::run_command(kFw + " sign --key " + kKeys + "/dev-key.sec --out " + (d / "next.img") + " " +
+                            (d / "payload") + " --version 1.4.0 --security 2 2>&1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = npo_test::run_command(kFw + " update -q --no-commit --backend " + uri + " --card 0 " + (d / "next.img") +
+                            " 2>&1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("on trial, not committed in slot A"), std::string::npos) << r.out;
+  EXPECT_EQ(query(uri)[0].value("state", ""), "trial");
+  r = npo_test::run_command(kFw + " rollback --backend " + uri + " --card 0 2>&1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(query(uri)[0].value("running", ""), "1.3.0");
+  r = npo_test::run_command(kFw + " update -q --no-commit --backend " + uri + " --card 0 " + (d / "next.img") +
+                            " 2>&1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = npo_test::run_command(kFw + " commit --backend " + uri + " --card 0 2>&1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  q = query(uri);
+  EXPECT_EQ(q[0].value("running", ""), "1.4.0");
+  EXPECT_EQ(q[0].value("committed", ""), "A");
+  r = npo_test::run_command(kFw + " commit --backend " + uri + " --card 0 2>&1");
+  EXPECT_EQ(r.status, 1) << r.out;
   // The other card was never touched.
   r = npo_test::run_command(kFw + " query --backend " + uri + " --card 1");
   EXPECT_EQ(r.status, 0) << r.out;

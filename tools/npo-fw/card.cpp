@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// npo-fw's card subcommands (docs/firmware.md): query, update, sign, verify, keygen.
+// npo-fw's card subcommands (docs/firmware.md): query, update, commit, rollback, sign, verify, keygen.
 #include <sys/stat.h>
 
 #include <cstdio>
@@ -227,6 +227,31 @@ int update(const UpdateArgs& a) {
   return kExitOk;
 }
 
+// ---- commit / rollback -----------------------------------------------------------------------
+struct TrialArgs {
+  std::optional<std::string> backend;
+  unsigned card = 0;
+};
+
+/// commit (`commit` true) or roll back the update of one card (after `update --no-commit`).
+int end_trial(const TrialArgs& a, bool commit) {
+  const std::string uri = owner_uri(backend_uri(a.backend, kTool), {a.card});
+  auto sys = System::open(uri);
+  if (!sys) {
+    fail(kTool, fmt::format("cannot open '{}'", uri), sys.error());
+    return open_failure_status(sys.error());
+  }
+  if (a.card >= (*sys)->device_count()) {
+    std::fprintf(stderr, "npo-fw %s: card %u not present (%zu cards)\n", commit ? "commit" : "rollback", a.card,
+                 (*sys)->device_count());
+    return kExitError;
+  }
+  auto st = commit ? commit_firmware((*sys)->device(a.card)) : rollback_firmware((*sys)->device(a.card));
+  if (!st) return fail(kTool, fmt::format("card {}: {}", a.card, commit ? "commit" : "rollback"), st.error());
+  print_status(a.card, *st);
+  return kExitOk;
+}
+
 // ---- sign / verify / keygen -----------------------------------------------------------------
 struct SignArgs {
   std::string key, out, payload, version, model = "NPO-REF-1", digest = "sha512";
@@ -325,6 +350,7 @@ void add_card_commands(CLI::App& app, std::vector<Command>& out) {
   static SignArgs s;
   static VerifyArgs v;
   static KeygenArgs g;
+  static TrialArgs c, rb;
   const std::string backend_help =
       std::string("backend URI: emu:N, emu-remote:DIR (a running npo-emud), vfio:all, vfio:BDF (") +
       kBackendDefaultHelp + ")";
@@ -350,6 +376,16 @@ void add_card_commands(CLI::App& app, std::vector<Command>& out) {
   ua->add_option("--ready-timeout", u.ready_timeout_s, "seconds to wait for the new image to report ready (10)");
   ua->add_flag("-q,--quiet", u.quiet, "no progress lines on stderr");
   out.push_back({ua, [] { return update(u); }});
+
+  CLI::App* ca = app.add_subcommand("commit", "make the image on trial permanent (after update --no-commit)");
+  add_backend_option(*ca, c.backend, "--backend", backend_help);
+  ca->add_option("--card", c.card, "the card")->required();
+  out.push_back({ca, [] { return end_trial(c, true); }});
+  CLI::App* ra = app.add_subcommand(
+      "rollback", "end an update: drop a staged image, or leave a trial for the committed slot (FW_ABORT)");
+  add_backend_option(*ra, rb.backend, "--backend", backend_help);
+  ra->add_option("--card", rb.card, "the card")->required();
+  out.push_back({ra, [] { return end_trial(rb, false); }});
 
   CLI::App* sa = app.add_subcommand("sign", "build a signed image from PAYLOAD (for vendors and tests)");
   sa->add_option("--key", s.key, "secret key file (64 bytes, npo-fw keygen)")->required();

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // npo-fw: what main.cpp (the dispatcher) and the subcommand files share. Each file adds its
 // subcommands to the root App and returns how to run them; main.cpp parses and runs the one
-// given. card.cpp: the card's own firmware (query, update, sign, verify, keygen).
+// given. card.cpp: the card's own firmware (query, update, commit, rollback, sign, verify, keygen).
 #pragma once
 
 #include <functional>
@@ -26,7 +26,7 @@ struct Command {
   std::function<int()> run;
 };
 
-/// Adds query, update, sign, verify and keygen (card.cpp) to `app`.
+/// Adds query, update, commit, rollback, sign, verify and keygen (card.cpp) to `app`.
 void add_card_commands(CLI::App& app, std::vector<Command>& out);
 
 }  // namespace npo::tools::fw
