@@ -33,7 +33,7 @@ const std::array<std::byte, 32> kDevelopmentFirmwareKey = [] {
 
 namespace {
 
-/// The marker of an image the emulated card cannot boot (docs/emulator.md "Firmware update"):
+/// The marker of an image the emulated card cannot boot (docs/firmware.md "The emulator"):
 /// a payload holding these bytes never reports ready, and the card rolls back.
 constexpr std::string_view kBootFailMarker = "NPO-EMU:BOOT-FAIL";
 
