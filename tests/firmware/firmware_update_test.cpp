@@ -11,6 +11,8 @@
 #include <gtest/gtest.h>
 
 #include "card.hpp"
+#include "card/access.hpp"
+#include "card/mailbox.hpp"
 #include "common/emu_system.hpp"
 #include "npo/emu/emulator.hpp"
 #include "npo/fw/image.hpp"
@@ -332,6 +334,60 @@ TEST(FirmwareUpdate, RefusedWithOpenQueuesUnlessForced) {
   npo::FirmwareUpdateOptions o;
   o.force = true;
   EXPECT_TRUE(npo::update_firmware(rig.dev(), make_image("1.3.0", 2), o).has_value());
+}
+
+/// The card's state machine itself (mailbox.md §5), command by command: each out-of-place
+/// command is refused with its status and changes nothing.
+TEST(FirmwareUpdate, CardStateMachineRefusesOutOfPlaceCommands) {
+  namespace mb = npo::fw::mbox;
+  namespace fwu = mb::fwu;
+  Rig rig;
+  ASSERT_NE(rig.sys, nullptr);
+  auto& mbox = *npo::card::access(rig.dev()).mailbox;
+  const auto call = [&](mb::Command c, std::vector<std::byte> p = {}) { return mbox.call(c, p); };
+  const auto begin = [](std::uint64_t total, std::uint8_t slot) {
+    std::vector<std::byte> b(fwu::kBeginReqSize);
+    npo::fw::store_le<std::uint64_t>(b.data(), fwu::kBeginTotal, total);
+    npo::fw::store_le<std::uint8_t>(b.data(), fwu::kBeginSlot, slot);
+    return b;
+  };
+  const auto write = [](std::uint32_t off, std::span<const std::byte> data) {
+    std::vector<std::byte> b(fwu::kWriteHdrSize);
+    npo::fw::store_le<std::uint32_t>(b.data(), fwu::kWriteOffset, off);
+    npo::fw::store_le<std::uint16_t>(b.data(), fwu::kWriteLength, static_cast<std::uint16_t>(data.size()));
+    b.insert(b.end(), data.begin(), data.end());
+    return b;
+  };
+  const auto img = make_image("1.3.0", 2, 600);
+  const auto code = [](const auto& r) { return r ? Code::kOk : r.error().code(); };
+  EXPECT_EQ(code(call(mb::Command::kFwWrite, write(0, std::span(img).first(16)))), Code::kFailedPrecondition);
+  EXPECT_EQ(code(call(mb::Command::kFwFinish)), Code::kFailedPrecondition);
+  EXPECT_EQ(code(call(mb::Command::kFwActivate)), Code::kFailedPrecondition);
+  EXPECT_EQ(code(call(mb::Command::kFwCommit)), Code::kFailedPrecondition);
+  EXPECT_EQ(code(call(mb::Command::kFwBegin, begin(img.size(), 0))), Code::kInvalidArgument) << "slot A is running";
+  EXPECT_EQ(code(call(mb::Command::kFwBegin, begin(100, 1))), Code::kInvalidArgument) << "smaller than a header";
+  EXPECT_EQ(code(call(mb::Command::kFwBegin, begin(npo::kMaxFirmwareImageBytes + 1, 1))), Code::kInvalidArgument);
+  const auto before = rig.flash().snapshot();
+  expect_same_flash(before, rig.flash().snapshot());
+  ASSERT_EQ(code(call(mb::Command::kFwBegin, begin(img.size(), 0xff))), Code::kOk);
+  EXPECT_EQ(code(call(mb::Command::kFwWrite, write(16, std::span(img).subspan(16, 16)))), Code::kInvalidArgument)
+      << "out of order";
+  std::vector<std::byte> big(fwu::kMaxChunk + 1);
+  EXPECT_EQ(code(call(mb::Command::kFwWrite, write(0, big))), Code::kInvalidArgument) << "chunk above max_chunk";
+  ASSERT_EQ(code(call(mb::Command::kFwWrite, write(0, std::span(img).first(512)))), Code::kOk);
+  EXPECT_EQ(code(call(mb::Command::kFwFinish)), Code::kFailedPrecondition) << "not all bytes received";
+  auto st = npo::firmware_status(rig.dev()).value();
+  EXPECT_EQ(st.state, npo::FirmwareUpdateState::kReceiving);
+  EXPECT_FALSE(st.slots[1].valid);
+  EXPECT_EQ(rig.flash().snapshot().slots[1].bytes.size(), 512u);
+  ASSERT_EQ(code(call(mb::Command::kFwWrite, write(512, std::span(img).subspan(512)))), Code::kOk);
+  ASSERT_EQ(code(call(mb::Command::kFwFinish)), Code::kOk);
+  EXPECT_EQ(npo::firmware_status(rig.dev()).value().state, npo::FirmwareUpdateState::kStaged);
+  ASSERT_EQ(code(call(mb::Command::kFwAbort)), Code::kOk);
+  st = npo::firmware_status(rig.dev()).value();
+  EXPECT_EQ(st.state, npo::FirmwareUpdateState::kIdle);
+  EXPECT_FALSE(st.slots[1].valid);
+  EXPECT_EQ(st.active, 0u);
 }
 
 /// A power cut at every point of an update: before BEGIN, after BEGIN, after every WRITE chunk, after
