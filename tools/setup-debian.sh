@@ -16,6 +16,8 @@ packages=(
   build-essential cmake ninja-build pkg-config ccache git python3
   # libraries (TOOLCHAIN.md: these compile together in one C++23 translation unit)
   libspdlog-dev libfmt-dev libnuma-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
+  # firmware image signatures and digests (docs/spec/firmware-image.md): Ed25519, SHA-512, BLAKE2b
+  libsodium-dev
   # DPDK: headers/libraries, plus dpdk-test (dmadev_autotest) and dpdk-telemetry.py
   libdpdk-dev dpdk-dev
   # libfabric provider libnpo-fi.so (drivers/libfabric): headers, and fi_info/fi_pingpong for its tests

@@ -28,6 +28,11 @@ Code map_status(mb::Status s) {
     case mb::Status::kUnknownCommand: return Code::kUnimplemented;
     case mb::Status::kReadOnly: return Code::kPermissionDenied;
     case mb::Status::kBadCrc: return Code::kDataLoss;
+    case mb::Status::kBadState: return Code::kFailedPrecondition;
+    case mb::Status::kImageInvalid: return Code::kInvalidArgument;
+    case mb::Status::kImageCorrupt: return Code::kDataLoss;
+    case mb::Status::kImageSignature: return Code::kPermissionDenied;
+    case mb::Status::kRollbackRefused: return Code::kFailedPrecondition;
     default: return Code::kInternal;
   }
 }
@@ -39,7 +44,8 @@ bool is_idempotent(mb::Command cmd) noexcept {
     case mb::Command::kGetVersions:
     case mb::Command::kHeartbeat:
     case mb::Command::kTelemetry:
-    case mb::Command::kErrorLogRead: return true;
+    case mb::Command::kErrorLogRead:
+    case mb::Command::kFwQuery: return true;
     default: return false;
   }
 }

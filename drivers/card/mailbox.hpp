@@ -15,7 +15,7 @@
 namespace npo::card {
 
 /// Whether repeating `cmd` cannot change the outcome (mailbox.md §3 table "Idempotent"):
-/// IDENTIFY, GET_VERSIONS, HEARTBEAT, TELEMETRY, ERROR_LOG_READ.
+/// IDENTIFY, GET_VERSIONS, HEARTBEAT, TELEMETRY, ERROR_LOG_READ, FW_QUERY.
 [[nodiscard]] bool is_idempotent(fw::mbox::Command cmd) noexcept;
 
 class MailboxClient {
@@ -40,7 +40,9 @@ class MailboxClient {
   /// (reply breaks the protocol: wrong version, opcode, sequence or length); and the
   /// mapping of firmware statuses (mailbox.md §4): kBadArgument->kInvalidArgument,
   /// kNoModule->kNotFound, kBadVersion/kPageNotSupported/kUnknownCommand->kUnimplemented,
-  /// kReadOnly->kPermissionDenied, kBadCrc->kDataLoss, kBusy->kUnavailable, others->kInternal.
+  /// kReadOnly->kPermissionDenied, kBadCrc->kDataLoss, kBusy->kUnavailable; firmware update
+  /// (mailbox.md §5): kBadState/kRollbackRefused->kFailedPrecondition, kImageInvalid->
+  /// kInvalidArgument, kImageCorrupt->kDataLoss, kImageSignature->kPermissionDenied; others->kInternal.
   /// Retries (mailbox.md §2.5): BUSY up to 5 times, 10 ms apart doubling (platform clock);
   /// BAD_CRC up to 2 times; a reply CRC mismatch up to 2 times for idempotent commands
   /// (is_idempotent); a timeout never. Thread-safety: calls are serialised.

@@ -88,7 +88,7 @@ Card::Card(EmulatorImpl& sys, std::uint32_t index, const CardConfig& cfg, std::u
       windows_(cfg.hbm_bytes, *sys.fabric_state, index),
       ports_(*this, cfg.num_ports),
       stats_(*this),
-      firmware_(*this, mailbox_) {
+      firmware_(*this, mailbox_, cfg.firmware_version) {
   state_.num_ports.store(cfg.num_ports);
   state_.hbm_bytes.store(cfg.hbm_bytes);
   queues_.reserve(regs::kNumQueues);
@@ -407,6 +407,8 @@ void Card::raise_msix(unsigned vector) {
 }
 
 // ==== Reset and removal ====================================================================
+
+void Card::power_cycle() { reset("power_cycle", false); }
 
 void Card::reset(const char* why, bool rebuild_config) {
   log_event(fmt::format("reset cause={}", why));

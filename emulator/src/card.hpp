@@ -87,6 +87,11 @@ class Card final : public EngineHost {
   /// What a client's death leaves behind (npo-emud): every queue back to its reset state and
   /// every window invalid, while routes, ports and links stay as they are (unlike reset()).
   void release_client_state();
+  /// A power cut and power-up (tests): what reset() does, and the firmware flash keeps only
+  /// what a flash keeps (FirmwareFlash: the slots, the committed slot, the security version);
+  /// an update in progress is lost and an uncommitted trial rolls back. Config space is kept
+  /// (as VFIO restores it), so an open Device keeps working.
+  void power_cycle();
   void remove();
   [[nodiscard]] bool removed() const noexcept { return state_.has(CardState::kRemoved); }
   /// The engines stop DMA (set by remove() before the card reads all-ones).

@@ -19,11 +19,6 @@ using fw::load_le;
 using fw::store_le;
 
 namespace {
-std::uint32_t parse_version(const std::string& v) {
-  unsigned a = 0, b = 0, c = 0;
-  if (std::sscanf(v.c_str(), "%u.%u.%u", &a, &b, &c) != 3) return 0;
-  return (a << 16) | ((b & 0xff) << 8) | (c & 0xff);
-}
 void put_str(std::vector<std::byte>& out, std::size_t off, std::size_t len, std::string_view s) {
   for (std::size_t i = 0; i < len; ++i) out[off + i] = i < s.size() ? static_cast<std::byte>(s[i]) : std::byte{0};
 }
@@ -39,6 +34,7 @@ void Firmware::reset_state() {
   drop_.store(0);
   corrupt_.store(0);
   heartbeats_ = 0;
+  flash_.boot();
   std::lock_guard lock(log_mu_);
   log_.clear();
 }
@@ -169,7 +165,8 @@ std::vector<std::byte> Firmware::observe(std::span<const std::byte> request, std
       case mb::Command::kIdentify:
       case mb::Command::kGetVersions:
       case mb::Command::kTelemetry:
-      case mb::Command::kErrorLogRead: {
+      case mb::Command::kErrorLogRead:
+      case mb::Command::kFwQuery: {
         std::lock_guard hl(handle_mu_);
         st = handle(cmd, body, payload);
         break;
@@ -224,11 +221,14 @@ mb::Status Firmware::handle(mb::Command cmd, std::span<const std::byte> req, std
       if (!need(0)) return mb::Status::kBadLength;
       namespace v = mb::versions;
       rsp.assign(v::kSize, std::byte{0});
-      store_le<std::uint32_t>(rsp.data(), v::kFirmware, parse_version(card_.config().firmware_version));
+      // The running slot's version (mailbox.md §5): the factory version until an update.
+      const std::uint32_t running = flash_.running_version();
+      store_le<std::uint32_t>(rsp.data(), v::kFirmware, running);
       store_le<std::uint32_t>(rsp.data(), v::kInterface, regs::kInterfaceVersion);
       store_le<std::uint32_t>(rsp.data(), v::kProtocol, mb::kProtocolVersion);
       store_le<std::uint32_t>(rsp.data(), v::kBuildId, 0x20261129);
-      put_str(rsp, v::kFirmwareString, 32, card_.config().firmware_version);
+      put_str(rsp, v::kFirmwareString, 32,
+              fmt::format("{}.{}.{}", running >> 16, (running >> 8) & 0xff, running & 0xff));
       return mb::Status::kOk;
     }
     case mb::Command::kReset: {
@@ -347,6 +347,28 @@ mb::Status Firmware::handle(mb::Command cmd, std::span<const std::byte> req, std
       std::lock_guard lock(log_mu_);
       log_.clear();
       return mb::Status::kOk;
+    }
+    case mb::Command::kFwQuery:
+    case mb::Command::kFwBegin:
+    case mb::Command::kFwWrite:
+    case mb::Command::kFwFinish:
+    case mb::Command::kFwActivate:
+    case mb::Command::kFwCommit:
+    case mb::Command::kFwAbort: {
+      const mb::Status st = flash_.handle(cmd, req, rsp);
+      if (cmd == mb::Command::kFwActivate && st == mb::Status::kOk) {
+        const auto snap = flash_.snapshot();
+        if (snap.rolled_back) {
+          card_.log_event(fmt::format("firmware slot {} failed to boot; rolled back to slot {}",
+                                      snap.committed == 0 ? 'B' : 'A', snap.committed == 0 ? 'A' : 'B'));
+          log_error({sys.sched.now_ns(), 0x0002, 2, 0, snap.slots[snap.active].version, snap.active, 0});
+        } else {
+          card_.log_event(fmt::format("firmware restarted into slot {} on trial", snap.active == 0 ? 'A' : 'B'));
+        }
+        log_error({sys.sched.now_ns(), 0x0001, 0, 0, snap.slots[snap.active].version, 0, 0});
+      }
+      if (cmd == mb::Command::kFwCommit && st == mb::Status::kOk) card_.log_event("firmware slot committed");
+      return st;
     }
     default: return mb::Status::kUnknownCommand;
   }

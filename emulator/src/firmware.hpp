@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "firmware_flash.hpp"
 #include "npo/fw/mailbox.hpp"
 #include "sched.hpp"
 
@@ -24,7 +25,9 @@ class Mailbox;
 /// Firmware model of one card. Thread-safe.
 class Firmware final : public Runnable {
  public:
-  Firmware(Card& card, Mailbox& mailbox) : card_(card), mailbox_(mailbox) {}
+  /// The flash starts in its factory state with `factory_version` in slot A.
+  Firmware(Card& card, Mailbox& mailbox, const std::string& factory_version)
+      : card_(card), mailbox_(mailbox), flash_(factory_version) {}
   /// Processes the pending request, if any (Runnable); the request stops counting as in
   /// flight (EmulatorImpl::mailbox_inflight) once handled, answered or not.
   bool run_once() override;
@@ -32,12 +35,16 @@ class Firmware final : public Runnable {
   /// A request is waiting in the mailbox: counts it in flight and schedules run_once() on a
   /// worker.
   void doorbell();
-  /// Card reset: no pending request, no injected faults, heartbeat count and log cleared.
+  /// Card reset: no pending request, no injected faults, heartbeat count and log cleared; the
+  /// firmware boots again (FirmwareFlash::boot: the committed slot runs, an uncommitted trial
+  /// rolls back).
   void reset_state();
   /// mailbox_timeout fault: the next `n` requests are swallowed (BUSY stays set).
   void inject_timeout(std::uint32_t n) { drop_.fetch_add(n); }
   /// mailbox_corrupt fault: the next `n` replies get a corrupted byte after the CRC.
   void inject_corrupt(std::uint32_t n) { corrupt_.fetch_add(n); }
+  /// The firmware flash and update state (mailbox.md §5). White-box access for tests.
+  [[nodiscard]] FirmwareFlash& flash() noexcept { return flash_; }
   /// One error log entry (mailbox.md §3.8).
   struct LogEntry {
     std::uint64_t ts;
@@ -55,7 +62,7 @@ class Firmware final : public Runnable {
   /// (header + payload, mailbox.md §2) without the BAR0 mailbox, so a read-only attach never
   /// touches the owner's mailbox exchange. Only commands that change nothing are served:
   /// IDENTIFY, GET_VERSIONS, XCVR_READ (latched flags are left set), TELEMETRY,
-  /// ERROR_LOG_READ. Returns the reply message, or `refused` set to the opcode's name when
+  /// ERROR_LOG_READ, FW_QUERY. Returns the reply message, or `refused` set to the opcode's name when
   /// the command would change the card. Serialised with the BAR0 mailbox's requests.
   /// Thread-safe.
   std::vector<std::byte> observe(std::span<const std::byte> request, std::string& refused);
@@ -69,6 +76,7 @@ class Firmware final : public Runnable {
   void settle() noexcept;
   Card& card_;
   Mailbox& mailbox_;
+  FirmwareFlash flash_;
   std::atomic<bool> pending_{false};
   std::atomic<bool> inflight_{false};  ///< counted in EmulatorImpl::mailbox_inflight
   std::atomic<std::uint32_t> drop_{0};

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// npo_fuzz_seeds EEPROM_DIR OUT_DIR: the seed corpora of the fuzz targets, from the real dumps of
-// tests/data/eeprom. OUT_DIR/{cmis,sff8636,sff8472}/ get the raw images (plus a paged CMIS image
-// with pages 01h-11h and an externally calibrated SFF-8472 image, so the fuzzers start deep);
-// OUT_DIR/dump_text/ gets each dump as .hex text, as ethtool -m hex text and as raw bytes.
+// npo_fuzz_seeds EEPROM_DIR OUT_DIR [DEV_KEY_SEC]: the seed corpora of the fuzz targets, from the
+// real dumps of tests/data/eeprom. OUT_DIR/{cmis,sff8636,sff8472}/ get the raw images (plus a paged
+// CMIS image with pages 01h-11h and an externally calibrated SFF-8472 image, so the fuzzers start
+// deep); OUT_DIR/dump_text/ gets each dump as .hex text, as ethtool -m hex text and as raw bytes.
+// OUT_DIR/firmware_image/ gets signed firmware images (SHA-512 and BLAKE2b, with and without a
+// model), signed with DEV_KEY_SEC (default: EEPROM_DIR/../firmware/dev-key.sec, the development key).
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "npo/hal/firmware.hpp"
 #include "npo/hal/xcvr_decode.hpp"
 
 namespace fs = std::filesystem;
@@ -33,14 +36,54 @@ std::string ethtool_hex(const std::vector<std::byte>& b) {
   return s + "\n";
 }
 
+/// Signed images for fuzz_firmware_image, with the development key `key_path`.
+int firmware_seeds(const fs::path& key_path, const fs::path& dir) {
+  std::ifstream kf(key_path, std::ios::binary);
+  npo::FirmwareSecretKey key{};
+  if (!kf.read(reinterpret_cast<char*>(key.data()), static_cast<std::streamsize>(key.size()))) {
+    std::fprintf(stderr, "npo_fuzz_seeds: cannot read the 64-byte key %s\n", key_path.c_str());
+    return 1;
+  }
+  fs::create_directories(dir);
+  struct Seed {
+    const char* name;
+    std::size_t payload;
+    npo::FirmwareDigest digest;
+    const char* model;
+  };
+  for (const Seed& s : {Seed{"sha512", 700, npo::FirmwareDigest::kSha512, "NPO-REF-1"},
+                        Seed{"blake2b", 300, npo::FirmwareDigest::kBlake2b512, "NPO-REF-1"},
+                        Seed{"any-model", 64, npo::FirmwareDigest::kSha512, ""}}) {
+    std::vector<std::byte> payload(s.payload);
+    for (std::size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<std::byte>(i * 7 + 3);
+    npo::FirmwareImageSpec spec;
+    spec.model = s.model;
+    spec.version = {1, 3, 0};
+    spec.security_version = 2;
+    spec.digest = s.digest;
+    auto img = npo::sign_firmware_image(payload, key, spec);
+    if (!img) {
+      std::fprintf(stderr, "npo_fuzz_seeds: %s\n", img.error().to_string().c_str());
+      return 1;
+    }
+    write(dir / fmt::format("{}.img", s.name), str(*img));
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: %s EEPROM_DIR OUT_DIR\n", argv[0]);
+  if (argc != 3 && argc != 4) {
+    std::fprintf(stderr, "usage: %s EEPROM_DIR OUT_DIR [DEV_KEY_SEC]\n", argv[0]);
     return 2;
   }
   const fs::path in = argv[1], out = argv[2];
+  if (int rc = firmware_seeds(argc == 4 ? fs::path(argv[3]) : in / ".." / "firmware" / "dev-key.sec",
+                              out / "firmware_image");
+      rc != 0) {
+    return rc;
+  }
   for (const char* d : {"cmis", "sff8636", "sff8472", "dump_text"}) fs::create_directories(out / d);
   int n = 0;
   for (const auto& e : fs::directory_iterator(in)) {

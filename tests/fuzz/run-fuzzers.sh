@@ -6,8 +6,8 @@
 # libclang-rt-19-dev only when missing (as root, via tools/setup-debian.sh --fuzz), reuses the
 # build tree and keeps each target's grown corpus for the next run.
 #
-# Usage: bash tests/fuzz/run-fuzzers.sh [TARGET...]      (default: all five targets)
-#   TARGET: cmis sff8636 sff8472 dump_text fabric_spec emud_protocol
+# Usage: bash tests/fuzz/run-fuzzers.sh [TARGET...]      (default: all seven targets)
+#   TARGET: cmis sff8636 sff8472 dump_text fabric_spec emud_protocol firmware_image
 # Environment:
 #   FUZZ_SECONDS    seconds per target (default 60)
 #   FUZZ_BUILD_DIR  build tree (default build-fuzz, relative to the repository)
@@ -20,11 +20,11 @@ seconds="${FUZZ_SECONDS:-60}"
 build="${FUZZ_BUILD_DIR:-build-fuzz}"
 jobs="${FUZZ_JOBS:-2}"
 targets=("$@")
-((${#targets[@]})) || targets=(cmis sff8636 sff8472 dump_text fabric_spec emud_protocol)
+((${#targets[@]})) || targets=(cmis sff8636 sff8472 dump_text fabric_spec emud_protocol firmware_image)
 for t in "${targets[@]}"; do
   case "${t}" in
-    cmis | sff8636 | sff8472 | dump_text | fabric_spec | emud_protocol) ;;
-    *) echo "run-fuzzers: unknown target '${t}' (cmis sff8636 sff8472 dump_text fabric_spec emud_protocol)" >&2; exit 2 ;;
+    cmis | sff8636 | sff8472 | dump_text | fabric_spec | emud_protocol | firmware_image) ;;
+    *) echo "run-fuzzers: unknown target '${t}' (cmis sff8636 sff8472 dump_text fabric_spec emud_protocol firmware_image)" >&2; exit 2 ;;
   esac
 done
 if ! [[ "${seconds}" =~ ^[0-9]+$ ]] || ((seconds < 1)); then
@@ -58,11 +58,11 @@ cmake --build "${build}" -j "${jobs}" --target npo_fuzzers >"${build}/fuzz-build
   { tail -n 40 "${build}/fuzz-build.log" >&2; exit 1; }
 
 fuzz="${build}/fuzz"
-"${fuzz}/npo_fuzz_seeds" tests/data/eeprom "${fuzz}/seeds"
+"${fuzz}/npo_fuzz_seeds" tests/data/eeprom "${fuzz}/seeds" tests/data/firmware/dev-key.sec
 mkdir -p "${fuzz}/artifacts"
 
 # ---- Run ---------------------------------------------------------------------------------------
-declare -A max_len=([cmis]=1024 [sff8636]=1024 [sff8472]=1024 [dump_text]=8192 [fabric_spec]=8192 [emud_protocol]=8200)
+declare -A max_len=([cmis]=1024 [sff8636]=1024 [sff8472]=1024 [dump_text]=8192 [fabric_spec]=8192 [emud_protocol]=8200 [firmware_image]=4096)
 # Seed corpora: the EEPROM dumps (generated into seeds/), the topology files as they are.
 mkdir -p "${fuzz}/seeds/fabric_spec"
 cp tests/data/topology/* "${fuzz}/seeds/fabric_spec/"

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "npo/fw/dma.hpp"
+#include "npo/fw/image.hpp"
 #include "npo/fw/mailbox.hpp"
 #include "npo/fw/pci.hpp"
 #include "npo/fw/regs.hpp"
@@ -502,6 +503,41 @@ TEST(SpecAgreement, MailboxPayloadLayouts) {
     check_layout(tables, d, "mbox.errlog.rsp",
                  {{"total", p::kTotal, 2}, {"count", p::kCount, 2}, {"entries", p::kEntries, p::kEntrySize}},
                  p::kEntries + p::kEntrySize);
+    {
+      namespace f = mbox::fwu;
+      check_layout(tables, d, "mbox.fwu.query",
+                   {{"active_slot", f::kActiveSlot, 1},
+                    {"committed_slot", f::kCommittedSlot, 1},
+                    {"state", f::kState, 1},
+                    {"flags", f::kFlags, 1},
+                    {"security_version", f::kSecurityVersion, 4},
+                    {"max_chunk", f::kQueryMaxChunk, 4},
+                    {"max_image", f::kMaxImage, 4},
+                    {"vendor_id", f::kVendorId, 2},
+                    {"device_id", f::kDeviceId, 2},
+                    {"received", f::kReceived, 4},
+                    {"board_model", f::kBoardModel, 32},
+                    {"trusted_key", f::kTrustedKey, 32},
+                    {"slots", f::kSlots, f::kSlotRecord}},
+                   f::kSlots + f::kSlotRecord);
+      check_layout(tables, d, "mbox.fwu.slot",
+                   {{"valid", f::kSlotValid, 1},
+                    {"version", f::kSlotVersion, 4},
+                    {"security_version", f::kSlotSecurityVersion, 4},
+                    {"image_bytes", f::kSlotBytes, 8}},
+                   f::kSlotRecord);
+      check_layout(tables, d, "mbox.fwu.begin", {{"total_bytes", f::kBeginTotal, 8}, {"slot", f::kBeginSlot, 1}},
+                   f::kBeginReqSize);
+      check_layout(
+          tables, d, "mbox.fwu.write",
+          {{"offset", f::kWriteOffset, 4}, {"length", f::kWriteLength, 2}, {"data", f::kWriteData, std::nullopt}},
+          std::nullopt);
+      check_layout(tables, d, "mbox.fwu.finish",
+                   {{"slot", f::kFinishSlot, 1},
+                    {"version", f::kFinishVersion, 4},
+                    {"security_version", f::kFinishSecurityVersion, 4}},
+                   f::kFinishRspSize);
+    }
     check_layout(tables, d, "mbox.errlog.entry",
                  {{"timestamp", p::kEntryTimestamp, 8},
                   {"code", p::kEntryCode, 2},
@@ -526,8 +562,13 @@ constexpr std::string_view command_name(mbox::Command c) {
     case mbox::Command::kTelemetry: return "TELEMETRY";
     case mbox::Command::kErrorLogRead: return "ERROR_LOG_READ";
     case mbox::Command::kErrorLogClear: return "ERROR_LOG_CLEAR";
-    case mbox::Command::kFwUpdateFirst:  // reserved range bounds: §5, not rows of the command table
-    case mbox::Command::kFwUpdateLast: return {};
+    case mbox::Command::kFwQuery: return "FW_QUERY";
+    case mbox::Command::kFwBegin: return "FW_BEGIN";
+    case mbox::Command::kFwWrite: return "FW_WRITE";
+    case mbox::Command::kFwFinish: return "FW_FINISH";
+    case mbox::Command::kFwActivate: return "FW_ACTIVATE";
+    case mbox::Command::kFwCommit: return "FW_COMMIT";
+    case mbox::Command::kFwAbort: return "FW_ABORT";
   }
   return {};
 }
@@ -554,6 +595,13 @@ TEST(SpecAgreement, MailboxCommands) {
       {C::kTelemetry, {0, std::nullopt}},
       {C::kErrorLogRead, {mbox::errlog::kReqSize, std::nullopt}},
       {C::kErrorLogClear, {0, 0}},
+      {C::kFwQuery, {0, mbox::fwu::kQuerySize}},
+      {C::kFwBegin, {mbox::fwu::kBeginReqSize, mbox::fwu::kBeginRspSize}},
+      {C::kFwWrite, {std::nullopt, mbox::fwu::kWriteRspSize}},
+      {C::kFwFinish, {0, mbox::fwu::kFinishRspSize}},
+      {C::kFwActivate, {0, 0}},
+      {C::kFwCommit, {0, mbox::fwu::kCommitRspSize}},
+      {C::kFwAbort, {0, 0}},
   };
   for (const Row& row : t->rows) {
     const auto v = parse_uint(row.cells[0]);
@@ -572,18 +620,46 @@ TEST(SpecAgreement, MailboxCommands) {
     }
   }
 
-  // §5 states the reserved firmware-update range with the header's bounds.
+  // §5 states the firmware-update range with the header's bounds.
   const std::string text = read_text(kSpecDir + "mailbox.md");
-  const auto sec5 = text.find("## 5. Firmware update (reserved)");
-  ASSERT_NE(sec5, std::string::npos) << "mailbox.md: §5 \"Firmware update (reserved)\" is missing";
+  const auto sec5 = text.find("## 5. Firmware update");
+  ASSERT_NE(sec5, std::string::npos) << "mailbox.md: §5 \"Firmware update\" is missing";
   auto hex4 = [](unsigned v) {
     std::string s = hex(v).substr(2);
     s = upper(s);
     return "0x" + std::string(4 - s.size(), '0') + s;
   };
-  const std::string range = "`" + hex4(static_cast<unsigned>(C::kFwUpdateFirst)) + "`–`" +
-                            hex4(static_cast<unsigned>(C::kFwUpdateLast)) + "`";
-  EXPECT_NE(text.find(range, sec5), std::string::npos) << "mailbox.md §5 must state the reserved range " << range;
+  const std::string range = "`" + hex4(mbox::kFwUpdateFirst) + "`–`" + hex4(mbox::kFwUpdateLast) + "`";
+  EXPECT_NE(text.find(range, sec5), std::string::npos) << "mailbox.md §5 must state the range " << range;
+}
+
+TEST(SpecAgreement, MailboxFirmwareUpdateStates) {
+  using S = mbox::fwu::State;
+  const std::map<std::uint64_t, std::string> expected{{static_cast<unsigned>(S::kIdle), "IDLE"},
+                                                      {static_cast<unsigned>(S::kReceiving), "RECEIVING"},
+                                                      {static_cast<unsigned>(S::kStaged), "STAGED"},
+                                                      {static_cast<unsigned>(S::kTrial), "TRIAL"}};
+  check_enum_table(load("mailbox.md"), "mailbox.md", "mbox.fwu.states", "State", expected);
+}
+
+TEST(SpecAgreement, FirmwareImageHeaderLayout) {
+  namespace h = npo::fw::image::hdr;
+  check_layout(load("firmware-image.md"), "firmware-image.md", "fwimage.header",
+               {{"magic", h::kMagic, 8},
+                {"format_version", h::kFormatVersion, 2},
+                {"header_size", h::kHeaderSize, 2},
+                {"flags", h::kFlags, 4},
+                {"vendor_id", h::kVendorId, 2},
+                {"device_id", h::kDeviceId, 2},
+                {"model", h::kModel, h::kModelLen},
+                {"fw_version", h::kFwVersion, 4},
+                {"security_version", h::kSecurityVersion, 4},
+                {"payload_len", h::kPayloadLen, 8},
+                {"digest_alg", h::kDigestAlg, 1},
+                {"digest", h::kDigest, h::kDigestLen},
+                {"signer_key", h::kSignerKey, h::kKeyLen},
+                {"signature", h::kSignature, h::kSignatureLen}},
+               h::kSize);
 }
 
 TEST(SpecAgreement, MailboxStatusCodes) {

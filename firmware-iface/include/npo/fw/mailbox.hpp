@@ -36,7 +36,8 @@ inline constexpr std::uint8_t kFlagResponse = 1u << 0;
 /// Largest payload of one message.
 inline constexpr std::size_t kMaxPayload = regs::mbox::kBufSize - hdr::kSize;
 
-/// Commands (mailbox.md §3). 0x0100..0x01ff are reserved for firmware update.
+/// Commands (mailbox.md §3). 0x0100..0x01ff belong to firmware update (§5): 0x0100..0x0106
+/// are defined, the rest of the range is reserved.
 enum class Command : std::uint16_t {
   kIdentify = 0x0001,
   kGetVersions = 0x0002,
@@ -48,9 +49,19 @@ enum class Command : std::uint16_t {
   kTelemetry = 0x0030,
   kErrorLogRead = 0x0040,
   kErrorLogClear = 0x0041,
-  kFwUpdateFirst = 0x0100,  ///< reserved range start (not implemented by firmware 1.x)
-  kFwUpdateLast = 0x01ff,
+  kFwQuery = 0x0100,     ///< §5.2 flash slots, versions, update state
+  kFwBegin = 0x0101,     ///< §5.3 start staging an image into the inactive slot (erases it)
+  kFwWrite = 0x0102,     ///< §5.4 one chunk, in order
+  kFwFinish = 0x0103,    ///< §5.5 the card verifies the staged image
+  kFwActivate = 0x0104,  ///< §5.6 reset into the staged slot on trial
+  kFwCommit = 0x0105,    ///< §5.7 make the trial slot permanent, raise the security version
+  kFwAbort = 0x0106,     ///< §5.8 drop a staged image, or leave a trial for the committed slot
 };
+
+/// The firmware-update opcode range (mailbox.md §5); opcodes in it that Command does not name
+/// are answered UNKNOWN_COMMAND.
+inline constexpr std::uint16_t kFwUpdateFirst = 0x0100;
+inline constexpr std::uint16_t kFwUpdateLast = 0x01ff;
 
 /// Reply status (mailbox.md §4).
 enum class Status : std::uint16_t {
@@ -65,6 +76,11 @@ enum class Status : std::uint16_t {
   kPageNotSupported = 8,  ///< module does not advertise that bank/page
   kInternal = 9,          ///< firmware internal error
   kReadOnly = 10,         ///< transceiver write to a read-only byte
+  kBadState = 11,         ///< firmware update: the command does not fit the update state (§5.1)
+  kImageInvalid = 12,     ///< firmware update: the staged image is malformed or for another card
+  kImageCorrupt = 13,     ///< firmware update: payload digest mismatch
+  kImageSignature = 14,   ///< firmware update: unknown signer key or bad signature
+  kRollbackRefused = 15,  ///< firmware update: security version below the card's counter
 };
 
 [[nodiscard]] constexpr std::string_view status_name(Status s) noexcept {
@@ -80,6 +96,11 @@ enum class Status : std::uint16_t {
     case Status::kPageNotSupported: return "page_not_supported";
     case Status::kInternal: return "internal";
     case Status::kReadOnly: return "read_only";
+    case Status::kBadState: return "bad_state";
+    case Status::kImageInvalid: return "image_invalid";
+    case Status::kImageCorrupt: return "image_corrupt";
+    case Status::kImageSignature: return "image_signature";
+    case Status::kRollbackRefused: return "rollback_refused";
   }
   return "unknown";
 }
@@ -193,7 +214,65 @@ inline constexpr std::size_t kMaxPerReply = (kMaxPayload - kEntries) / kEntrySiz
 inline constexpr std::size_t kCapacity = 256;  ///< ring held by firmware; oldest dropped
 }  // namespace errlog
 
+/// Firmware update (mailbox.md §5). Slots: 0 = A, 1 = B.
+namespace fwu {
+inline constexpr unsigned kNumSlots = 2;
+inline constexpr std::uint32_t kMaxChunk = 512;  ///< largest WRITE chunk, bytes
+/// Update state (QUERY kState).
+enum class State : std::uint8_t {
+  kIdle = 0,       ///< no update in progress; the committed slot runs
+  kReceiving = 1,  ///< BEGIN done; WRITE chunks being received
+  kStaged = 2,     ///< FINISH verified the image; ACTIVATE next
+  kTrial = 3,      ///< running the new slot on trial; COMMIT or ABORT next
+};
+inline constexpr std::uint8_t kFlagReady = 1u << 0;       ///< the running image reported ready
+inline constexpr std::uint8_t kFlagRolledBack = 1u << 1;  ///< the last trial ended by a rollback
+// QUERY response.
+inline constexpr std::size_t kActiveSlot = 0x00;       // u8 slot running now
+inline constexpr std::size_t kCommittedSlot = 0x01;    // u8 slot booted at power-up
+inline constexpr std::size_t kState = 0x02;            // u8 State
+inline constexpr std::size_t kFlags = 0x03;            // u8 kFlag*
+inline constexpr std::size_t kSecurityVersion = 0x04;  // u32 the card's anti-rollback counter
+inline constexpr std::size_t kQueryMaxChunk = 0x08;    // u32 largest WRITE chunk
+inline constexpr std::size_t kMaxImage = 0x0c;         // u32 largest image (header + payload)
+inline constexpr std::size_t kVendorId = 0x10;         // u16 the card's PCI vendor ID
+inline constexpr std::size_t kDeviceId = 0x12;         // u16 the card's PCI device ID
+inline constexpr std::size_t kReceived = 0x14;         // u32 bytes received since BEGIN
+inline constexpr std::size_t kBoardModel = 0x18;       // char[32] board model an image must name (or none)
+inline constexpr std::size_t kTrustedKey = 0x38;       // u8[32] Ed25519 public key the card trusts
+inline constexpr std::size_t kSlots = 0x58;            // kNumSlots slot records
+inline constexpr std::size_t kSlotRecord = 0x18;
+inline constexpr std::size_t kSlotValid = 0x00;            // u8 1: holds a verified image
+inline constexpr std::size_t kSlotVersion = 0x04;          // u32 firmware version
+inline constexpr std::size_t kSlotSecurityVersion = 0x08;  // u32
+inline constexpr std::size_t kSlotBytes = 0x10;            // u64 image bytes (header + payload)
+inline constexpr std::size_t kQuerySize = kSlots + kNumSlots * kSlotRecord;
+// BEGIN request / response.
+inline constexpr std::size_t kBeginTotal = 0x00;  // u64 image bytes to come
+inline constexpr std::size_t kBeginSlot = 0x08;   // u8 target slot (must be the inactive one)
+inline constexpr std::size_t kBeginReqSize = 0x10;
+inline constexpr std::size_t kBeginRspSlot = 0x00;  // u8
+inline constexpr std::size_t kBeginRspSize = 0x04;
+// WRITE request / response.
+inline constexpr std::size_t kWriteOffset = 0x00;  // u32 must equal the bytes received so far
+inline constexpr std::size_t kWriteLength = 0x04;  // u16 1..kMaxChunk
+inline constexpr std::size_t kWriteHdrSize = 0x08;
+inline constexpr std::size_t kWriteData = 0x08;
+inline constexpr std::size_t kWriteRspReceived = 0x00;  // u32
+inline constexpr std::size_t kWriteRspSize = 0x04;
+// FINISH response.
+inline constexpr std::size_t kFinishSlot = 0x00;             // u8
+inline constexpr std::size_t kFinishVersion = 0x04;          // u32
+inline constexpr std::size_t kFinishSecurityVersion = 0x08;  // u32
+inline constexpr std::size_t kFinishRspSize = 0x0c;
+// COMMIT response.
+inline constexpr std::size_t kCommitSecurityVersion = 0x00;  // u32 the card's counter now
+inline constexpr std::size_t kCommitRspSize = 0x04;
+}  // namespace fwu
+
 static_assert(identify::kSize <= kMaxPayload);
+static_assert(fwu::kQuerySize <= kMaxPayload);
+static_assert(fwu::kWriteData + fwu::kMaxChunk <= kMaxPayload);
 static_assert(telemetry::kPorts + regs::kMaxPorts * telemetry::kPortRecord <= kMaxPayload);
 static_assert(xcvr::kData + xcvr::kMaxLength <= kMaxPayload);
 

@@ -8,6 +8,7 @@
 #include "npo/hal/dma.hpp"
 #include "npo/hal/error.hpp"
 #include "npo/hal/fabric_spec.hpp"
+#include "npo/hal/firmware.hpp"
 #include "npo/hal/link_monitor.hpp"
 #include "npo/hal/log.hpp"
 #include "npo/hal/memory.hpp"
