@@ -75,20 +75,27 @@ class CdbSession {
   }
 
   /// Runs CDB command `id` with `lpl` and returns its reply (RPL). Waits at most `timeout_ns`.
-  Result<std::vector<std::uint8_t>> run(cdb::Command cmd, std::span<const std::uint8_t> lpl, std::uint64_t timeout_ns) {
+  Result<std::vector<std::uint8_t>> run(cdb::Command cmd, std::span<const std::uint8_t> lpl, std::uint64_t timeout_ns,
+                                        std::span<const std::byte> epl = {}) {
     const auto id = static_cast<std::uint16_t>(cmd);
     auto st = status();
     if (!st) return std::unexpected(st.error());
     if ((*st & cdb::kStatusBusy) != 0) {
       return fail_cmd(Code::kUnavailable, id, *st, "the module is still busy with an earlier command");
     }
+    // EPL first (pages A0h.., 128 bytes each), then the LPL, then the header.
+    for (std::size_t off = 0; off < epl.size(); off += 128) {
+      const auto page = static_cast<std::uint8_t>(cdb::kEplFirstPage + off / 128);
+      const auto part = epl.subspan(off, std::min<std::size_t>(128, epl.size() - off));
+      if (auto r = write_transceiver(dev_, port_, 0, page, 128, part); !r) return std::unexpected(r.error());
+    }
     if (!lpl.empty()) {
       if (auto r = write(cdb::kLpl, lpl); !r) return std::unexpected(r.error());
     }
     std::array<std::uint8_t, 8> hdr{static_cast<std::uint8_t>(id >> 8),
                                     static_cast<std::uint8_t>(id & 0xff),
-                                    0,
-                                    0,
+                                    static_cast<std::uint8_t>(epl.size() >> 8),
+                                    static_cast<std::uint8_t>(epl.size() & 0xff),
                                     static_cast<std::uint8_t>(lpl.size()),
                                     0,
                                     0,
@@ -161,6 +168,13 @@ class CdbSession {
     f.start_timeout_ns = ms(ft::kMaxDurationStart);
     f.write_timeout_ns = ms(ft::kMaxDurationWrite);
     f.complete_timeout_ns = ms(ft::kMaxDurationComplete);
+    if (f.epl_write) {
+      std::array<std::byte, 1> adv{};
+      if (auto a = read_transceiver(dev_, port_, 0, 0x01, cdb::kP01CdbSupport, adv); !a)
+        return std::unexpected(a.error());
+      const unsigned code = std::to_integer<unsigned>(adv[0]) & 0x0f;
+      f.epl_block_bytes = code == 0 || code > 5 ? 0 : 128u << (code - 1);
+    }
     return f;
   }
 
@@ -298,12 +312,20 @@ Result<ModuleUpdateResult> update_module_firmware(Device& device, unsigned port,
   for (auto b : header) lpl.push_back(std::to_integer<std::uint8_t>(b));
   if (auto r = s.run(cdb::Command::kStartDownload, lpl, feat->start_timeout_ns); !r) return std::unexpected(r.error());
 
-  for (std::size_t off = 0; off < payload.size(); off += feat->block_bytes) {
-    const std::size_t n = std::min<std::size_t>(feat->block_bytes, payload.size() - off);
+  res.used_epl = options.epl && feat->epl_write && feat->epl_block_bytes != 0;
+  const std::size_t block = res.used_epl ? feat->epl_block_bytes : feat->block_bytes;
+  for (std::size_t off = 0; off < payload.size(); off += block) {
+    const std::size_t n = std::min<std::size_t>(block, payload.size() - off);
     lpl.clear();
     put_be32(lpl, static_cast<std::uint32_t>(off));
-    for (auto b : payload.subspan(off, n)) lpl.push_back(std::to_integer<std::uint8_t>(b));
-    if (auto r = s.run(cdb::Command::kWriteLpl, lpl, feat->write_timeout_ns); !r) return std::unexpected(r.error());
+    if (res.used_epl) {
+      if (auto r = s.run(cdb::Command::kWriteEpl, lpl, feat->write_timeout_ns, payload.subspan(off, n)); !r) {
+        return std::unexpected(r.error());
+      }
+    } else {
+      for (auto b : payload.subspan(off, n)) lpl.push_back(std::to_integer<std::uint8_t>(b));
+      if (auto r = s.run(cdb::Command::kWriteLpl, lpl, feat->write_timeout_ns); !r) return std::unexpected(r.error());
+    }
     ++res.blocks;
     report(ModuleUpdateStep::kWrite, off + n);
   }

@@ -22,6 +22,7 @@ constexpr std::uint64_t kCheckNs = 100'000;  // capture and check of any command
 constexpr std::uint64_t kQueryNs = 1 * kMsNs;
 constexpr std::uint64_t kStartNs = 50 * kMsNs;  // erases the inactive bank
 constexpr std::uint64_t kWriteNs = 2 * kMsNs;
+constexpr std::uint64_t kWriteEplNs = 8 * kMsNs;    // up to 2 KiB
 constexpr std::uint64_t kCompleteNs = 100 * kMsNs;  // reads the bank back, checks the CRC
 constexpr std::uint64_t kRunNs = 150 * kMsNs;       // firmware restart
 constexpr std::uint64_t kCommitNs = 20 * kMsNs;
@@ -51,6 +52,7 @@ void Port::cdb_power_on(std::optional<unsigned> image) {
   f.dl_written.shrink_to_fit();
   f.dl_written_bytes = 0;
   f.page.fill(0);
+  f.epl.reset();
   f.stuck = false;
   ++f.epoch;
 }
@@ -121,6 +123,7 @@ void Port::cdb_check(std::uint64_t now, std::uint16_t id) {
       case cdb::Command::kGetFwInfo: busy = kQueryNs; break;
       case cdb::Command::kStartDownload: busy = kStartNs; break;
       case cdb::Command::kWriteLpl: busy = kWriteNs; break;
+      case cdb::Command::kWriteEpl: busy = kWriteEplNs; break;
       case cdb::Command::kCompleteDownload: busy = kCompleteNs; break;
       case cdb::Command::kRunImage:
         busy = kRunNs + std::uint64_t{be16(&pg[cdb::kLpl - 128 + cdb::run::kDelay])} * kMsNs;
@@ -129,7 +132,12 @@ void Port::cdb_check(std::uint64_t now, std::uint16_t id) {
       default: fail = cdb::kFailedUnknownCmd; break;
     }
   }
-  if (fail == 0 && epl_len != 0) fail = cdb::kFailedParameter;  // no EPL command in this subset
+  // Only 0104h carries an EPL, of 1..2048 bytes.
+  if (fail == 0 && static_cast<cdb::Command>(id) == cdb::Command::kWriteEpl) {
+    if (epl_len == 0 || epl_len > cdb::kEplMax) fail = cdb::kFailedParameter;
+  } else if (fail == 0 && epl_len != 0) {
+    fail = cdb::kFailedParameter;
+  }
   // CDB runs in ModuleLowPwr and ModuleReady (CMIS 5.2 §9.1), not while the module powers up.
   if (fail == 0 && ms != kModLowPwr && ms != kModReady) fail = cdb::kFailedState;
   if (fail != 0) {
@@ -162,7 +170,7 @@ void Port::cdb_finish(std::uint64_t now, std::uint16_t id) {
       rpl[ft::kStartPayloadSize] = cdb::emu_header::kSize;
       rpl[ft::kErasedByte] = 0xff;
       rpl[ft::kRwLenExt] = kRwLenExt;
-      rpl[ft::kWriteMechanism] = ft::kWriteLplOnly;
+      rpl[ft::kWriteMechanism] = ft::kWriteBoth;
       rpl[ft::kHitlessRestart] = 0x01;
       auto put16 = [&rpl](unsigned at, std::uint16_t v) {
         rpl[at] = static_cast<std::uint8_t>(v >> 8);
@@ -221,7 +229,8 @@ void Port::cdb_finish(std::uint64_t now, std::uint16_t id) {
       cdb_done(cdb::kSuccess, {});
       return;
     }
-    case cdb::Command::kWriteLpl: {
+    case cdb::Command::kWriteLpl:
+    case cdb::Command::kWriteEpl: {
       if (!f.downloading) {
         cdb_done(cdb::kFailedState, {});
         return;
@@ -230,14 +239,19 @@ void Port::cdb_finish(std::uint64_t now, std::uint16_t id) {
         cdb_done(cdb::kFailedParameter, {});
         return;
       }
+      const bool epl = static_cast<cdb::Command>(id) == cdb::Command::kWriteEpl;
       const std::uint32_t addr = be32(lpl + cdb::block::kAddress);
-      const std::uint32_t n = lpl_len - cdb::block::kData;
+      const std::uint32_t n = epl ? be16(&f.page[cdb::kEplLength - 128]) : lpl_len - cdb::block::kData;
       if (std::uint64_t{addr} + n > f.dl_size) {
         cdb_done(cdb::kFailedParameter, {});
         return;
       }
+      auto data = [&](std::uint32_t i) -> std::uint8_t {
+        if (!epl) return lpl[cdb::block::kData + i];
+        return f.epl ? (*f.epl)[i / 128][i % 128] : std::uint8_t{0};
+      };
       for (std::uint32_t i = 0; i < n; ++i) {
-        f.dl_image[addr + i] = lpl[cdb::block::kData + i];
+        f.dl_image[addr + i] = data(i);
         if (f.dl_written[addr + i] == 0) {
           f.dl_written[addr + i] = 1;
           ++f.dl_written_bytes;

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -36,7 +37,9 @@ struct ModuleFirmware {
   std::vector<std::uint8_t> dl_written;  ///< per byte: written
   std::uint32_t dl_written_bytes = 0;
   std::array<std::uint8_t, 128> page{};  ///< page 9Fh bytes 128..255
-  std::uint64_t epoch = 0;               ///< bumps at power-up: a pending command's timers drop
+  using EplPages = std::array<std::array<std::uint8_t, 128>, fw::cdb::kEplLastPage - fw::cdb::kEplFirstPage + 1>;
+  std::shared_ptr<EplPages> epl;  ///< pages A0h..AFh, allocated at their first access
+  std::uint64_t epoch = 0;        ///< bumps at power-up: a pending command's timers drop
   // Test hooks (white box, tests/cdb): a stuck-busy firmware, a power cut at the n-th CDB event.
   bool stuck = false;                   ///< commands stay "busy executing" until a power-up
   std::uint64_t events = 0;             ///< CDB events (command captured, command finished) so far

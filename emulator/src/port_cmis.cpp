@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <memory>
 #include <string_view>
 #include <utility>
 
@@ -77,7 +78,7 @@ void Port::build_cmis() {
   p01[167 - 128] = static_cast<std::uint8_t>((1 << 4) | 2);  // MaxDurationModulePwrDn 1..5 ms, PwrUp 5..10 ms
   p01[168 - 128] = 0x00;                                     // DPTxTurnOff/On < 1 ms
   p01[176 - 128] = 0x01;                                     // AppSel 1: media lanes start on lane 1
-  p01[fw::cdb::kP01CdbSupport - 128] = 0x40;                 // one CDB instance, foreground, no EPL (cdb.md)
+  p01[fw::cdb::kP01CdbSupport - 128] = 0x45;                 // one CDB instance, foreground, EPL A0h..AFh (cdb.md)
   p01[fw::cdb::kP01CdbRwLenExt - 128] = 14;                  // LPL accesses of 8 x 15 = 120 bytes
   cdb_publish_versions();                                    // lower 39/40, page 01h 128/129
   p01[255 - 128] = page_checksum(p01, 130, 254);
@@ -161,9 +162,14 @@ fw::mbox::Status Port::xcvr_access(unsigned bank, unsigned page, unsigned off, u
     case 0x11: slot = 5; break;
     default: break;
   }
-  const bool cdb_page = page == fw::cdb::kPage && bank == 0;  // CDB instance 1 (port_cdb.cpp)
+  // CDB instance 1 (port_cdb.cpp): page 9Fh and the EPL pages A0h..AFh.
+  const bool epl_page = page >= fw::cdb::kEplFirstPage && page <= fw::cdb::kEplLastPage && bank == 0;
+  const bool cdb_page = (page == fw::cdb::kPage && bank == 0) || epl_page;
   if (off + len > 128 && ((slot < 0 && !cdb_page) || bank != 0)) return mb::Status::kPageNotSupported;
-  auto& upper = cdb_page ? fw_.page : cmis_[static_cast<unsigned>(std::max(slot, 0))];
+  if (epl_page && off + len > 128 && !fw_.epl) fw_.epl = std::make_shared<ModuleFirmware::EplPages>();
+  auto& upper = epl_page && off + len > 128           ? (*fw_.epl)[page - fw::cdb::kEplFirstPage]
+                : page == fw::cdb::kPage && bank == 0 ? fw_.page
+                                                      : cmis_[static_cast<unsigned>(std::max(slot, 0))];
   auto byte = [&](unsigned a) -> std::uint8_t& { return a < 128 ? cmis_[0][a] : upper[a - 128]; };
   const std::uint64_t now = sys_.sched.now_ns();
   if (!write) {
@@ -206,7 +212,7 @@ fw::mbox::Status Port::xcvr_access(unsigned bank, unsigned page, unsigned off, u
   const std::uint8_t old26 = cmis_[0][kCmisGlobalCtrl];
   for (unsigned i = 0; i < len; ++i) byte(off + i) = static_cast<std::uint8_t>(in[i]);
   // Writing the command ID's low byte (129) triggers the command, at the end of the access.
-  if (cdb_write && off <= fw::cdb::kCmdId + 1 && off + len > fw::cdb::kCmdId + 1) cdb_trigger(now);
+  if (cdb_write && !epl_page && off <= fw::cdb::kCmdId + 1 && off + len > fw::cdb::kCmdId + 1) cdb_trigger(now);
   cmis_[0][kCmisGlobalCtrl] &= static_cast<std::uint8_t>(~0x08);  // SoftwareReset self-clears
   const std::uint8_t new26 = cmis_[0][kCmisGlobalCtrl];
   if ((old26 ^ new26) & kLowPwrRequestSw) {

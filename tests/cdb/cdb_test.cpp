@@ -86,6 +86,8 @@ TEST(ModuleFirmware, QueryShowsImageARunningAndCommitted) {
   EXPECT_EQ(f->header_bytes, cdb::emu_header::kSize);
   EXPECT_EQ(f->block_bytes, 116u);
   EXPECT_TRUE(f->lpl_write);
+  EXPECT_TRUE(f->epl_write);
+  EXPECT_EQ(f->epl_block_bytes, 2048u);
   EXPECT_TRUE(f->hitless_run);
   EXPECT_EQ(f->start_timeout_ns, 200 * kMs);
   EXPECT_EQ(f->write_timeout_ns, 20 * kMs);
@@ -181,18 +183,22 @@ TEST(ModuleFirmware, BadImageIsRefusedAtCompleteAndTheRunningImageStays) {
 // A power cut right after every CDB event of a full update (each command captured = busy,
 // each command finished = done, every block included): after power-up the module always
 // runs a valid image, the committed one: A until Commit has finished, B afterwards.
-TEST(ModuleFirmware, PowerCutAtEveryCdbStateBootsAValidImage) {
-  const auto u = new_image(1000);  // 9 blocks
+void power_cut_at_every_cdb_event(std::size_t bytes, bool epl, unsigned blocks) {
+  const auto u = new_image(bytes);
+  npo::ModuleUpdateOptions o;
+  o.epl = epl;
   std::uint64_t total = 0;
   {
     EmuRig dry(two_cards());
     ASSERT_TRUE(dry.ok());
-    auto r = npo::update_module_firmware(dry.sys->device(0), 0, u.header, u.image);
+    auto r = npo::update_module_firmware(dry.sys->device(0), 0, u.header, u.image, o);
     ASSERT_TRUE(r.has_value()) << r.error().to_string();
+    ASSERT_EQ(r->blocks, blocks);
+    ASSERT_EQ(r->used_epl, epl);
     total = module_of(dry, 0, 0).cdb_events();
   }
-  // 0041h, 0100h, Start, 9 blocks, Complete, Run, 0100h, Commit, 0100h: two events each.
-  ASSERT_EQ(total, 2u * 17u);
+  // 0041h, 0100h, Start, the blocks, Complete, Run, 0100h, Commit, 0100h: two events each.
+  ASSERT_EQ(total, 2u * (8u + blocks));
   const std::uint64_t commit_done = total - 2;
   unsigned failed_updates = 0;
   for (std::uint64_t k = 1; k <= total; ++k) {
@@ -202,7 +208,7 @@ TEST(ModuleFirmware, PowerCutAtEveryCdbStateBootsAValidImage) {
     bring_up(rig);
     auto& dev = rig.sys->device(0);
     module_of(rig, 0, 0).arm_power_cut_after_events(k);
-    auto r = npo::update_module_firmware(dev, 0, u.header, u.image);
+    auto r = npo::update_module_firmware(dev, 0, u.header, u.image, o);
     if (!r) {
       ++failed_updates;
       const auto c = r.error().code();
@@ -231,6 +237,43 @@ TEST(ModuleFirmware, PowerCutAtEveryCdbStateBootsAValidImage) {
     }
   }
   EXPECT_GE(failed_updates, total - 1);  // only a cut after the very last event can go unnoticed
+}
+
+TEST(ModuleFirmware, PowerCutAtEveryCdbStateBootsAValidImage) { power_cut_at_every_cdb_event(1000, false, 9); }
+
+// The same through Write Firmware Block EPL (0104h): 2 KiB blocks through pages A0h..AFh.
+TEST(ModuleFirmware, PowerCutAtEveryCdbStateOfAnEplUpdateBootsAValidImage) {
+  power_cut_at_every_cdb_event(5000, true, 3);
+}
+
+TEST(ModuleFirmware, EplUpdateAToBWritesTwoKibBlocks) {
+  EmuRig rig(two_cards());
+  ASSERT_TRUE(rig.ok());
+  bring_up(rig);
+  auto& dev = rig.sys->device(0);
+  const auto u = new_image(5000);
+  npo::ModuleUpdateOptions o;
+  o.epl = true;
+  auto r = npo::update_module_firmware(dev, 0, u.header, u.image, o);
+  ASSERT_TRUE(r.has_value()) << r.error().to_string();
+  EXPECT_TRUE(r->used_epl);
+  EXPECT_EQ(r->blocks, 3u);
+  EXPECT_EQ(r->after.running, 1u);
+  EXPECT_EQ(r->after.committed, 1u);
+  EXPECT_EQ(r->after.images[1].build, 7);
+  // A corrupt EPL image is refused at Complete like an LPL one.
+  auto bad = new_image(5000);
+  bad.image[4097] ^= std::byte{1};
+  auto f = npo::update_module_firmware(dev, 0, bad.header, bad.image, o);
+  ASSERT_FALSE(f.has_value());
+  EXPECT_EQ(f.error().context().value, std::uint64_t{cdb::kFailedImageCheck}) << f.error().to_string();
+  auto info = npo::query_module_firmware(dev, 0);
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->running, 1u);         // B runs on
+  EXPECT_FALSE(info->images[0].valid);  // A was the inactive bank: erased, not validated
+  auto ps = npo::read_port(dev, 0);
+  ASSERT_TRUE(ps.has_value());
+  EXPECT_EQ(ps->state, npo::LinkState::kUp);
 }
 
 // During a module download and a hitless Run + Commit on card 0 port 0, no port of the

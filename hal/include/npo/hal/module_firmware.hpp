@@ -48,10 +48,13 @@ struct ModuleFirmwareInfo {
 
 /// What the module's firmware management supports (CMIS 5.2 0041h).
 struct ModuleFirmwareFeatures {
-  unsigned header_bytes = 0;              ///< vendor header bytes Start takes (StartCmdPayloadSize)
-  unsigned block_bytes = 0;               ///< image bytes per Write LPL block: 8 x (1 + ext), at most 120, less 4
-  bool lpl_write = false;                 ///< Write Firmware Block LPL (0103h) supported
-  bool epl_write = false;                 ///< Write Firmware Block EPL (0104h) supported
+  unsigned header_bytes = 0;  ///< vendor header bytes Start takes (StartCmdPayloadSize)
+  unsigned block_bytes = 0;   ///< image bytes per Write LPL block: 8 x (1 + ext), at most 120, less 4
+  bool lpl_write = false;     ///< Write Firmware Block LPL (0103h) supported
+  bool epl_write = false;     ///< Write Firmware Block EPL (0104h) supported
+  /// Image bytes per Write EPL block: 128 x the EPL pages page 01h byte 163 advertises (3:0:
+  /// 1 = A0h, 2 = A0h-A1h, 3 = 4 pages, 4 = 8, 5 = A0h-AFh), 0 without EPL.
+  unsigned epl_block_bytes = 0;
   bool hitless_run = false;               ///< Run can restart the firmware without disturbing traffic
   std::uint64_t start_timeout_ns = 0;     ///< MaxDurationStart (CMIS default kCdbDefaultTimeoutNs when 0)
   std::uint64_t write_timeout_ns = 0;     ///< MaxDurationWrite
@@ -89,6 +92,9 @@ struct ModuleUpdateProgress {
 struct ModuleUpdateOptions {
   bool run = true;     ///< Run the new image (hitless when the module supports it)
   bool commit = true;  ///< Commit it once it runs (the module then boots it at power-up)
+  /// Write the image with 0104h (EPL blocks of epl_block_bytes, through pages A0h..AFh)
+  /// instead of 0103h, when the module supports it (else the LPL is used).
+  bool epl = false;
   /// Called from the updating thread with the CDB held: it must not start CDB on the same port.
   std::function<void(const ModuleUpdateProgress&)> progress;
   std::uint64_t poll_interval_ns = 1'000'000;  ///< CdbStatus poll period, platform clock
@@ -98,14 +104,16 @@ struct ModuleUpdateOptions {
 struct ModuleUpdateResult {
   ModuleFirmwareInfo before;
   ModuleFirmwareInfo after;
-  unsigned blocks = 0;           ///< Write LPL commands sent
+  unsigned blocks = 0;           ///< Write LPL / Write EPL commands sent
+  bool used_epl = false;         ///< the blocks went through the EPL (0104h)
   bool hitless = false;          ///< Run used the hitless mode
   std::uint64_t elapsed_ns = 0;  ///< platform time
 };
 
 /// Downloads `payload` into the module's inactive bank and (options) runs and commits it:
 /// 0041h (block size, timeouts), 0100h, 0101h Start with `header` (exactly the module's
-/// StartCmdPayloadSize bytes, at most 112), 0103h blocks of block_bytes, 0107h Complete
+/// StartCmdPayloadSize bytes, at most 112), 0103h blocks of block_bytes (or, with
+/// options.epl, 0104h blocks of epl_block_bytes), 0107h Complete
 /// (the module checks the image), 0109h Run (hitless if advertised, else a traffic-affecting
 /// reset: the link then retrains), 0100h to confirm the new image runs, 010Ah Commit.
 /// Each command waits for CdbStatus on the platform clock, at most its 0041h maximum (or the
