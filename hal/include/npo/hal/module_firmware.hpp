@@ -124,7 +124,9 @@ struct ModuleUpdateResult {
 /// kFailedPrecondition (command not compatible with the module state 0x47, target image
 /// invalid), kUnimplemented (no LPL write, unknown command), kDeadlineExceeded (busy past
 /// the wait), kAborted (the module reset under a command: status idle), kUnavailable/EBUSY
-/// (the port's CDB is in use), kNotFound (no module), mailbox errors.
+/// (the port's CDB is in use), kUnavailable without errno (the module is still busy with an
+/// earlier command, e.g. one that timed out: power-cycle or wait), kNotFound (no module),
+/// mailbox errors.
 /// A failed update leaves the running image running; a bank half written stays invalid.
 Result<ModuleUpdateResult> update_module_firmware(Device& device, unsigned port, std::span<const std::byte> header,
                                                   std::span<const std::byte> payload,
