@@ -21,6 +21,7 @@ struct CardAccess {
   const DeviceInfo& info;        ///< what System::open read
   card::MailboxClient* mailbox;  ///< serialised firmware mailbox (card/mailbox.hpp)
   backend::Device* function;     ///< the backend function (check_connection() when BAR0 reads all-ones)
+  backend::Clock* clock;         ///< the System's platform clock (the one time base of every driver deadline)
 };
 
 /// Access to `device`'s registers and mailbox (device.cpp).

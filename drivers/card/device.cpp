@@ -249,7 +249,7 @@ unsigned Device::port_count() const noexcept { return impl_->info.num_ports; }
 
 card::CardAccess card::access(Device& device) noexcept {
   auto& d = impl_of(device);
-  return CardAccess{d.bar0, d.info, d.mailbox.get(), d.dev.get()};
+  return CardAccess{d.bar0, d.info, d.mailbox.get(), d.dev.get(), d.clock};
 }
 
 Result<FirmwareVersions> Device::firmware_versions() {

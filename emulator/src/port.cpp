@@ -59,6 +59,7 @@ void Port::reset_locked() {
   // The firmware re-initialises the modules: back to low power, fresh CMIS memory.
   // Physical faults (dark lanes, BER ramps) belong to the fibre and persist.
   const auto power_on = pub_power_on_ns_.load();
+  cdb_power_on(std::nullopt);  // the module reboots: its committed image, no download
   build_cmis();
   pub_power_on_ns_.store(power_on);
   const std::uint64_t now = sys_.sched.now_ns();
@@ -571,6 +572,7 @@ void Port::module_presence(bool present) {
     return;
   }
   cabled_ = true;
+  cdb_power_on(std::nullopt);  // a module powering up boots its committed image
   build_cmis();
   pub_power_on_ns_.store(now);
   if (state_ == LinkState::kModuleWait) enter_module_wait(now, true);

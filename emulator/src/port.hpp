@@ -25,6 +25,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "npo/emu/emulator.hpp"
@@ -33,6 +34,7 @@
 #include "npo/fw/regs.hpp"
 #include "npo/fw/stats.hpp"
 #include "optics.hpp"
+#include "port_cdb.hpp"
 
 namespace npo::emu {
 
@@ -129,6 +131,22 @@ class Port {
   };
   [[nodiscard]] Telemetry telemetry();
 
+  // ---- Module firmware and CDB (docs/spec/cdb.md); white-box hooks for tests ---------
+  /// Power cut of the module: power is lost and comes back at once. The module boots its
+  /// committed image (the other valid one if that is invalid), loses the download in
+  /// progress and any pending CDB command; the link drops and the port trains again.
+  void module_power_cut();
+  /// A power cut right after the `n`-th CDB event from now (an event: a command captured,
+  /// or a command finished; 0 disarms). The cut runs at the emulated time of that event.
+  void arm_power_cut_after_events(std::uint64_t n);
+  /// CDB events so far (see arm_power_cut_after_events).
+  [[nodiscard]] std::uint64_t cdb_events();
+  /// A hung module firmware: CDB commands captured from now on stay "busy executing" until
+  /// the next power-up (`stuck` false clears it at once for later commands).
+  void set_cdb_stuck(bool stuck);
+  /// Snapshot of the module's firmware state.
+  [[nodiscard]] ModuleFirmware module_firmware();
+
   // ---- Fabric ------------------------------------------------------------------------
   /// A light path now leads from this port to a far port: the port carries a module. The
   /// far end itself is looked up per use (EmulatorImpl::resolve_peer), as a switch can move it.
@@ -182,6 +200,15 @@ class Port {
   void build_cmis();
   void refresh_cmis(std::uint64_t now);
   void module_power(bool low_power, std::uint64_t now);
+  // CDB and module firmware (port_cdb.cpp).
+  void cdb_power_on(std::optional<unsigned> image);
+  void cdb_publish_versions();
+  void cdb_trigger(std::uint64_t now);
+  void cdb_check(std::uint64_t now, std::uint16_t id);
+  void cdb_finish(std::uint64_t now, std::uint16_t id);
+  void cdb_done(std::uint8_t status, std::span<const std::uint8_t> rpl);
+  void cdb_event();
+  void module_restart(std::uint64_t now, std::optional<unsigned> image, const char* why);
   [[nodiscard]] std::uint8_t module_state() const;
   void set_module_state(std::uint8_t s);
   // Link state machine (port.cpp).
@@ -235,6 +262,7 @@ class Port {
   bool rx_ready_ = false;                    ///< every lane in use locked in this training attempt
   /// CMIS memory: lower memory and pages 00h, 01h, 02h, 10h, 11h (CmisPage order).
   std::array<std::array<std::uint8_t, 128>, kCmisPages> cmis_{};
+  ModuleFirmware fw_;  ///< module firmware, CDB page 9Fh (port_cdb.cpp)
   std::array<LaneModel, fw::regs::kLanesPerPort> lanes_;
   std::atomic<std::uint32_t> pub_{0};              ///< see published()
   std::atomic<std::uint32_t> pub_prbs_lanes_{0};   ///< see published_prbs_lanes()

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// The CMIS 5.2 module of a port: memory map (lower memory, pages 00h, 01h, 02h, 10h, 11h),
-// module and data path state machines, monitors, XCVR_READ / XCVR_WRITE (mailbox.md §3.5).
+// The CMIS 5.2 module of a port: memory map (lower memory, pages 00h, 01h, 02h, 10h, 11h,
+// and the CDB page 9Fh of port_cdb.cpp), module and data path state machines, monitors,
+// XCVR_READ / XCVR_WRITE (mailbox.md §3.5).
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <memory>
 #include <string_view>
 #include <utility>
 
@@ -76,6 +78,9 @@ void Port::build_cmis() {
   p01[167 - 128] = static_cast<std::uint8_t>((1 << 4) | 2);  // MaxDurationModulePwrDn 1..5 ms, PwrUp 5..10 ms
   p01[168 - 128] = 0x00;                                     // DPTxTurnOff/On < 1 ms
   p01[176 - 128] = 0x01;                                     // AppSel 1: media lanes start on lane 1
+  p01[fw::cdb::kP01CdbSupport - 128] = 0x45;                 // one CDB instance, foreground, EPL A0h..AFh (cdb.md)
+  p01[fw::cdb::kP01CdbRwLenExt - 128] = 14;                  // LPL accesses of 8 x 15 = 120 bytes
+  cdb_publish_versions();                                    // lower 39/40, page 01h 128/129
   p01[255 - 128] = page_checksum(p01, 130, 254);
   // Page 02h: thresholds (high alarm, low alarm, high warning, low warning), big-endian.
   auto thr = [&p02](unsigned off, std::array<std::uint16_t, 4> v) {
@@ -157,10 +162,15 @@ fw::mbox::Status Port::xcvr_access(unsigned bank, unsigned page, unsigned off, u
     case 0x11: slot = 5; break;
     default: break;
   }
-  if (off + len > 128 && (slot < 0 || bank != 0)) return mb::Status::kPageNotSupported;
-  auto byte = [&](unsigned a) -> std::uint8_t& {
-    return a < 128 ? cmis_[0][a] : cmis_[static_cast<unsigned>(slot)][a - 128];
-  };
+  // CDB instance 1 (port_cdb.cpp): page 9Fh and the EPL pages A0h..AFh.
+  const bool epl_page = page >= fw::cdb::kEplFirstPage && page <= fw::cdb::kEplLastPage && bank == 0;
+  const bool cdb_page = (page == fw::cdb::kPage && bank == 0) || epl_page;
+  if (off + len > 128 && ((slot < 0 && !cdb_page) || bank != 0)) return mb::Status::kPageNotSupported;
+  if (epl_page && off + len > 128 && !fw_.epl) fw_.epl = std::make_shared<ModuleFirmware::EplPages>();
+  auto& upper = epl_page && off + len > 128           ? (*fw_.epl)[page - fw::cdb::kEplFirstPage]
+                : page == fw::cdb::kPage && bank == 0 ? fw_.page
+                                                      : cmis_[static_cast<unsigned>(std::max(slot, 0))];
+  auto byte = [&](unsigned a) -> std::uint8_t& { return a < 128 ? cmis_[0][a] : upper[a - 128]; };
   const std::uint64_t now = sys_.sched.now_ns();
   if (!write) {
     auto& p11 = cmis_[static_cast<unsigned>(CmisPage::k11)];
@@ -187,14 +197,22 @@ fw::mbox::Status Port::xcvr_access(unsigned bank, unsigned page, unsigned off, u
     }
     return mb::Status::kOk;
   }
+  bool cdb_write = false;
   for (unsigned i = 0; i < len; ++i) {
     const unsigned a = off + i;
     if (a == 126 || a == 127) return mb::Status::kBadArgument;
-    const bool writable = (a >= 26 && a < 126) || (a >= 128 && page == 0x10);
+    // CdbStatus and the firmware revisions (37..40) belong to the module.
+    const bool writable = (a >= 26 && a < 126 && (a < fw::cdb::kLowerStatus || a > fw::cdb::kLowerActiveFwMinor)) ||
+                          (a >= 128 && (page == 0x10 || cdb_page));
     if (!writable) return mb::Status::kReadOnly;
+    cdb_write = cdb_write || (a >= 128 && cdb_page);
   }
+  // While a CDB command runs, page 9Fh belongs to the module (cdb.md §2): the write is refused.
+  if (cdb_write && (cmis_[0][fw::cdb::kLowerStatus] & fw::cdb::kStatusBusy) != 0) return mb::Status::kBusy;
   const std::uint8_t old26 = cmis_[0][kCmisGlobalCtrl];
   for (unsigned i = 0; i < len; ++i) byte(off + i) = static_cast<std::uint8_t>(in[i]);
+  // Writing the command ID's low byte (129) triggers the command, at the end of the access.
+  if (cdb_write && !epl_page && off <= fw::cdb::kCmdId + 1 && off + len > fw::cdb::kCmdId + 1) cdb_trigger(now);
   cmis_[0][kCmisGlobalCtrl] &= static_cast<std::uint8_t>(~0x08);  // SoftwareReset self-clears
   const std::uint8_t new26 = cmis_[0][kCmisGlobalCtrl];
   if ((old26 ^ new26) & kLowPwrRequestSw) {
