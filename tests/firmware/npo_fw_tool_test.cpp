@@ -3,13 +3,16 @@
 // running npo-emud, so the update one process makes is what the next process's query sees.
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <string>
+#include <utility>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "common/emud_process.hpp"
 #include "common/run_command.hpp"
+#include "npo/fw/cdb.hpp"
 
 namespace {
 
@@ -142,3 +145,60 @@ TEST(NpoFwTool, SignVerifyUpdateQueryAcrossProcesses) {
 }
 
 }  // namespace
+
+// npo-fw module: a signed module image (target 0:0, the module's part number or any) whose
+// payload is the vendor file (16-byte vendor header + image) goes into port 0's module through
+// CMIS CDB; images for a card, for another part number, older, or signed with a key the card
+// does not trust are refused before any CDB command, the banks unchanged.
+TEST(NpoFwTool, ModuleUpdateFromASignedImageAndItsRefusals) {
+  Dir d;
+  std::string image(5000, '\0');
+  for (std::size_t i = 0; i < image.size(); ++i) image[i] = static_cast<char>(i * 7 + 1);
+  const auto bytes = std::as_bytes(std::span(image.data(), image.size()));
+  const auto hdr = npo::fw::cdb::emu_header::make(bytes, 2, 1, 7);
+  write(d / "vendor.bin", std::string(reinterpret_cast<const char*>(hdr.data()), hdr.size()) + image);
+  auto sign = [&](const std::string& out, const std::string& args) {
+    const auto r = npo_test::run_command(kFw + " sign --key " + kKeys + "/dev-key.sec --out " + (d / out) + " " +
+                                         (d / "vendor.bin") + " " + args + " 2>&1");
+    EXPECT_EQ(r.status, 0) << r.out;
+  };
+  sign("module.img", "--vendor 0 --device 0 --model '' --version 2.1.7");
+  sign("card.img", "--version 2.1.7");
+  sign("other-pn.img", "--vendor 0 --device 0 --model NOT-THIS-PART --version 2.1.7");
+  sign("older.img", "--vendor 0 --device 0 --model '' --version 0.5.0");
+  ASSERT_EQ(npo_test::run_command(kFw + " keygen --out " + (d / "other") + " 2>&1").status, 0);
+  ASSERT_EQ(npo_test::run_command(kFw + " sign --key " + (d / "other.sec") + " --out " + (d / "foreign.img") + " " +
+                                  (d / "vendor.bin") + " --vendor 0 --device 0 --model '' --version 2.1.7 2>&1")
+                .status,
+            0);
+
+  npo_test::EmudProcess emud;
+  ASSERT_TRUE(emud.start(kEmud, "emu:mesh8")) << emud.output();  // cabled: every port has a module
+  const std::string where = " --backend " + emud.uri() + " --card 0 --port 0";
+  auto mquery = [&] {
+    const auto r = npo_test::run_command(kFw + " module query --json" + where);
+    EXPECT_EQ(r.status, 0) << r.out;
+    return nlohmann::json::parse(r.out, nullptr, false);
+  };
+  const auto before = mquery();
+  ASSERT_EQ(before.value("running", ""), "A") << before.dump();
+  for (const auto& [img, why] : {std::pair{"card.img", "wrong_device"}, std::pair{"other-pn.img", "NOT-THIS-PART"},
+                                 std::pair{"older.img", "older_version"}, std::pair{"foreign.img", "unknown_key"}}) {
+    const auto r = npo_test::run_command(kFw + " module update" + where + " " + (d / img) + " 2>&1");
+    EXPECT_EQ(r.status, 1) << img << ": " << r.out;
+    EXPECT_NE(r.out.find(why), std::string::npos) << img << ": " << r.out;
+    EXPECT_EQ(mquery(), before) << img << " changed the banks";
+  }
+  auto r = npo_test::run_command(kFw + " module update" + where + " " + (d / "module.img") + " 2>&1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("write"), std::string::npos) << "progress: " << r.out;
+  const auto after = mquery();
+  EXPECT_EQ(after.value("running", ""), "B") << after.dump();
+  EXPECT_EQ(after.value("committed", ""), "B");
+  EXPECT_EQ(after["images"]["B"].value("major", 0), 2);
+  EXPECT_EQ(after["images"]["B"].value("minor", 0), 1);
+  EXPECT_EQ(after["images"]["B"].value("build", 0), 7);
+  r = npo_test::run_command(kFw + " module update" + where + " " + (d / "module.img") + " 2>&1");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("same_version"), std::string::npos) << r.out;
+}

@@ -21,20 +21,6 @@
 
 namespace npo::tools::fw {
 
-namespace {
-
-using npo::tools::fail;
-
-std::string hex(std::span<const std::byte> b) {
-  std::string s;
-  for (std::byte x : b) s += fmt::format("{:02x}", static_cast<unsigned>(x));
-  return s;
-}
-
-char slot_name(unsigned s) { return s == 0 ? 'A' : 'B'; }
-
-/// The whole file; refuses one larger than `max` bytes (an image is at most 16 MiB: reading
-/// a bigger one whole proves nothing and costs memory).
 Result<std::vector<std::byte>> read_file(const std::string& path, std::uintmax_t max) {
   std::error_code ec;
   const auto size = std::filesystem::file_size(path, ec);
@@ -51,6 +37,18 @@ Result<std::vector<std::byte>> read_file(const std::string& path, std::uintmax_t
   }
   return out;
 }
+
+namespace {
+
+using npo::tools::fail;
+
+std::string hex(std::span<const std::byte> b) {
+  std::string s;
+  for (std::byte x : b) s += fmt::format("{:02x}", static_cast<unsigned>(x));
+  return s;
+}
+
+char slot_name(unsigned s) { return s == 0 ? 'A' : 'B'; }
 
 Result<void> write_file(const std::string& path, std::span<const std::byte> data, mode_t mode) {
   std::FILE* f = std::fopen(path.c_str(), "wb");

@@ -4,10 +4,15 @@
 // given. card.cpp: the card's own firmware (query, update, commit, rollback, sign, verify, keygen).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
+
+#include "npo/hal/error.hpp"
 
 namespace npo::tools::fw {
 
@@ -28,5 +33,14 @@ struct Command {
 
 /// Adds query, update, commit, rollback, sign, verify and keygen (card.cpp) to `app`.
 void add_card_commands(CLI::App& app, std::vector<Command>& out);
+
+/// Adds `module query` and `module update` (module_cli.cpp: a transceiver's firmware through
+/// CMIS CDB, from a signed image whose target is a module) to `app`.
+void add_module_commands(CLI::App& app, std::vector<Command>& out);
+
+/// The whole file at `path`. Errors: kNotFound (cannot stat), kOutOfRange (more than `max`
+/// bytes: an image is at most 16 MiB, reading a bigger one whole proves nothing and costs
+/// memory), kDataLoss (read failed). (card.cpp)
+Result<std::vector<std::byte>> read_file(const std::string& path, std::uintmax_t max);
 
 }  // namespace npo::tools::fw
