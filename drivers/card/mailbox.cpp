@@ -39,6 +39,7 @@ bool is_idempotent(mb::Command cmd) noexcept {
     case mb::Command::kGetVersions:
     case mb::Command::kHeartbeat:
     case mb::Command::kTelemetry:
+    case mb::Command::kPowerRead:
     case mb::Command::kErrorLogRead: return true;
     default: return false;
   }
