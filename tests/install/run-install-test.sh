@@ -92,6 +92,21 @@ check_loads_installed() { # name exe
   fi
 }
 
+# Every installed tool answers --version with exit 0, its name and the project version.
+ntools=0
+for exe in "${prefix}"/bin/npo-*; do
+  [[ -x "${exe}" && -f "${exe}" ]] || continue
+  name="$(basename "${exe}")"
+  rc=0
+  out="$(env -u LD_LIBRARY_PATH timeout 30 "${exe}" --version 2>&1)" || rc=$?
+  ((rc == 0)) || die "${name} --version exited ${rc}: ${out}"
+  if [[ -n "${version}" ]]; then
+    [[ "${out}" == "${name} (npo-hal) ${version}"* ]] || die "${name} --version says '${out}', not ${version}"
+  fi
+  ntools=$((ntools + 1))
+done
+step "--version of ${ntools} installed tools"
+
 check_output() { # name exe
   local name="$1" exe="$2" out
   step "run ${name}: ${exe} ${uri}"
