@@ -781,7 +781,6 @@ bool QueueModel::run_batch_locked() {
   if (n_data != 0) {  // Card::dma_totals (never reset)
     host_.state().dma_ops_total.fetch_add(n_data, std::memory_order_relaxed);
     host_.state().dma_bytes_total.fetch_add(n_bytes, std::memory_order_relaxed);
-    host_.dma_activity();  // the power model samples the card while its engines move data
   }
   // GLOBAL.QUEUES_ACTIVE before the counters (registers.md §9): one relaxed load per batch.
   if (done > 0 && st_.active.load(std::memory_order_relaxed) == 0) {
@@ -792,6 +791,8 @@ bool QueueModel::run_batch_locked() {
   saturating_add(st_.ops_error, done - n_ok);
   saturating_add(st_.bytes, n_bytes);
   if (done > 0 && (irq || qr::kConfigIrqEnable.get(cfg))) host_.raise_msix(fw::pci::kMsixVectorQueueBase + index_);
+  // Last, after the counters: the power model samples the card while its engines move data.
+  if (n_data != 0) host_.dma_activity();
   return !stalled && head != st_.sq_tail.load(std::memory_order_acquire) && st_.hung.load() == 0 &&
          !(st_.status.load() & qr::kStatusHalted.mask()) && ctail - st_.cq_head.load() < depth;
 }
