@@ -199,7 +199,8 @@ TEST(Power, LimitOutOfRangeIsRefusedNamingTheRange) {
 
 // Copies run unthrottled, then under a limit below their draw, then after a reset, on the
 // real clock. Everything is a ratio within this run: the throttled copy rate is well below the
-// unthrottled one, the 1 s average settles at or below the limit (+2%), reset restores the rate.
+// unthrottled one, the 1 s average settles at or below the limit (+2%), reset restores the rate
+// and no throttling follows.
 TEST(Power, EnforcedLimitHoldsAndSlowsTheCopies) {
   Rig r(npo::emu::ClockMode::kRealtime);
   auto q = r.dev().open_queue({.engine = 0, .depth = 256}).value();
@@ -256,11 +257,15 @@ TEST(Power, EnforcedLimitHoldsAndSlowsTheCopies) {
   EXPECT_LT(p1.temp_c, p0.temp_c + 0.01) << "cooler at the lower power";
 
   ASSERT_TRUE(r.dev().reset_power_limit());
-  (void)run(300ms);
+  (void)run(700ms);  // the throttle lets go within 500 ms once the budget no longer binds
+  const auto before2 = r.power();
   const double rate2 = run(1000ms);
   const auto p2 = r.power();
   EXPECT_FALSE(p2.throttled());
-  EXPECT_GT(rate2 / rate1, 1.2) << "reset restores the rate: " << rate2 << " vs " << rate1 << " B/s";
+  EXPECT_EQ(p2.throttled_ns, before2.throttled_ns) << "no throttling after the reset";
+  // The throttled rate was held to a budget of ~40% of the unthrottled draw; without it the
+  // copies run faster (a margin kept small: another process may share the 2 cores meanwhile).
+  EXPECT_GT(rate2 / rate1, 1.0) << "reset restores the rate: " << rate2 << " vs " << rate1 << " B/s";
   EXPECT_EQ(p2.limit_mw, p2.default_limit_mw);
   for (const auto& l : r.emu->event_log())
     if (l.find("power") != std::string::npos) std::printf("%s\n", l.c_str());
