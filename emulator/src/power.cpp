@@ -33,24 +33,7 @@ PowerModel::PowerModel(Card& card) : card_(card), engine_bytes_(fw::regs::kNumEn
   samples_.push_back({last_t_, 0.0L});
 }
 
-void PowerModel::update_locked(std::uint64_t now) {
-  if (now <= last_t_) return;  // bytes moved meanwhile are counted in the next interval
-  const std::uint64_t dt = now - last_t_;
-  CardState& cs = card_.shared();
-  const std::uint64_t bytes = cs.dma_bytes_total.load(std::memory_order_relaxed);
-  const std::uint64_t db = bytes - last_bytes_;
-  // Engines that moved data: their queues' BYTES changed (a card reset clears them: any change).
-  unsigned active = 0;
-  for (unsigned e = 0; e < fw::regs::kNumEngines; ++e) {
-    std::uint64_t sum = 0;
-    for (unsigned q = 0; q < fw::regs::kQueuesPerEngine; ++q) {
-      sum += cs.queues[e * fw::regs::kQueuesPerEngine + q].bytes.load(std::memory_order_relaxed);
-    }
-    if (sum != engine_bytes_[e]) ++active;
-    engine_bytes_[e] = sum;
-  }
-  if (active == 0 && db != 0) active = 1;  // bytes counted before the queue counters (one batch)
-  // Module cages and SerDes.
+void PowerModel::sample_ports_locked() {
   const unsigned np = card_.ports().size();
   ports_.resize(np);
   std::uint32_t serdes = 0, modules = 0;
@@ -73,6 +56,30 @@ void PowerModel::update_locked(std::uint64_t now) {
   serdes_mw_ = serdes;
   modules_mw_ = modules;
   static_mw_ = power::kIdleMw + serdes + modules;
+}
+
+void PowerModel::update_locked(std::uint64_t now) {
+  if (now <= last_t_) {                         // bytes moved meanwhile are counted in the next interval
+    if (ports_.empty()) sample_ports_locked();  // the static view, before any interval
+    return;
+  }
+  const std::uint64_t dt = now - last_t_;
+  CardState& cs = card_.shared();
+  const std::uint64_t bytes = cs.dma_bytes_total.load(std::memory_order_relaxed);
+  const std::uint64_t db = bytes - last_bytes_;
+  // Engines that moved data: their queues' BYTES changed (a card reset clears them: any change).
+  unsigned active = 0;
+  for (unsigned e = 0; e < fw::regs::kNumEngines; ++e) {
+    std::uint64_t sum = 0;
+    for (unsigned q = 0; q < fw::regs::kQueuesPerEngine; ++q) {
+      sum += cs.queues[e * fw::regs::kQueuesPerEngine + q].bytes.load(std::memory_order_relaxed);
+    }
+    if (sum != engine_bytes_[e]) ++active;
+    engine_bytes_[e] = sum;
+  }
+  if (active == 0 && db != 0) active = 1;  // bytes counted before the queue counters (one batch)
+  // Module cages and SerDes, taken as constant over the interval.
+  sample_ports_locked();
   engines_active_ = active;
   // Energy of the interval: mW x ns = pJ.
   const u128 fixed_pj = u128{static_mw_ + active * power::kEngineActiveMw} * dt;
@@ -140,9 +147,6 @@ PowerModel::Reading PowerModel::read() {
 std::vector<PowerModel::PortPower> PowerModel::ports() {
   std::lock_guard lock(mu_);
   update_locked(card_.system().sched.now_ns());
-  if (ports_.size() != card_.ports().size()) {  // no interval yet: sample the ports once
-    ports_.assign(card_.ports().size(), PortPower{});
-  }
   return ports_;
 }
 

@@ -98,6 +98,9 @@ class PowerModel {
     std::uint64_t t;
     long double e_pj;  ///< energy at t, pJ (exactly representable far beyond a card's life)
   };
+  /// Reads every port's PowerView into ports_ and the static shares (idle, SerDes, modules).
+  void sample_ports_locked();
+  /// Integrates from the last sample to `now` (nothing when `now` is not later).
   void update_locked(std::uint64_t now);
   [[nodiscard]] long double energy_at_locked(std::uint64_t t) const;
   [[nodiscard]] std::uint32_t window_mw_locked(std::uint64_t now, std::uint64_t window) const;

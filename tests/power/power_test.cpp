@@ -68,6 +68,17 @@ std::size_t reap(npo::DmaQueue& q, std::size_t n, std::chrono::milliseconds cap 
 
 TEST(Power, IdleCardReportsItsStaticPowerAndTheDefaultLimit) {
   Rig r(npo::emu::ClockMode::kVirtual);
+  {
+    // At time 0, before any interval: the static power and the modules are known already.
+    Rig cabled(npo::emu::ClockMode::kVirtual, /*cabled=*/true);
+    const auto p = cabled.power();
+    EXPECT_EQ(p.power_mw, kIdleMw + 1'500u) << "idle and one module in low power";
+    EXPECT_EQ(p.energy_mj, 0u);
+    auto mods = cabled.dev().module_power();
+    ASSERT_TRUE(mods.has_value());
+    EXPECT_TRUE((*mods)[0].present);
+    EXPECT_EQ((*mods)[0].draw_mw, 1'500u);
+  }
   ASSERT_TRUE(r.emu->advance(2'000 * kMs));
   const auto p = r.power();
   EXPECT_EQ(p.power_mw, kIdleMw) << "no module, no lane, no DMA: idle power only";
