@@ -44,6 +44,7 @@ bool is_idempotent(mb::Command cmd) noexcept {
     case mb::Command::kGetVersions:
     case mb::Command::kHeartbeat:
     case mb::Command::kTelemetry:
+    case mb::Command::kPowerRead:
     case mb::Command::kErrorLogRead:
     case mb::Command::kFwQuery: return true;
     default: return false;

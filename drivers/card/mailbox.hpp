@@ -15,7 +15,7 @@
 namespace npo::card {
 
 /// Whether repeating `cmd` cannot change the outcome (mailbox.md §3 table "Idempotent"):
-/// IDENTIFY, GET_VERSIONS, HEARTBEAT, TELEMETRY, ERROR_LOG_READ, FW_QUERY.
+/// IDENTIFY, GET_VERSIONS, HEARTBEAT, TELEMETRY, POWER_READ, ERROR_LOG_READ, FW_QUERY.
 [[nodiscard]] bool is_idempotent(fw::mbox::Command cmd) noexcept;
 
 class MailboxClient {

@@ -80,6 +80,13 @@ int cmd_cards(const char* /*cmd*/, const char* /*params*/, rte_tel_data* d) {
   auto* queues = column(RTE_TEL_U64_VAL);
   auto* ports = column(RTE_TEL_U64_VAL);
   auto* dmadev = column(RTE_TEL_STRING_VAL);
+  // Power (mailbox POWER_READ, docs/spec/mailbox.md §3.9); 0 / "" when the card cannot say.
+  auto* power = column(RTE_TEL_U64_VAL);
+  auto* power_avg = column(RTE_TEL_U64_VAL);
+  auto* energy = column(RTE_TEL_U64_VAL);
+  auto* limit = column(RTE_TEL_U64_VAL);
+  auto* throttled = column(RTE_TEL_U64_VAL);
+  auto* temp = column(RTE_TEL_STRING_VAL);
   unsigned count = 0;
   for (auto& b : g_backends) {
     for (std::size_t i = 0; i < b->system->device_count() && count < RTE_TEL_MAX_ARRAY_ENTRIES; ++i, ++count) {
@@ -98,6 +105,14 @@ int cmd_cards(const char* /*cmd*/, const char* /*params*/, rte_tel_data* d) {
         for (const auto& n : it->second) names += (names.empty() ? "" : " ") + n;
       }
       rte_tel_data_add_array_string(dmadev, names.c_str());
+      const auto pw = info.removed ? Result<PowerReading>(PowerReading{}) : b->system->device(i).power();
+      const PowerReading pr = pw.value_or(PowerReading{});
+      rte_tel_data_add_array_u64(power, pr.power_mw);
+      rte_tel_data_add_array_u64(power_avg, pr.power_avg_mw);
+      rte_tel_data_add_array_u64(energy, pr.energy_mj);
+      rte_tel_data_add_array_u64(limit, pr.limit_mw);
+      rte_tel_data_add_array_u64(throttled, pr.throttled() ? 1 : 0);
+      rte_tel_data_add_array_string(temp, pw && !info.removed ? fmt_double(pr.temp_c).c_str() : "");
     }
   }
   rte_tel_data_add_dict_u64(d, "count", count);
@@ -111,6 +126,12 @@ int cmd_cards(const char* /*cmd*/, const char* /*params*/, rte_tel_data* d) {
   rte_tel_data_add_dict_container(d, "queues_per_engine", queues, 0);
   rte_tel_data_add_dict_container(d, "ports", ports, 0);
   rte_tel_data_add_dict_container(d, "dmadev", dmadev, 0);
+  rte_tel_data_add_dict_container(d, "power_mw", power, 0);
+  rte_tel_data_add_dict_container(d, "power_avg_mw", power_avg, 0);
+  rte_tel_data_add_dict_container(d, "energy_mj", energy, 0);
+  rte_tel_data_add_dict_container(d, "power_limit_mw", limit, 0);
+  rte_tel_data_add_dict_container(d, "throttled", throttled, 0);
+  rte_tel_data_add_dict_container(d, "temp_c", temp, 0);
   return 0;
 }
 

@@ -88,7 +88,8 @@ Card::Card(EmulatorImpl& sys, std::uint32_t index, const CardConfig& cfg, std::u
       windows_(cfg.hbm_bytes, *sys.fabric_state, index),
       ports_(*this, cfg.num_ports),
       stats_(*this),
-      firmware_(*this, mailbox_, cfg.firmware_version) {
+      firmware_(*this, mailbox_, cfg.firmware_version),
+      power_(*this) {
   state_.num_ports.store(cfg.num_ports);
   state_.hbm_bytes.store(cfg.hbm_bytes);
   queues_.reserve(regs::kNumQueues);

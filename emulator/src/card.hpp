@@ -8,6 +8,7 @@
 //   StatsEngine  stats_engine.*  port statistics DMA
 //   Mailbox      mailbox.*  mailbox transport registers
 //   Firmware     firmware.*  mailbox command processor and error log
+//   PowerModel   power.*     power, energy, die temperature, power-limit enforcement
 // and owns what ties them together: BAR0 decode and dispatch (registers.md), the global
 // registers and IOMMU fault records, the route table, BAR2 HBM, BAR4 MSI-X, the IOMMU,
 // reset and surprise removal.
@@ -34,6 +35,7 @@
 #include "npo/fw/regs.hpp"
 #include "npo/hal/topology_plan.hpp"
 #include "port.hpp"
+#include "power.hpp"
 #include "queue.hpp"
 #include "shared_state.hpp"
 #include "stats_engine.hpp"
@@ -107,6 +109,8 @@ class Card final : public EngineHost {
   void inject_iommu_faults(std::uint32_t n) { state_.inject_iommu.fetch_add(n); }
   [[nodiscard]] QueueModel& queue(unsigned q) { return *queues_[q]; }
   [[nodiscard]] Firmware& firmware() { return firmware_; }
+  /// Power and thermal model, power limit (power.hpp, mailbox.md §3.9).
+  [[nodiscard]] PowerModel& power() noexcept { return power_; }
   [[nodiscard]] WindowEntry& window(unsigned w) { return windows_.entry(w); }
   /// This card's part of the shared engine state.
   [[nodiscard]] CardState& shared() noexcept { return state_; }
@@ -135,6 +139,7 @@ class Card final : public EngineHost {
   [[nodiscard]] std::span<std::byte> card_hbm(std::uint32_t index) noexcept override;
   void kick(QueueModel& q, bool doorbell) override;
   void queue_halted(unsigned queue, std::uint64_t iova) override;
+  void dma_activity() noexcept override { power_.dma_activity(); }
   /// Cumulative data ops (copies, local and remote) this card's engines completed with status
   /// OK, and their bytes, since the card was created: never reset (not by a queue or card
   /// reset, nor a client's disconnect), so npo-emud can report what one owner's session moved.
@@ -185,6 +190,7 @@ class Card final : public EngineHost {
   StatsEngine stats_;
   Mailbox mailbox_;
   Firmware firmware_;
+  PowerModel power_;  ///< after ports_ and state_: it samples them
 
   // MSI-X (BAR4) and eventfds.
   std::mutex msix_mu_;

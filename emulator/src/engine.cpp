@@ -53,6 +53,7 @@ bool QueueModel::has_work() const noexcept {
   if (st_.enabled.load(std::memory_order_acquire) == 0 || st_.hung.load(std::memory_order_acquire) != 0) return false;
   if (st_.status.load() & qr::kStatusHalted.mask()) return false;
   if (!pending()) return false;
+  if (host_.state().dma_stalled()) return false;  // throttled, budget spent: the power controller kicks it
   // Paused on a full completion ring until the host frees entries (CQ_HEAD doorbell).
   const std::uint32_t depth = 1u << qr::kConfigDepthLog2.get(st_.config.load());
   return st_.cq_tail.load() - st_.cq_head.load() < depth;
@@ -621,7 +622,7 @@ Status QueueModel::remote(const dma::Descriptor& d, std::uint64_t* info) {
 }
 
 bool QueueModel::run_batch_locked() {
-  const CardState& cs = host_.state();
+  CardState& cs = host_.state();
   if (st_.enabled.load() == 0 || st_.hung.load() != 0 || cs.has(CardState::kDmaStopped) ||
       !cs.has(CardState::kBusMaster)) {
     return false;
@@ -671,8 +672,17 @@ bool QueueModel::run_batch_locked() {
     }
     n_held = 0;
   };
+  // Power-limit enforcement (power.hpp): a throttled card's engines spend a byte budget the
+  // power controller refills every 10 ms, and stop when it is spent.
+  const bool throttled = cs.dma_throttled.load(std::memory_order_relaxed) != 0;
+  bool stalled = false;
   while (head != tail && done < kBatch) {
     if (st_.hung.load() != 0 || cs.has(CardState::kDmaStopped)) break;
+    if (throttled && cs.dma_budget.load(std::memory_order_relaxed) <= 0) {
+      cs.dma_budget_hit.store(1, std::memory_order_relaxed);
+      stalled = true;
+      break;  // resumes when the controller refills the budget (it kicks the queue)
+    }
     if (ctail - st_.cq_head.load(std::memory_order_acquire) >= depth) {
       publish();
       st_.err.fetch_or(qr::kErrCqOverflow.mask());
@@ -727,6 +737,7 @@ bool QueueModel::run_batch_locked() {
       st = execute(d, &info);
       data_op = st == Status::kOk && d.opcode() != dma::Opcode::kNop && d.opcode() != dma::Opcode::kFence;
       if (data_op) ++n_data;
+      if (data_op && throttled) cs.dma_budget.fetch_sub(d.length(), std::memory_order_relaxed);
     }
     if (fenced) st_.failed_since_fence.store(0);
     if (st != Status::kOk && st != Status::kFenceSkipped) st_.failed_since_fence.store(1, std::memory_order_relaxed);
@@ -780,7 +791,9 @@ bool QueueModel::run_batch_locked() {
   saturating_add(st_.ops_error, done - n_ok);
   saturating_add(st_.bytes, n_bytes);
   if (done > 0 && (irq || qr::kConfigIrqEnable.get(cfg))) host_.raise_msix(fw::pci::kMsixVectorQueueBase + index_);
-  return head != st_.sq_tail.load(std::memory_order_acquire) && st_.hung.load() == 0 &&
+  // Last, after the counters: the power model samples the card while its engines move data.
+  if (n_data != 0) host_.dma_activity();
+  return !stalled && head != st_.sq_tail.load(std::memory_order_acquire) && st_.hung.load() == 0 &&
          !(st_.status.load() & qr::kStatusHalted.mask()) && ctail - st_.cq_head.load() < depth;
 }
 

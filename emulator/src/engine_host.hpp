@@ -55,6 +55,10 @@ class EngineHost {
   /// Queue `q` has work: a doorbell moved its SQ_TAIL (`doorbell`), or a CQ_HEAD freed room
   /// in a completion queue its engine stopped at. The host runs the engine now or soon.
   virtual void kick(QueueModel& q, bool doorbell) = 0;
+  /// The card's engines completed data ops (dma_bytes_total grew): the host's power model
+  /// samples the card while it is busy (power.hpp). Called once per batch that moved data;
+  /// cheap when the model already samples. A host without a power model ignores it.
+  virtual void dma_activity() noexcept {}
 };
 
 }  // namespace npo::emu

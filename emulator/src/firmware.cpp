@@ -165,6 +165,7 @@ std::vector<std::byte> Firmware::observe(std::span<const std::byte> request, std
       case mb::Command::kIdentify:
       case mb::Command::kGetVersions:
       case mb::Command::kTelemetry:
+      case mb::Command::kPowerRead:
       case mb::Command::kErrorLogRead:
       case mb::Command::kFwQuery: {
         std::lock_guard hl(handle_mu_);
@@ -188,6 +189,17 @@ std::vector<std::byte> Firmware::observe(std::span<const std::byte> request, std
         st = card_.ports()[port].xcvr_access(load_le<std::uint8_t>(body.data(), x::kBank),
                                              load_le<std::uint8_t>(body.data(), x::kPage), off, len, false, nullptr,
                                              payload, /*clear_latched=*/false);
+        break;
+      }
+      case mb::Command::kPowerLimit: {  // an observer may read the limit, not change it
+        namespace pl = mb::power_limit;
+        if (body.size() == pl::kReqSize &&
+            load_le<std::uint8_t>(body.data(), pl::kAction) != static_cast<std::uint8_t>(pl::Action::kGet)) {
+          refused = fmt::format("0x{:04x} (set/reset)", opcode);
+          return {};
+        }
+        std::lock_guard hl(handle_mu_);
+        st = handle(cmd, body, payload);
         break;
       }
       default: refused = fmt::format("0x{:04x}", opcode); return {};
@@ -304,8 +316,9 @@ mb::Status Firmware::handle(mb::Command cmd, std::span<const std::byte> req, std
       const unsigned np = card_.config().num_ports;
       rsp.assign(t::kPorts + np * t::kPortRecord, std::byte{0});
       store_le<std::uint64_t>(rsp.data(), t::kTimestampNs, sys.sched.now_ns());
-      store_le<std::int16_t>(rsp.data(), t::kTempQ8, static_cast<std::int16_t>(55 * 256));
-      store_le<std::uint32_t>(rsp.data(), t::kPowerMw, 350'000);
+      const PowerModel::Reading pw = card_.power().read();  // the same model as POWER_READ
+      store_le<std::int16_t>(rsp.data(), t::kTempQ8, pw.temp_q8);
+      store_le<std::uint32_t>(rsp.data(), t::kPowerMw, pw.power_mw);
       for (unsigned p = 0; p < np; ++p) {
         const std::size_t base = t::kPorts + p * t::kPortRecord;
         const Port::Telemetry pt = card_.ports()[p].telemetry();
@@ -340,6 +353,68 @@ mb::Status Firmware::handle(mb::Command cmd, std::span<const std::byte> req, std
         store_le<std::uint64_t>(rsp.data(), b + e::kEntryArg1, le.arg1);
         store_le<std::uint64_t>(rsp.data(), b + e::kEntryArg2, le.arg2);
       }
+      return mb::Status::kOk;
+    }
+    case mb::Command::kPowerRead: {
+      namespace pw = mb::power;
+      if (!need(0)) return mb::Status::kBadLength;
+      const PowerModel::Reading r = card_.power().read();
+      const std::vector<PowerModel::PortPower> ports = card_.power().ports();
+      const unsigned np = card_.config().num_ports;
+      rsp.assign(pw::size(np), std::byte{0});
+      store_le<std::uint64_t>(rsp.data(), pw::kTimestampNs, r.now_ns);
+      store_le<std::uint32_t>(rsp.data(), pw::kPowerMw, r.power_mw);
+      store_le<std::uint32_t>(rsp.data(), pw::kPowerAvgMw, r.power_avg_mw);
+      store_le<std::uint64_t>(rsp.data(), pw::kEnergyMj, r.energy_mj);
+      store_le<std::uint32_t>(rsp.data(), pw::kLimitMw, r.limit_mw);
+      store_le<std::uint32_t>(rsp.data(), pw::kDefaultLimitMw, r.default_limit_mw);
+      store_le<std::uint32_t>(rsp.data(), pw::kMinLimitMw, r.min_limit_mw);
+      store_le<std::uint32_t>(rsp.data(), pw::kMaxLimitMw, r.max_limit_mw);
+      store_le<std::uint32_t>(rsp.data(), pw::kThrottle, r.throttle);
+      store_le<std::uint64_t>(rsp.data(), pw::kThrottledNs, r.throttled_ns);
+      store_le<std::int16_t>(rsp.data(), pw::kTempQ8, r.temp_q8);
+      store_le<std::uint8_t>(rsp.data(), pw::kEnginesActive, static_cast<std::uint8_t>(r.engines_active));
+      store_le<std::uint8_t>(rsp.data(), pw::kNumPorts, static_cast<std::uint8_t>(np));
+      store_le<std::uint32_t>(rsp.data(), pw::kIdleMw, r.idle_mw);
+      store_le<std::uint32_t>(rsp.data(), pw::kDmaMw, r.dma_mw);
+      store_le<std::uint32_t>(rsp.data(), pw::kSerdesMw, r.serdes_mw);
+      store_le<std::uint32_t>(rsp.data(), pw::kModulesMw, r.modules_mw);
+      for (unsigned p = 0; p < np && p < ports.size(); ++p) {
+        const std::size_t b = pw::kPorts + p * pw::kPortRecord;
+        const auto& pp = ports[p];
+        const std::uint8_t flags = (pp.present ? pw::kPortPresent : 0) | (pp.low_power ? pw::kPortLowPower : 0);
+        store_le<std::uint8_t>(rsp.data(), b + pw::kPortFlags, flags);
+        store_le<std::uint8_t>(rsp.data(), b + pw::kPortPowerClass, pp.power_class);
+        store_le<std::uint16_t>(rsp.data(), b + pw::kPortMaxPowerQ, pp.max_power_q);
+        store_le<std::uint32_t>(rsp.data(), b + pw::kPortDrawMw, pp.draw_mw);
+        store_le<std::int16_t>(rsp.data(), b + pw::kPortTempQ8, pp.temp_q8);
+        store_le<std::uint8_t>(rsp.data(), b + pw::kPortTrainedLanes, pp.trained_lanes);
+      }
+      return mb::Status::kOk;
+    }
+    case mb::Command::kPowerLimit: {
+      namespace pl = mb::power_limit;
+      if (!need(pl::kReqSize)) return mb::Status::kBadLength;
+      const auto action = load_le<std::uint8_t>(req.data(), pl::kAction);
+      const auto mw = load_le<std::uint32_t>(req.data(), pl::kLimitMw);
+      switch (static_cast<pl::Action>(action)) {
+        case pl::Action::kGet:
+          if (mw != 0) return mb::Status::kBadArgument;
+          break;
+        case pl::Action::kSet:
+          if (!card_.power().set_limit(mw)) return mb::Status::kBadArgument;
+          break;
+        case pl::Action::kReset:
+          if (mw != 0) return mb::Status::kBadArgument;
+          card_.power().reset_limit();
+          break;
+        default: return mb::Status::kBadArgument;
+      }
+      rsp.assign(pl::kRspSize, std::byte{0});
+      store_le<std::uint32_t>(rsp.data(), pl::kRspLimitMw, card_.power().limit_mw());
+      store_le<std::uint32_t>(rsp.data(), pl::kRspDefaultMw, power::kDefaultLimitMw);
+      store_le<std::uint32_t>(rsp.data(), pl::kRspMinMw, power::kMinLimitMw);
+      store_le<std::uint32_t>(rsp.data(), pl::kRspMaxMw, power::kMaxLimitMw);
       return mb::Status::kOk;
     }
     case mb::Command::kErrorLogClear: {

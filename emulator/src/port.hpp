@@ -130,6 +130,19 @@ class Port {
     std::uint32_t max_ber = 0;     ///< worst lane pre-FEC BER as round(-log10 × 1000); 0 none
   };
   [[nodiscard]] Telemetry telemetry();
+  /// What the card's power model (power.hpp) needs of this port: the module's CMIS power
+  /// advertising (page 00h bytes 200, 201), its power mode, and the lanes the SerDes drive.
+  struct PowerView {
+    bool present = false;          ///< a module is plugged
+    bool low_power = true;         ///< the module is in ModuleLowPwr (CMIS 5.2 §6.3.2)
+    std::uint8_t byte200 = 0;      ///< page 00h byte 200: power class in bits 7:5
+    std::uint8_t max_power_q = 0;  ///< page 00h byte 201: max power, 0.25 W units
+    unsigned dp_lanes = 0;         ///< lanes whose data path is initialised or activated
+    unsigned trained_lanes = 0;    ///< lanes in use while the link is FecLock or Up
+    std::int16_t temp_q8 = 0;      ///< module temperature, 1/256 °C, the value DDM reports now
+  };
+  /// Takes the port lock; no side effect (latched flags stay as they are).
+  [[nodiscard]] PowerView power_view();
 
   // ---- Module firmware and CDB (docs/spec/cdb.md); white-box hooks for tests ---------
   /// Power cut of the module: power is lost and comes back at once. The module boots its

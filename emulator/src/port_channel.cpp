@@ -314,6 +314,26 @@ Port::Telemetry Port::telemetry() {
   return t;
 }
 
+Port::PowerView Port::power_view() {
+  std::lock_guard lock(mu_);
+  PowerView v;
+  if (!cabled_) return v;
+  const std::uint64_t now = sys_.sched.now_ns();
+  const auto& p00 = cmis_[static_cast<unsigned>(CmisPage::k00)];
+  v.present = true;
+  v.low_power = module_state() == kModLowPwr;
+  v.byte200 = p00[200 - 128];
+  v.max_power_q = p00[201 - 128];
+  v.dp_lanes = static_cast<unsigned>(std::popcount(dp_lanes_));
+  if (state_ == LinkState::kUp || state_ == LinkState::kFecLock) {
+    v.trained_lanes = static_cast<unsigned>(std::popcount(lanes_in_use_));
+  }
+  // The formula refresh_cmis writes into TempMonValue (the DDM value).
+  const double t = optics::module_temperature_c(module_seed_, pub_power_on_ns_.load(), now);
+  v.temp_q8 = static_cast<std::int16_t>(std::lround(std::clamp(t, -127.0, 127.0) * 256.0));
+  return v;
+}
+
 void Port::fill_record_locked(fw::stats::PortRecord& r) {
   const std::uint64_t now = sys_.sched.now_ns();
   const bool has_dp = state_ != LinkState::kDisabled && state_ != LinkState::kModuleWait;

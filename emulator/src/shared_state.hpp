@@ -116,6 +116,12 @@ struct CardState {
   std::atomic<std::uint64_t> hbm_bytes{0};
   std::atomic<std::uint64_t> dma_ops_total{0};    ///< Card::dma_totals: never reset
   std::atomic<std::uint64_t> dma_bytes_total{0};  ///< Card::dma_totals: never reset
+  /// Power-limit enforcement (power.hpp): while `dma_throttled` is 1 the engines spend
+  /// `dma_budget` bytes and stop at 0 until the power controller refills it (every 10 ms);
+  /// an engine that stopped on it sets `dma_budget_hit`.
+  std::atomic<std::int64_t> dma_budget{0};
+  std::atomic<std::uint32_t> dma_throttled{0};
+  std::atomic<std::uint32_t> dma_budget_hit{0};
   alignas(64) std::atomic<std::uint64_t> link[fw::regs::kMaxPorts]{};
   alignas(64) std::atomic<std::uint32_t> routes[fw::regs::kRouteEntries]{};  ///< registers.md §8
   alignas(64) WindowEntry windows[fw::regs::kWindowEntries];
@@ -123,6 +129,10 @@ struct CardState {
 
   [[nodiscard]] bool has(std::uint32_t flag) const noexcept {
     return (flags.load(std::memory_order_acquire) & flag) != 0;
+  }
+  /// The engines may not move data now: throttled with the budget spent (power.hpp).
+  [[nodiscard]] bool dma_stalled() const noexcept {
+    return dma_throttled.load(std::memory_order_relaxed) != 0 && dma_budget.load(std::memory_order_relaxed) <= 0;
   }
   /// Takes one injected IOMMU fault, if any is armed (the next data access faults).
   bool take_injected_iommu_fault() noexcept {
@@ -148,7 +158,7 @@ class FabricState {
  public:
   static constexpr std::uint64_t kMagic = 0x3145544154534546ULL;  ///< "FESTATE1"
   /// Layout version: attach refuses another (the two ends are one build of npo-hal).
-  static constexpr std::uint32_t kLayout = 1;
+  static constexpr std::uint32_t kLayout = 2;
   struct Header {
     std::uint64_t magic;
     std::uint32_t layout;

@@ -68,6 +68,12 @@ try:
     check(len(set(cards.get("fabric_id", []))) == 8, "/npo/cards: 8 distinct fabric ids")
     check(cards.get("dmadev", [""])[0] == "dma_npo0", "/npo/cards: card 0 is driven by dma_npo0")
     check(all(b == "emu:mesh8" for b in cards.get("backend", [])), "/npo/cards: backend emu:mesh8")
+    # Power (mailbox POWER_READ): idle 60 W plus modules and lanes, under the default 700 W limit.
+    check(len(cards.get("power_mw", [])) == 8 and all(60000 <= w < 700000 for w in cards["power_mw"]),
+          f"/npo/cards: power_mw of every card ({cards.get('power_mw')})")
+    check(all(l == 700000 for l in cards.get("power_limit_mw", [])), "/npo/cards: default power limit 700 W")
+    check(all(t == 0 for t in cards.get("throttled", [1])), "/npo/cards: no card throttled")
+    check(all(e > 0 for e in cards.get("energy_mj", [0])), "/npo/cards: energy counts")
 
     links = answers.get("/npo/links") or {}
     n = links.get("rows", 0)

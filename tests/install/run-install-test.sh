@@ -92,6 +92,23 @@ check_loads_installed() { # name exe
   fi
 }
 
+# Every installed tool answers --version with exit 0, its name and the project version. The
+# tools carry no install RPATH (a packaged install puts the library on the system path), so
+# they find the prefix's library through LD_LIBRARY_PATH here.
+ntools=0
+for exe in "${prefix}"/bin/npo-*; do
+  [[ -x "${exe}" && -f "${exe}" ]] || continue
+  name="$(basename "${exe}")"
+  rc=0
+  out="$(LD_LIBRARY_PATH="${prefix}/${libdir}" timeout 30 "${exe}" --version 2>&1)" || rc=$?
+  ((rc == 0)) || die "${name} --version exited ${rc}: ${out}"
+  if [[ -n "${version}" ]]; then
+    [[ "${out}" == "${name} (npo-hal) ${version}"* ]] || die "${name} --version says '${out}', not ${version}"
+  fi
+  ntools=$((ntools + 1))
+done
+step "--version of ${ntools} installed tools"
+
 check_output() { # name exe
   local name="$1" exe="$2" out
   step "run ${name}: ${exe} ${uri}"

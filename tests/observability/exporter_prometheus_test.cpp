@@ -192,6 +192,16 @@ TEST_F(ExporterPrometheusTest, PrometheusScrapesAndTheExporterSurvivesFaults) {
   EXPECT_LT(m[R"(npo_lane_rx_power_watts{card="2",port="3",lane="5"})"], 0.01);  // watts, not mW
   EXPECT_GT(m[R"(npo_port_module_temperature_celsius{card="2",port="3"})"], 10);
   EXPECT_EQ(m.count(R"(npo_lane_health{card="2",port="3",lane="5",verdict="GOOD"})"), 1u);
+  // Power (mailbox POWER_READ): trained links, powered-up modules (16 W, class 8), no throttling.
+  EXPECT_EQ(count_value(m, "npo_card_power_limit_watts", 700), 8);
+  EXPECT_EQ(count_value(m, "npo_card_throttled", 0), 8);
+  EXPECT_GT(m[R"(npo_card_power_watts{card="0"})"], 60 + 7 * 16);
+  EXPECT_GT(m[R"(npo_card_power_avg_watts{card="0"})"], 60);
+  EXPECT_GT(m[R"(npo_card_energy_joules_total{card="0"})"], 0);
+  EXPECT_GT(m[R"(npo_card_temperature_celsius{card="0"})"], 30);
+  EXPECT_EQ(m[R"(npo_module_power_watts{card="2",port="3"})"], 16);
+  EXPECT_EQ(m[R"(npo_module_power_class{card="2",port="3"})"], 8);
+  EXPECT_EQ(m.count(R"(npo_module_power_watts{card="2",port="7"})"), 0u) << "mesh8: port 7 has no module";
   const fs::path metrics_file = tmp_ / "metrics.txt";
   { std::ofstream(metrics_file) << first.body; }
   const auto lint = npo_test::run_command("promtool check metrics < " + metrics_file.string() + " 2>&1");
@@ -288,7 +298,7 @@ TEST_F(ExporterPrometheusTest, PrometheusScrapesAndTheExporterSurvivesFaults) {
   ASSERT_EQ(rules.status, 200);
   const auto rj = nlohmann::json::parse(rules.body);
   ASSERT_EQ(rj["data"]["groups"].size(), 1u);
-  EXPECT_EQ(rj["data"]["groups"][0]["rules"].size(), 6u);
+  EXPECT_EQ(rj["data"]["groups"][0]["rules"].size(), 7u);
   // The Grafana dashboard: every panel's PromQL (variables filled in) is accepted by this
   // Prometheus, and every npo_ metric it names is one the exporter writes.
   {

@@ -498,6 +498,48 @@ TEST(SpecAgreement, MailboxPayloadLayouts) {
                  p::kPortRecord);
   }
   {
+    namespace p = mbox::power;
+    check_layout(tables, d, "mbox.power",
+                 {{"timestamp_ns", p::kTimestampNs, 8},
+                  {"power_mw", p::kPowerMw, 4},
+                  {"power_avg_mw", p::kPowerAvgMw, 4},
+                  {"energy_mj", p::kEnergyMj, 8},
+                  {"limit_mw", p::kLimitMw, 4},
+                  {"default_limit_mw", p::kDefaultLimitMw, 4},
+                  {"min_limit_mw", p::kMinLimitMw, 4},
+                  {"max_limit_mw", p::kMaxLimitMw, 4},
+                  {"throttle", p::kThrottle, 4},
+                  {"throttled_ns", p::kThrottledNs, 8},
+                  {"temp_q8", p::kTempQ8, 2},
+                  {"engines_active", p::kEnginesActive, 1},
+                  {"num_ports", p::kNumPorts, 1},
+                  {"idle_mw", p::kIdleMw, 4},
+                  {"dma_mw", p::kDmaMw, 4},
+                  {"serdes_mw", p::kSerdesMw, 4},
+                  {"modules_mw", p::kModulesMw, 4},
+                  {"ports", p::kPorts, p::kPortRecord}},
+                 p::kPorts + p::kPortRecord);
+    check_layout(tables, d, "mbox.power.port",
+                 {{"flags", p::kPortFlags, 1},
+                  {"power_class", p::kPortPowerClass, 1},
+                  {"max_power_q", p::kPortMaxPowerQ, 2},
+                  {"draw_mw", p::kPortDrawMw, 4},
+                  {"temp_q8", p::kPortTempQ8, 2},
+                  {"trained_lanes", p::kPortTrainedLanes, 1}},
+                 p::kPortRecord);
+  }
+  {
+    namespace p = mbox::power_limit;
+    check_layout(tables, d, "mbox.power_limit.req", {{"action", p::kAction, 1}, {"limit_mw", p::kLimitMw, 4}},
+                 p::kReqSize);
+    check_layout(tables, d, "mbox.power_limit.rsp",
+                 {{"limit_mw", p::kRspLimitMw, 4},
+                  {"default_mw", p::kRspDefaultMw, 4},
+                  {"min_mw", p::kRspMinMw, 4},
+                  {"max_mw", p::kRspMaxMw, 4}},
+                 p::kRspSize);
+  }
+  {
     namespace p = mbox::errlog;
     check_layout(tables, d, "mbox.errlog.req", {{"start", p::kStart, 2}, {"max", p::kMax, 2}}, p::kReqSize);
     check_layout(tables, d, "mbox.errlog.rsp",
@@ -562,6 +604,8 @@ constexpr std::string_view command_name(mbox::Command c) {
     case mbox::Command::kTelemetry: return "TELEMETRY";
     case mbox::Command::kErrorLogRead: return "ERROR_LOG_READ";
     case mbox::Command::kErrorLogClear: return "ERROR_LOG_CLEAR";
+    case mbox::Command::kPowerRead: return "POWER_READ";
+    case mbox::Command::kPowerLimit: return "POWER_LIMIT";
     case mbox::Command::kFwQuery: return "FW_QUERY";
     case mbox::Command::kFwBegin: return "FW_BEGIN";
     case mbox::Command::kFwWrite: return "FW_WRITE";
@@ -595,6 +639,8 @@ TEST(SpecAgreement, MailboxCommands) {
       {C::kTelemetry, {0, std::nullopt}},
       {C::kErrorLogRead, {mbox::errlog::kReqSize, std::nullopt}},
       {C::kErrorLogClear, {0, 0}},
+      {C::kPowerRead, {0, std::nullopt}},
+      {C::kPowerLimit, {mbox::power_limit::kReqSize, mbox::power_limit::kRspSize}},
       {C::kFwQuery, {0, mbox::fwu::kQuerySize}},
       {C::kFwBegin, {mbox::fwu::kBeginReqSize, mbox::fwu::kBeginRspSize}},
       {C::kFwWrite, {std::nullopt, mbox::fwu::kWriteRspSize}},

@@ -162,7 +162,20 @@ TEST(NpoLinkDdm, DecodesEveryModuleOverTheMailbox) {
     if (!m["module"]["applications"].empty()) {
       EXPECT_EQ(m["module"]["lanes"].size(), 8u);
     }
+    // The cage's power (mailbox POWER_READ): class 8, 16 W max; powered up with 8 data-path
+    // lanes it draws its max; the temperature is the DDM one.
+    const auto& pw = m["power"];
+    ASSERT_TRUE(pw.is_object()) << m.dump();
+    EXPECT_EQ(pw["power_class"], 8);
+    EXPECT_DOUBLE_EQ(pw["max_power_w"].get<double>(), 16.0);
+    if (st == "ModuleReady") {
+      EXPECT_DOUBLE_EQ(pw["draw_w"].get<double>(), 16.0);
+    }
+    EXPECT_NEAR(pw["temperature_c"].get<double>(), m["module"]["temperature_c"].get<double>(), 0.5);
   }
+  // The text listing says it on one line per module.
+  const auto r = npo_test::run_command(std::string(NPO_LINK) + " ddm --train --card 0 --port 0" + kBackend);
+  EXPECT_NE(r.out.find("  power: class 8 (max 16.00 W), cage draw 16.000 W, powered up"), std::string::npos) << r.out;
 }
 
 TEST(NpoLinkFec, CountersAndBinsAndWatch) {

@@ -59,7 +59,8 @@ TEST(ToolsCli, BadCommandLinesExit2WithAClearMessage) {
        "npo-emud: unknown option '--topolgy' (did you mean '--topology'?)", "is required"},
       {kEmud + " --socket-dir /tmp/x", "--topology is required"},
       // Used to exit 109.
-      {kSmi + " --card 3", "npo-smi: unknown option '--card'"},
+      {kSmi + " --card 3",
+       "npo-smi: option '--card' belongs to a subcommand: put it after it (npo-smi power --card ...)"},
       {kSmi + " topo --expcet plan.yaml", "unknown option '--expcet' (did you mean '--expect'?)"},
       {kSmi + " tpo", "npo-smi: unknown subcommand 'tpo' (did you mean 'topo'?"},
       {kEmu + " topo chekc", "npo-emu topo: unknown subcommand 'chekc' (did you mean 'check'?"},

@@ -54,6 +54,57 @@ TEST(NpoSmi, TextTableAndClearErrors) {
   EXPECT_NE(r.out.find("vfio"), std::string::npos) << r.out;
 }
 
+// `npo-smi power`: power, average, energy, limit and range, temperature per card (mailbox
+// POWER_READ); --card N --limit W sets the limit (a limit out of range names the range, exit 1),
+// --reset restores it; --limit without --card is a bad command line.
+TEST(NpoSmi, PowerShowsEachCardAndSetsTheLimit) {
+  const std::string smi = std::string(NPO_SMI) + " --backend emu:mesh8 power";
+  auto r = run(smi + " --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["cards"].size(), 8u);
+  for (const auto& c : j["cards"]) {
+    // Idle 60 W plus 7 modules in low power (1.5 W each): mesh8's cabled ports, links untrained.
+    EXPECT_DOUBLE_EQ(c["power_w"].get<double>(), 70.5) << c.dump();
+    EXPECT_DOUBLE_EQ(c["limit_w"].get<double>(), 700.0);
+    EXPECT_DOUBLE_EQ(c["default_limit_w"].get<double>(), 700.0);
+    EXPECT_DOUBLE_EQ(c["min_limit_w"].get<double>(), 75.0);
+    EXPECT_DOUBLE_EQ(c["max_limit_w"].get<double>(), 750.0);
+    EXPECT_FALSE(c["throttled"].get<bool>());
+    EXPECT_GT(c["energy_j"].get<double>(), 0.0);
+    EXPECT_GT(c["temp_c"].get<double>(), 30.0);
+  }
+  r = run(smi);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("CARD     POWER    AVG 1s       ENERGY     LIMIT   DEFAULT           RANGE    TEMP THROTTLE"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("70.5 W    70.5 W"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("75..750 W"), std::string::npos) << r.out;
+  // Setting: the new limit is what the card enforces (an in-process backend lives for one run).
+  r = run(smi + " --card 3 --limit 250.5 --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["cards"].size(), 1u);
+  EXPECT_EQ(j["cards"][0]["index"], 3);
+  EXPECT_DOUBLE_EQ(j["cards"][0]["limit_w"].get<double>(), 250.5);
+  r = run(smi + " --card 3 --reset --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(r.out)["cards"][0]["limit_w"].get<double>(), 700.0);
+  r = run(smi + " --card 3 --limit 800 2>&1");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("power limit 800.000 W is out of range: card 3 accepts 75.000 .. 750.000 W"), std::string::npos)
+      << r.out;
+  r = run(smi + " --limit 200 2>&1");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("--limit and --reset need --card N"), std::string::npos) << r.out;
+  r = run(smi + " --card 8 2>&1");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("npo-smi power: card 8 not present (8 cards)"), std::string::npos) << r.out;
+  r = run(smi + " --card 1 --limit 200 --reset 2>&1");
+  EXPECT_EQ(r.status, 2) << r.out;
+}
+
 TEST(NpoSmi, TopoTrainsLinksAndPrintsTheHopMatrix) {
   auto r = run(std::string(NPO_SMI) + " --backend emu:mesh8 topo --train --json");
   ASSERT_EQ(r.status, 0) << r.out;

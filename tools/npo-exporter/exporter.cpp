@@ -242,15 +242,23 @@ Result<bool> Collector::collect(std::string& out) {
   queue_counters_.resize(system_->device_count());
   card_counters_.resize(system_->device_count());
   queue_labels_.resize(system_->device_count());
+  power_.resize(system_->device_count());
+  module_power_.resize(system_->device_count());
   for (std::size_t c = 0; c < system_->device_count(); ++c) {
     queue_counters_[c].clear();
     card_counters_[c].reset();
+    power_[c].reset();
+    module_power_[c].clear();
   }
   for (const auto& cp : snap->cards) {
     if (cp.removed || cp.card >= system_->device_count()) continue;
     const Device& dev = system_->device(cp.card);
     if (auto q = dev.queue_counters()) queue_counters_[cp.card] = std::move(*q);
     if (auto k = dev.card_counters()) card_counters_[cp.card] = *k;
+    // Power (mailbox POWER_READ): absent on firmware without it, or when the read failed.
+    Device& pdev = system_->device(cp.card);
+    if (auto pw = pdev.power()) power_[cp.card] = *pw;
+    if (auto mp = pdev.module_power()) module_power_[cp.card] = std::move(*mp);
     auto& ql = queue_labels_[cp.card];
     if (ql.size() != queue_counters_[cp.card].size()) {
       ql.clear();
@@ -287,6 +295,50 @@ Result<bool> Collector::collect(std::string& out) {
   for (std::size_t c = 0; c < card_counters_.size(); ++c) {
     if (card_counters_[c])
       w.sample("npo_mailbox_errors_total", card_labels_[c], std::uint64_t{card_counters_[c]->mailbox_errors});
+  }
+
+  // ---- power (mailbox.md §3.9) ----
+  auto card_power = [&](std::string_view name, std::string_view type, std::string_view help, auto value) {
+    w.family(name, type, help);
+    for (std::size_t c = 0; c < power_.size(); ++c) {
+      if (power_[c]) w.sample(name, card_labels_[c], value(*power_[c]));
+    }
+  };
+  card_power("npo_card_power_watts", "gauge", "Card power, average over the last 10 ms, watts.",
+             [](const PowerReading& p) { return p.power_mw / 1000.0; });
+  card_power("npo_card_power_avg_watts", "gauge",
+             "Card power averaged over the last second, watts (what the power limit bounds).",
+             [](const PowerReading& p) { return p.power_avg_mw / 1000.0; });
+  card_power("npo_card_energy_joules_total", "counter", "Energy the card used since it powered on, joules.",
+             [](const PowerReading& p) { return static_cast<double>(p.energy_mj) / 1000.0; });
+  card_power("npo_card_power_limit_watts", "gauge", "Power limit the card enforces, watts.",
+             [](const PowerReading& p) { return p.limit_mw / 1000.0; });
+  card_power("npo_card_power_limit_default_watts", "gauge", "Default power limit of the card, watts.",
+             [](const PowerReading& p) { return p.default_limit_mw / 1000.0; });
+  card_power("npo_card_throttled", "gauge",
+             "Whether the card throttles its DMA engines now to hold its power limit (1) or not (0).",
+             [](const PowerReading& p) { return std::uint64_t{p.throttled() ? 1u : 0u}; });
+  card_power("npo_card_throttled_seconds_total", "counter",
+             "Time the card spent throttled since it powered on, seconds.",
+             [](const PowerReading& p) { return static_cast<double>(p.throttled_ns) / 1e9; });
+  card_power("npo_card_temperature_celsius", "gauge", "Die temperature of the card, degrees Celsius.",
+             [](const PowerReading& p) { return p.temp_c; });
+  w.family("npo_module_power_watts", "gauge",
+           "Power drawn by the port's module cage (its rail, measured by the card), watts.");
+  for (std::size_t c = 0; c < module_power_.size(); ++c) {
+    for (const auto& m : module_power_[c]) {
+      if (m.present && m.port < kPortSlots)
+        w.sample("npo_module_power_watts", labels_for(static_cast<std::uint32_t>(c), m.port).port, m.draw_mw / 1000.0);
+    }
+  }
+  w.family("npo_module_power_class", "gauge",
+           "CMIS power class (1..8) the port's module advertises (page 00h byte 200).");
+  for (std::size_t c = 0; c < module_power_.size(); ++c) {
+    for (const auto& m : module_power_[c]) {
+      if (m.present && m.port < kPortSlots)
+        w.sample("npo_module_power_class", labels_for(static_cast<std::uint32_t>(c), m.port).port,
+                 std::uint64_t{m.power_class});
+    }
   }
 
   // ---- ports ----

@@ -69,6 +69,9 @@ class Collector {
   /// is removed or the read failed.
   std::vector<std::vector<QueueCounters>> queue_counters_;
   std::vector<std::optional<CardCounters>> card_counters_;
+  /// Per card, this scrape: POWER_READ (absent: removed, failed, or firmware without it).
+  std::vector<std::optional<PowerReading>> power_;
+  std::vector<std::vector<ModulePower>> module_power_;
 };
 
 /// Options of an Exporter.

@@ -113,9 +113,14 @@ int ddm_once(System& sys, LinkMonitor& mon, const Common& c) {
       worst = 2;
       continue;
     }
+    // The cages' power and the modules' power class (mailbox POWER_READ; absent on firmware
+    // without it): one read per card.
+    const auto cage_power = dev.module_power();
     for (unsigned p = 0; p < dev.port_count(); ++p) {
       if (!c.ports.empty() && std::find(c.ports.begin(), c.ports.end(), p) == c.ports.end()) continue;
       if (!state_ok(ci, p)) continue;
+      const ModulePower* mp =
+          cage_power && p < cage_power->size() && (*cage_power)[p].present ? &(*cage_power)[p] : nullptr;
       auto ps = read_port(dev, p);
       if (!ps) {
         if (ps.error().code() == Code::kUnavailable) {
@@ -186,7 +191,13 @@ int ddm_once(System& sys, LinkMonitor& mon, const Common& c) {
                         {"port", p},
                         {"module", module_json(*m)},
                         {"module_removed", false},
-                        {"thresholds", thresholds_json(m->thresholds)}});
+                        {"thresholds", thresholds_json(m->thresholds)},
+                        {"power", mp ? nlohmann::json{{"power_class", mp->power_class},
+                                                      {"max_power_w", mp->max_power_w},
+                                                      {"draw_w", mp->draw_mw / 1000.0},
+                                                      {"low_power", mp->low_power},
+                                                      {"temperature_c", or_null(mp->temp_c)}}
+                                     : nlohmann::json(nullptr)}});
         continue;
       }
       fmt::print("card {} port {}: {} {} {} (SN {}), {}\n", ci, p, m->identifier_name, m->vendor_name, m->part_number,
@@ -194,6 +205,10 @@ int ddm_once(System& sys, LinkMonitor& mon, const Common& c) {
       fmt::print("  temperature {}  supply {}\n",
                  m->temperature_c ? fmt::format("{:.2f} C", *m->temperature_c) : std::string("not reported"),
                  m->supply_voltage_v ? fmt::format("{:.4f} V", *m->supply_voltage_v) : std::string("not reported"));
+      if (mp) {
+        fmt::print("  power: class {} (max {:.2f} W), cage draw {:.3f} W, {}\n", mp->power_class, mp->max_power_w,
+                   mp->draw_mw / 1000.0, mp->low_power ? "low power mode" : "powered up");
+      }
       std::string mflags;
       for (auto f : m->module_flags)
         mflags += fmt::format("{}{}", mflags.empty() ? "" : ", ", xcvr::module_flag_name(f));

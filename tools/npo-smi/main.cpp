@@ -2,6 +2,7 @@
 // npo-smi: lists the NPO cards a backend exposes, with identity, BARs, NUMA node, HBM,
 // PCIe link and firmware read from each card. Uses only the public npo-hal API.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <optional>
@@ -445,6 +446,97 @@ int topo(npo::System& s, bool json, const std::string& expect, const TopoFormat&
   return finish();
 }
 
+/// Options of `npo-smi power`.
+struct PowerArgs {
+  std::optional<unsigned> card;
+  std::optional<double> limit_w;
+  bool reset = false;
+};
+
+nlohmann::json power_json(const npo::PowerReading& p) {
+  return {{"power_w", p.power_mw / 1000.0},
+          {"power_avg_w", p.power_avg_mw / 1000.0},
+          {"energy_j", static_cast<double>(p.energy_mj) / 1000.0},
+          {"limit_w", p.limit_mw / 1000.0},
+          {"default_limit_w", p.default_limit_mw / 1000.0},
+          {"min_limit_w", p.min_limit_mw / 1000.0},
+          {"max_limit_w", p.max_limit_mw / 1000.0},
+          {"throttled", p.throttled()},
+          {"throttle_reasons", p.throttle_reasons},
+          {"throttled_s", static_cast<double>(p.throttled_ns) / 1e9},
+          {"temp_c", p.temp_c},
+          {"dma_w", p.dma_mw / 1000.0},
+          {"serdes_w", p.serdes_mw / 1000.0},
+          {"modules_w", p.modules_mw / 1000.0}};
+}
+
+/// `npo-smi power`: power, 1 s average, energy, limit (default, range), throttling and die
+/// temperature per card (mailbox POWER_READ); with --card N --limit W or --reset, changes the
+/// card's enforced limit first (POWER_LIMIT). Exit 0; 1 when a card fails or refuses the limit
+/// (out of range: the message names the range); 2 for a card that is not present.
+int power(npo::System& s, const PowerArgs& a, bool json) {
+  if (a.card && *a.card >= s.device_count()) {
+    std::fprintf(stderr, "npo-smi power: card %u not present (%zu card%s)\n", *a.card, s.device_count(),
+                 s.device_count() == 1 ? "" : "s");
+    return npo::tools::kExitUsage;
+  }
+  if (a.card && (a.limit_w || a.reset)) {
+    auto& d = s.device(*a.card);
+    auto r = a.reset ? d.reset_power_limit()
+                     : d.set_power_limit(static_cast<std::uint32_t>(std::llround(*a.limit_w * 1000.0)));
+    if (!r) return fail(kTool, a.reset ? "power --reset" : "power --limit", r.error());
+  }
+  int status = 0;
+  nlohmann::json cards = nlohmann::json::array();
+  using Align = Column::Align;
+  const Table t({{"CARD", 4, Align::kLeft, ""},
+                 {"POWER", 9},
+                 {"AVG 1s", 9},
+                 {"ENERGY", 12},
+                 {"LIMIT", 9},
+                 {"DEFAULT", 9},
+                 {"RANGE", 15},
+                 {"TEMP", 7},
+                 {"THROTTLE", 0, Align::kLeft}});
+  if (!json) t.print_header();
+  for (std::size_t i = 0; i < s.device_count(); ++i) {
+    if (a.card && i != *a.card) continue;
+    auto& d = s.device(i);
+    if (d.info().removed) {
+      if (!json) t.print_row(d.info().index, "-", "-", "-", "-", "-", "-", "-", "REMOVED");
+      status = kExitRemoved;
+      continue;
+    }
+    auto p = d.power();
+    if (!p) {
+      status = fail(kTool, fmt::format("card {}: power", d.info().index), p.error());
+      continue;
+    }
+    if (json) {
+      nlohmann::json c = power_json(*p);
+      c["index"] = d.info().index;
+      cards.push_back(c);
+      continue;
+    }
+    t.print_row(d.info().index, fmt::format("{:.1f} W", p->power_mw / 1000.0),
+                fmt::format("{:.1f} W", p->power_avg_mw / 1000.0),
+                fmt::format("{:.1f} J", static_cast<double>(p->energy_mj) / 1000.0),
+                fmt::format("{:.1f} W", p->limit_mw / 1000.0), fmt::format("{:.1f} W", p->default_limit_mw / 1000.0),
+                fmt::format("{:.0f}..{:.0f} W", p->min_limit_mw / 1000.0, p->max_limit_mw / 1000.0),
+                fmt::format("{:.1f} C", p->temp_c),
+                p->throttled() ? fmt::format("power_limit ({:.1f} s)", static_cast<double>(p->throttled_ns) / 1e9)
+                               : fmt::format("- ({:.1f} s)", static_cast<double>(p->throttled_ns) / 1e9));
+  }
+  if (json) {
+    print_json({{"cards", cards}});
+  } else {
+    fmt::print(
+        "\nPOWER: the last 10 ms; AVG 1s: what the limit bounds (over it the card throttles its DMA engines);\n"
+        "ENERGY since power-on; TEMP: die. Set with `npo-smi power --card N --limit W`, undo with --reset.\n");
+  }
+  return status;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -484,6 +576,18 @@ int main(int argc, char** argv) {
   topo_cmd->add_option("--slurm-switch-size", tf.slurm_group, "with --format slurm: cards per leaf switch (default 8)")
       ->check(CLI::Range(1u, 1024u));
   topo_cmd->fallthrough();  // `npo-smi topo --backend X` works like `npo-smi --backend X topo`
+  auto* power_cmd = app.add_subcommand(
+      "power",
+      "card power now and over 1 s, energy, power limit (default, range), throttling, die temperature; "
+      "--card N --limit W sets the enforced limit, --reset restores the default");
+  PowerArgs pa;
+  power_cmd->add_option("--card", pa.card, "only this card (required with --limit / --reset)");
+  auto* lim =
+      power_cmd->add_option("--limit", pa.limit_w, "set the enforced power limit, W")->check(CLI::PositiveNumber);
+  auto* rst = power_cmd->add_flag("--reset", pa.reset, "restore the default power limit");
+  lim->excludes(rst);
+  power_cmd->add_flag("--json", json, "print {cards: [{index, power_w, power_avg_w, energy_j, limit_w, ...}]}");
+  power_cmd->fallthrough();
   if (auto rc = npo::tools::parse_command_line(app, argc, argv, "npo-smi")) return *rc;
 
   if (auto r = npo::tools::configure_logging(log); !r) {
@@ -494,7 +598,13 @@ int main(int argc, char** argv) {
   // `topo --train` changes the links, so it attaches as owner (as `npo-link show --train`).
   const std::string given_uri = npo::tools::backend_uri(backend, kTool);
   const bool trains = topo_cmd->parsed() && train;
-  const std::string uri = trains ? given_uri : npo::tools::observer_uri(given_uri);
+  // `power --limit/--reset` changes the card: owner attach, as `topo --train`.
+  const bool sets_limit = power_cmd->parsed() && (pa.limit_w || pa.reset);
+  if (sets_limit && !pa.card) {
+    std::fprintf(stderr, "npo-smi power: --limit and --reset need --card N\nRun with --help for more information.\n");
+    return npo::tools::kExitUsage;
+  }
+  const std::string uri = trains || sets_limit ? given_uri : npo::tools::observer_uri(given_uri);
   auto sys = npo::System::open(uri);
   if (!sys) {
     fail(kTool, fmt::format("cannot open '{}'", uri), sys.error());
@@ -502,6 +612,7 @@ int main(int argc, char** argv) {
   }
   auto& s = **sys;
   if (topo_cmd->parsed()) return topo(s, json, expect, tf, train);
+  if (power_cmd->parsed()) return power(s, pa, json);
   // A card already removed when we opened it (DeviceInfo::removed) is listed and exits 4, as
   // npo-link does for a removed card.
   std::string removed;

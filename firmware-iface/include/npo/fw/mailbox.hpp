@@ -49,6 +49,8 @@ enum class Command : std::uint16_t {
   kTelemetry = 0x0030,
   kErrorLogRead = 0x0040,
   kErrorLogClear = 0x0041,
+  kPowerRead = 0x0050,   ///< card power, energy, limit, die temperature, per-port module power (§3.9)
+  kPowerLimit = 0x0051,  ///< get / set / reset the enforced power limit (§3.10)
   kFwQuery = 0x0100,     ///< §5.2 flash slots, versions, update state
   kFwBegin = 0x0101,     ///< §5.3 start staging an image into the inactive slot (erases it)
   kFwWrite = 0x0102,     ///< §5.4 one chunk, in order
@@ -270,9 +272,57 @@ inline constexpr std::size_t kCommitSecurityVersion = 0x00;  // u32 the card's c
 inline constexpr std::size_t kCommitRspSize = 0x04;
 }  // namespace fwu
 
+/// POWER_READ response (mailbox.md §3.9): card power state, then 16 bytes per port.
+namespace power {
+inline constexpr std::size_t kTimestampNs = 0x00;     // u64 sample time, GLOBAL.TIMESTAMP clock
+inline constexpr std::size_t kPowerMw = 0x08;         // u32 instantaneous card power (last 10 ms), mW
+inline constexpr std::size_t kPowerAvgMw = 0x0c;      // u32 card power averaged over the last 1 s, mW
+inline constexpr std::size_t kEnergyMj = 0x10;        // u64 energy since the card powered on, mJ (monotonic)
+inline constexpr std::size_t kLimitMw = 0x18;         // u32 enforced power limit, mW
+inline constexpr std::size_t kDefaultLimitMw = 0x1c;  // u32 default limit, mW
+inline constexpr std::size_t kMinLimitMw = 0x20;      // u32 lowest settable limit, mW
+inline constexpr std::size_t kMaxLimitMw = 0x24;      // u32 highest settable limit, mW
+inline constexpr std::size_t kThrottle = 0x28;        // u32 throttle reasons now (kThrottle* bits)
+inline constexpr std::size_t kThrottledNs = 0x30;     // u64 time spent throttled since power-on, ns
+inline constexpr std::size_t kTempQ8 = 0x38;          // i16 die temperature, 1/256 °C
+inline constexpr std::size_t kEnginesActive = 0x3a;   // u8 DMA engines that moved data in the last 10 ms
+inline constexpr std::size_t kNumPorts = 0x3b;        // u8 port records that follow (CAP0.NUM_PORTS)
+inline constexpr std::size_t kIdleMw = 0x3c;          // u32 share of kPowerMw: idle (always-on) power, mW
+inline constexpr std::size_t kDmaMw = 0x40;           // u32 share: DMA engines, mW
+inline constexpr std::size_t kSerdesMw = 0x44;        // u32 share: SerDes of trained lanes, mW
+inline constexpr std::size_t kModulesMw = 0x48;       // u32 share: module cages (sum of port draw_mw), mW
+inline constexpr std::size_t kPorts = 0x50;           // start of per-port records
+inline constexpr std::size_t kPortRecord = 16;
+inline constexpr std::size_t kPortFlags = 0x00;         // u8 kPort* bits
+inline constexpr std::size_t kPortPowerClass = 0x01;    // u8 CMIS power class 1..8 (page 00h byte 200 bits 7:5 + 1)
+inline constexpr std::size_t kPortMaxPowerQ = 0x02;     // u16 module max power, 0.25 W units (page 00h byte 201)
+inline constexpr std::size_t kPortDrawMw = 0x04;        // u32 cage rail draw now, mW
+inline constexpr std::size_t kPortTempQ8 = 0x08;        // i16 module temperature, 1/256 °C (DDM TempMonValue)
+inline constexpr std::size_t kPortTrainedLanes = 0x0a;  // u8 lanes of the link in FecLock/Up (SerDes powered)
+inline constexpr std::uint32_t kThrottlePowerLimit = 1u << 0;  ///< the 1 s average exceeded the limit: DMA throttled
+inline constexpr std::uint8_t kPortPresent = 1u << 0;          ///< a module is plugged
+inline constexpr std::uint8_t kPortLowPower = 1u << 1;         ///< the module is in CMIS ModuleLowPwr
+[[nodiscard]] constexpr std::size_t size(unsigned num_ports) noexcept { return kPorts + num_ports * kPortRecord; }
+}  // namespace power
+
+/// POWER_LIMIT request and response (mailbox.md §3.10).
+namespace power_limit {
+inline constexpr std::size_t kAction = 0x00;   // u8 Action
+inline constexpr std::size_t kLimitMw = 0x04;  // u32 kSet: the new limit, mW; otherwise 0
+inline constexpr std::size_t kReqSize = 0x08;
+inline constexpr std::size_t kRspLimitMw = 0x00;    // u32 enforced limit after the action, mW
+inline constexpr std::size_t kRspDefaultMw = 0x04;  // u32
+inline constexpr std::size_t kRspMinMw = 0x08;      // u32
+inline constexpr std::size_t kRspMaxMw = 0x0c;      // u32
+inline constexpr std::size_t kRspSize = 0x10;
+enum class Action : std::uint8_t { kGet = 0, kSet = 1, kReset = 2 };
+}  // namespace power_limit
+
 static_assert(identify::kSize <= kMaxPayload);
 static_assert(fwu::kQuerySize <= kMaxPayload);
 static_assert(fwu::kWriteData + fwu::kMaxChunk <= kMaxPayload);
+static_assert(power::kPortTrainedLanes < power::kPortRecord && power::kModulesMw + 4 <= power::kPorts);
+static_assert(power::size(regs::kMaxPorts) <= kMaxPayload);
 static_assert(telemetry::kPorts + regs::kMaxPorts * telemetry::kPortRecord <= kMaxPayload);
 static_assert(xcvr::kData + xcvr::kMaxLength <= kMaxPayload);
 

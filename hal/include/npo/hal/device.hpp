@@ -10,6 +10,7 @@
 
 #include "npo/hal/dma.hpp"
 #include "npo/hal/error.hpp"
+#include "npo/hal/power.hpp"
 
 namespace npo {
 
@@ -138,6 +139,24 @@ class Device {
   Result<Heartbeat> heartbeat();
   /// Reads up to `max_entries` firmware error log entries, oldest first. Errors as above.
   Result<std::vector<FirmwareLogEntry>> error_log(std::size_t max_entries = 256);
+
+  /// Reads the card's power state: power now and over 1 s, energy, the enforced limit and its
+  /// range, throttling, die temperature (mailbox POWER_READ, mailbox.md §3.9). Works on a
+  /// read-only attach. Errors: as firmware_versions(); kInternal (reply of the wrong size).
+  /// Thread-safety: safe from any thread (mailbox calls are serialised).
+  Result<PowerReading> power();
+  /// Per port, the module cage's power, the module's power class and temperature (POWER_READ,
+  /// the same reading as power()); one entry per port, in port order. Errors as power().
+  Result<std::vector<ModulePower>> module_power();
+  /// Sets the power limit the card enforces, mW (POWER_LIMIT set, mailbox.md §3.10): when its
+  /// 1 s average power exceeds it, the card throttles its DMA engines until the average holds.
+  /// The limit survives a device reset; reset_power_limit() restores the default.
+  /// Errors: kInvalidArgument (EINVAL) when `mw` is outside [min_limit_mw, max_limit_mw], the
+  /// message naming the range in W; kPermissionDenied (read-only attach); mailbox errors as
+  /// firmware_versions(). Thread-safety: safe from any thread.
+  Result<void> set_power_limit(std::uint32_t mw);
+  /// Restores the default power limit (POWER_LIMIT reset). Errors as set_power_limit().
+  Result<void> reset_power_limit();
 
   /// Resets the card (function level reset through the backend) and waits up to 2 s of
   /// platform time for STATUS.READY.

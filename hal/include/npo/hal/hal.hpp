@@ -14,6 +14,7 @@
 #include "npo/hal/memory.hpp"
 #include "npo/hal/module_firmware.hpp"
 #include "npo/hal/port.hpp"
+#include "npo/hal/power.hpp"
 #include "npo/hal/system.hpp"
 #include "npo/hal/topology.hpp"
 #include "npo/hal/topology_check.hpp"
