@@ -53,7 +53,7 @@ TEST(NpoFwTool, SignVerifyUpdateQueryAcrossProcesses) {
   EXPECT_EQ(r.status, 1) << r.out;
   // sign with the development key; verify with and without the key.
   r = npo_test::run_command(kFw + " sign --key " + kKeys + "/dev-key.sec --out " + (d / "good.img") + " " +
-                            (d / "payload") + " --version 1.3.0 --security 2 2>&1");
+                            (d / "payload") + " --fw-version 1.3.0 --security 2 2>&1");
   ASSERT_EQ(r.status, 0) << r.out;
   r = npo_test::run_command(kFw + " verify --json --key " + kKeys + "/dev-key.pub " + (d / "good.img") + " 2>&1");
   ASSERT_EQ(r.status, 0) << r.out;
@@ -65,10 +65,10 @@ TEST(NpoFwTool, SignVerifyUpdateQueryAcrossProcesses) {
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.out.find("unknown_key"), std::string::npos) << r.out;
   r = npo_test::run_command(kFw + " sign --key " + (d / "mine.sec") + " --out " + (d / "foreign.img") + " " +
-                            (d / "payload") + " --version 1.4.0 --security 2 2>&1");
+                            (d / "payload") + " --fw-version 1.4.0 --security 2 2>&1");
   ASSERT_EQ(r.status, 0) << r.out;
   r = npo_test::run_command(kFw + " sign --key " + kKeys + "/dev-key.sec --out " + (d / "bootfail.img") + " " +
-                            (d / "bootfail") + " --version 1.5.0 --security 2 2>&1");
+                            (d / "bootfail") + " --fw-version 1.5.0 --security 2 2>&1");
   ASSERT_EQ(r.status, 0) << r.out;
   // A corrupt copy is refused by verify without any key.
   {
@@ -114,7 +114,7 @@ TEST(NpoFwTool, SignVerifyUpdateQueryAcrossProcesses) {
   EXPECT_EQ(q[0].value("rolled_back", false), true);
   // --no-commit leaves a trial; rollback returns to the committed slot, commit makes it permanent.
   r = npo_test::run_command(kFw + " sign --key " + kKeys + "/dev-key.sec --out " + (d / "next.img") + " " +
-                            (d / "payload") + " --version 1.4.0 --security 2 2>&1");
+                            (d / "payload") + " --fw-version 1.4.0 --security 2 2>&1");
   ASSERT_EQ(r.status, 0) << r.out;
   r = npo_test::run_command(kFw + " update -q --no-commit --backend " + uri + " --card 0 " + (d / "next.img") +
                             " 2>&1");
@@ -140,7 +140,7 @@ TEST(NpoFwTool, SignVerifyUpdateQueryAcrossProcesses) {
   EXPECT_NE(r.out.find("card 1: firmware 1.2.0 in slot A"), std::string::npos) << r.out;
   // Bad command lines exit 2; a bad version string is a refused operation (1).
   EXPECT_EQ(npo_test::run_command(kFw + " update " + (d / "good.img") + " 2>&1").status, 2);
-  EXPECT_EQ(npo_test::run_command(kFw + " sign --key x --out y z --version 1.2 2>&1").status, 1);
+  EXPECT_EQ(npo_test::run_command(kFw + " sign --key x --out y z --fw-version 1.2 2>&1").status, 1);
   EXPECT_EQ(npo_test::run_command(kFw + " frobnicate 2>&1").status, 2);
 }
 
@@ -162,13 +162,13 @@ TEST(NpoFwTool, ModuleUpdateFromASignedImageAndItsRefusals) {
                                          (d / "vendor.bin") + " " + args + " 2>&1");
     EXPECT_EQ(r.status, 0) << r.out;
   };
-  sign("module.img", "--vendor 0 --device 0 --model '' --version 2.1.7");
-  sign("card.img", "--version 2.1.7");
-  sign("other-pn.img", "--vendor 0 --device 0 --model NOT-THIS-PART --version 2.1.7");
-  sign("older.img", "--vendor 0 --device 0 --model '' --version 0.5.0");
+  sign("module.img", "--vendor 0 --device 0 --model '' --fw-version 2.1.7");
+  sign("card.img", "--fw-version 2.1.7");
+  sign("other-pn.img", "--vendor 0 --device 0 --model NOT-THIS-PART --fw-version 2.1.7");
+  sign("older.img", "--vendor 0 --device 0 --model '' --fw-version 0.5.0");
   ASSERT_EQ(npo_test::run_command(kFw + " keygen --out " + (d / "other") + " 2>&1").status, 0);
   ASSERT_EQ(npo_test::run_command(kFw + " sign --key " + (d / "other.sec") + " --out " + (d / "foreign.img") + " " +
-                                  (d / "vendor.bin") + " --vendor 0 --device 0 --model '' --version 2.1.7 2>&1")
+                                  (d / "vendor.bin") + " --vendor 0 --device 0 --model '' --fw-version 2.1.7 2>&1")
                 .status,
             0);
 

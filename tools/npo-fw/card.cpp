@@ -259,7 +259,7 @@ struct SignArgs {
 
 int sign(const SignArgs& a) {
   auto version = FirmwareVersion::parse(a.version);
-  if (!version) return fail(kTool, "--version", version.error());
+  if (!version) return fail(kTool, "--fw-version", version.error());
   auto key = read_key<64>(a.key, "secret");
   if (!key) return fail(kTool, "--key", key.error());
   auto payload = read_file(a.payload, kMaxFirmwareImageBytes);
@@ -389,7 +389,7 @@ void add_card_commands(CLI::App& app, std::vector<Command>& out) {
   sa->add_option("--key", s.key, "secret key file (64 bytes, npo-fw keygen)")->required();
   sa->add_option("--out", s.out, "image file to write")->required();
   sa->add_option("PAYLOAD", s.payload, "the firmware payload")->required();
-  sa->add_option("--version", s.version, "firmware version X.Y.Z")->required();
+  sa->add_option("--fw-version", s.version, "firmware version X.Y.Z (--version prints the tool's)")->required();
   sa->add_option("--security", s.security, "security version (anti-rollback counter, default 1)");
   sa->add_option("--vendor", s.vendor, "target PCI vendor ID (default 0x1ee7)");
   sa->add_option("--device", s.device, "target PCI device ID (default 0x0a01)");

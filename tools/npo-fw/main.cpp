@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
       "Exit status: 0 done, 1 refused or failed (the card runs what it ran before), 2 bad command line,\n"
       "3 the new image did not come up and the card rolled back to the old one."};
   app.require_subcommand(1);
+  npo::tools::add_version_flag(app, fw::kTool);
   std::vector<fw::Command> commands;
   fw::add_card_commands(app, commands);
   fw::add_module_commands(app, commands);
