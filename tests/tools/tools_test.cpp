@@ -73,12 +73,23 @@ TEST(NpoSmi, PowerShowsEachCardAndSetsTheLimit) {
     EXPECT_FALSE(c["throttled"].get<bool>());
     EXPECT_GT(c["energy_j"].get<double>(), 0.0);
     EXPECT_GT(c["temp_c"].get<double>(), 30.0);
+    // the 7 modules one by one: CMIS power class 8 (max 16 W, page 00h bytes 200/201), low power, 1.5 W
+    ASSERT_EQ(c["modules"].size(), 7u) << c.dump();
+    for (const auto& m : c["modules"]) {
+      EXPECT_EQ(m["power_class"], 8);
+      EXPECT_DOUBLE_EQ(m["max_power_w"].get<double>(), 16.0);
+      EXPECT_DOUBLE_EQ(m["draw_w"].get<double>(), 1.5);
+      EXPECT_TRUE(m["low_power"].get<bool>());
+      EXPECT_TRUE(m["temp_c"].is_number());
+    }
   }
   r = run(smi);
   ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find("CARD     POWER    AVG 1s       ENERGY     LIMIT   DEFAULT           RANGE    TEMP THROTTLE"),
+  EXPECT_NE(r.out.find("CARD     POWER    AVG 1s       ENERGY     LIMIT   DEFAULT           RANGE    TEMP        "
+                       "MODULES THROTTLE"),
             std::string::npos)
       << r.out;
+  EXPECT_NE(r.out.find("7 x, 10.5 W"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("70.5 W    70.5 W"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("75..750 W"), std::string::npos) << r.out;
   // Setting: the new limit is what the card enforces (an in-process backend lives for one run).

@@ -497,13 +497,14 @@ int power(npo::System& s, const PowerArgs& a, bool json) {
                  {"DEFAULT", 9},
                  {"RANGE", 15},
                  {"TEMP", 7},
+                 {"MODULES", 14},
                  {"THROTTLE", 0, Align::kLeft}});
   if (!json) t.print_header();
   for (std::size_t i = 0; i < s.device_count(); ++i) {
     if (a.card && i != *a.card) continue;
     auto& d = s.device(i);
     if (d.info().removed) {
-      if (!json) t.print_row(d.info().index, "-", "-", "-", "-", "-", "-", "-", "REMOVED");
+      if (!json) t.print_row(d.info().index, "-", "-", "-", "-", "-", "-", "-", "-", "REMOVED");
       status = kExitRemoved;
       continue;
     }
@@ -512,9 +513,29 @@ int power(npo::System& s, const PowerArgs& a, bool json) {
       status = fail(kTool, fmt::format("card {}: power", d.info().index), p.error());
       continue;
     }
+    // the optical modules' cages (CMIS power class, draw): a module that cannot be read is left out
+    auto mp = d.module_power();
+    std::size_t present = 0;
+    double draw_w = 0;
+    nlohmann::json modules = nlohmann::json::array();
+    if (mp) {
+      for (const auto& m : *mp) {
+        if (!m.present) continue;
+        ++present;
+        draw_w += m.draw_mw / 1000.0;
+        nlohmann::json j = {{"port", m.port},
+                            {"power_class", m.power_class},
+                            {"max_power_w", m.max_power_w},
+                            {"draw_w", m.draw_mw / 1000.0},
+                            {"low_power", m.low_power}};
+        j["temp_c"] = m.temp_c ? nlohmann::json(*m.temp_c) : nlohmann::json(nullptr);
+        modules.push_back(j);
+      }
+    }
     if (json) {
       nlohmann::json c = power_json(*p);
       c["index"] = d.info().index;
+      c["modules"] = mp ? modules : nlohmann::json(nullptr);
       cards.push_back(c);
       continue;
     }
@@ -523,7 +544,7 @@ int power(npo::System& s, const PowerArgs& a, bool json) {
                 fmt::format("{:.1f} J", static_cast<double>(p->energy_mj) / 1000.0),
                 fmt::format("{:.1f} W", p->limit_mw / 1000.0), fmt::format("{:.1f} W", p->default_limit_mw / 1000.0),
                 fmt::format("{:.0f}..{:.0f} W", p->min_limit_mw / 1000.0, p->max_limit_mw / 1000.0),
-                fmt::format("{:.1f} C", p->temp_c),
+                fmt::format("{:.1f} C", p->temp_c), mp ? fmt::format("{} x, {:.1f} W", present, draw_w) : "-",
                 p->throttled() ? fmt::format("power_limit ({:.1f} s)", static_cast<double>(p->throttled_ns) / 1e9)
                                : fmt::format("- ({:.1f} s)", static_cast<double>(p->throttled_ns) / 1e9));
   }
@@ -532,7 +553,9 @@ int power(npo::System& s, const PowerArgs& a, bool json) {
   } else {
     fmt::print(
         "\nPOWER: the last 10 ms; AVG 1s: what the limit bounds (over it the card throttles its DMA engines);\n"
-        "ENERGY since power-on; TEMP: die. Set with `npo-smi power --card N --limit W`, undo with --reset.\n");
+        "ENERGY since power-on; TEMP: die; MODULES: optical modules plugged and their cages' draw (per module,\n"
+        "with power class and temperature: --json, or `npo-link ddm`). Set with `npo-smi power --card N --limit W`, "
+        "undo with --reset.\n");
   }
   return status;
 }
