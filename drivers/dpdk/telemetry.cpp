@@ -152,11 +152,17 @@ int cmd_links(const char* /*cmd*/, const char* params, rte_tel_data* d) {
   auto* nport = column(RTE_TEL_INT_VAL);
   auto* flaps = column(RTE_TEL_U64_VAL);
   auto* uncorr = column(RTE_TEL_U64_VAL);
+  // the port's optical module (mailbox POWER_READ, mailbox.md §3.9): CMIS power class (0: no
+  // module or not known), cage draw in mW, temperature in °C ("" without a module)
+  auto* mclass = column(RTE_TEL_U64_VAL);
+  auto* mdraw = column(RTE_TEL_U64_VAL);
+  auto* mtemp = column(RTE_TEL_STRING_VAL);
   unsigned rows = 0, total_cards = 0;
   bool truncated = false;
   for (auto& b : g_backends) total_cards += static_cast<unsigned>(b->system->device_count());
   for (unsigned c = (np == 1 ? p[0] : 0); c < (np == 1 ? p[0] + 1 : total_cards); ++c) {
     Device* dev = card_at(c);
+    const auto modules = dev->module_power();
     for (unsigned q = 0; q < dev->port_count(); ++q) {
       if (rows == RTE_TEL_MAX_ARRAY_ENTRIES) {
         truncated = true;
@@ -176,6 +182,14 @@ int cmd_links(const char* /*cmd*/, const char* params, rte_tel_data* d) {
       rte_tel_data_add_array_int(nport, st->neighbor_port ? static_cast<int>(*st->neighbor_port) : -1);
       rte_tel_data_add_array_u64(flaps, st->flap_count);
       rte_tel_data_add_array_u64(uncorr, unc);
+      const ModulePower* m = nullptr;
+      if (modules) {
+        for (const auto& x : *modules)
+          if (x.port == q && x.present) m = &x;
+      }
+      rte_tel_data_add_array_u64(mclass, m ? m->power_class : 0);
+      rte_tel_data_add_array_u64(mdraw, m ? m->draw_mw : 0);
+      rte_tel_data_add_array_string(mtemp, m && m->temp_c ? fmt_double(*m->temp_c).c_str() : "");
       ++rows;
     }
   }
@@ -191,6 +205,9 @@ int cmd_links(const char* /*cmd*/, const char* params, rte_tel_data* d) {
   rte_tel_data_add_dict_container(d, "neighbor_port", nport, 0);
   rte_tel_data_add_dict_container(d, "flaps", flaps, 0);
   rte_tel_data_add_dict_container(d, "fec_uncorrectable", uncorr, 0);
+  rte_tel_data_add_dict_container(d, "module_power_class", mclass, 0);
+  rte_tel_data_add_dict_container(d, "module_draw_mw", mdraw, 0);
+  rte_tel_data_add_dict_container(d, "module_temp_c", mtemp, 0);
   return 0;
 }
 

@@ -81,6 +81,11 @@ try:
     up = [i for i in range(n) if links["link_up"][i] == 1]
     # Full mesh of 8: ports 0..6 of every card cabled and trained, port 7 empty.
     check(len(up) == 56, f"/npo/links: 56 ports up after bring-up ({len(up)})")
+    # every up port has its module: CMIS power class 8 (max 16 W), out of low power (more than
+    # its 1.5 W low-power draw, at most the 16 W maximum), a temperature
+    mods = [(links["module_power_class"][i], links["module_draw_mw"][i], links["module_temp_c"][i]) for i in up]
+    check(all(c == 8 and 1500 < w <= 16000 and t != "" for c, w, t in mods),
+          f"/npo/links: the modules of the up ports (class, mW, C): {mods[:3]} ...")
     fid = cards.get("fabric_id", [])
     ok_nb = all(links["neighbor_fabric_id"][i] in fid and links["neighbor_fabric_id"][i] != fid[links["card"][i]]
                 for i in up)
