@@ -248,6 +248,12 @@ TEST(Power, EnforcedLimitHoldsAndSlowsTheCopies) {
   ASSERT_FALSE(p0.throttled()) << "the default limit does not bind: " << p0.power_avg_mw << " mW";
   const double dyn = static_cast<double>(p0.power_avg_mw) - idle_mw;
   const auto limit = static_cast<std::uint32_t>(std::max<double>(p0.min_limit_mw, idle_mw + 0.4 * dyn));
+  // The lowest settable limit is 75 W, 15 W above idle. Under ThreadSanitizer the copies are
+  // too slow to draw 21 W more, so no settable limit lies below the unthrottled draw, and the test
+  // skips there (the default and ASan builds run it). Raising the static draw instead (trained
+  // links, modules at full power) lets a limit bind, but then a throttled engine keeps an op in
+  // flight longer than the driver's hang watchdog and the op ends kTimeout: a known defect (the
+  // watchdog does not count throttled time), not fixed yet.
   if (limit > idle_mw + 0.7 * dyn) {
     GTEST_SKIP() << "copies too slow here to test a limit above " << p0.min_limit_mw << " mW (unthrottled "
                  << p0.power_avg_mw << " mW)";
