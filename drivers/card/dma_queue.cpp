@@ -313,7 +313,15 @@ class QueueImpl final : public DmaQueue {
     // hang_timeout of wall time, so a caller that only polls still sees a hang).
     if (!hang_)
       hang_.emplace(*d_.clock, static_cast<std::uint64_t>(opts_.hang_timeout.count()), card::WaitFor::kCardWork);
-    return hang_->expired();
+    if (!hang_->expired()) return false;
+    // A queue the power limit holds is slow, not hung (registers.md §5.9): start again.
+    // (A removed card reads all-ones: that is not a throttle.)
+    const std::uint32_t st = bar0_.read32(reg(qr::kStatus));
+    if (st != 0xffffffffu && qr::kStatusThrottled.get(st) != 0) {
+      hang_.reset();
+      return false;
+    }
+    return true;
   }
 
   // Called from poll() when ops are outstanding and none completed. Reads the clock only

@@ -153,6 +153,7 @@ inline constexpr Field32 kStatusEnabled{0, 1};
 inline constexpr Field32 kStatusIdle{1, 1};         ///< no descriptor pending or executing
 inline constexpr Field32 kStatusHalted{2, 1};       ///< ring fetch failed; reset the queue
 inline constexpr Field32 kStatusConfigError{3, 1};  ///< enable refused: bad base/size
+inline constexpr Field32 kStatusThrottled{4, 1};    ///< has work, held by the power limit (not a hang)
 inline constexpr Field32 kErrOpFailed{0, 1};        ///< at least one op completed with an error
 inline constexpr Field32 kErrFetch{1, 1};           ///< descriptor or CQ ring access faulted
 inline constexpr Field32 kErrCqOverflow{2, 1};      ///< host let the CQ fill; engine paused
@@ -453,6 +454,7 @@ inline constexpr FieldDesc kFields[] = {
     {"QUEUE.STATUS", "ENABLED", queue::kStatusEnabled.shift, queue::kStatusEnabled.width},
     {"QUEUE.STATUS", "IDLE", queue::kStatusIdle.shift, queue::kStatusIdle.width},
     {"QUEUE.STATUS", "HALTED", queue::kStatusHalted.shift, queue::kStatusHalted.width},
+    {"QUEUE.STATUS", "THROTTLED", queue::kStatusThrottled.shift, queue::kStatusThrottled.width},
     {"QUEUE.STATUS", "CONFIG_ERROR", queue::kStatusConfigError.shift, queue::kStatusConfigError.width},
     {"QUEUE.ERR", "OP_FAILED", queue::kErrOpFailed.shift, queue::kErrOpFailed.width},
     {"QUEUE.ERR", "FETCH", queue::kErrFetch.shift, queue::kErrFetch.width},

@@ -36,7 +36,9 @@ struct QueueOptions {
   /// poll() resets the queue and completes every op in flight with OpStatus::kTimeout.
   /// Measured on the platform clock (System::clock()); on the emulator's virtual clock,
   /// whose engines run in wall time, it also passes after this much wall time, so a caller
-  /// that only polls sees a hang without moving emulated time.
+  /// that only polls sees a hang without moving emulated time. A queue the card throttles
+  /// to its power limit (QUEUE.STATUS.THROTTLED, registers.md §5.9) is slow, not hung: the
+  /// window starts again while it is throttled.
   std::chrono::nanoseconds hang_timeout = std::chrono::seconds(1);
 };
 
