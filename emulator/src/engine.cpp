@@ -87,8 +87,10 @@ std::uint64_t QueueModel::read(std::uint32_t reg, unsigned /*width*/) {
     case qr::kStatus: {
       std::uint32_t s = st_.status.load() & (qr::kStatusHalted.mask() | qr::kStatusConfigError.mask());
       if (st_.enabled.load() != 0) s |= qr::kStatusEnabled.mask();
-      if (!pending()) s |= qr::kStatusIdle.mask();
-      else if (host_.state().dma_throttled.load(std::memory_order_relaxed) != 0) s |= qr::kStatusThrottled.mask();
+      if (!pending())
+        s |= qr::kStatusIdle.mask();
+      else if (host_.state().dma_throttled.load(std::memory_order_relaxed) != 0)
+        s |= qr::kStatusThrottled.mask();
       return s;
     }
     case qr::kSqTail: return st_.sq_tail.load();

@@ -222,9 +222,9 @@ void PowerModel::tick(std::uint64_t now) {
       const double frac = avg > limit_mw_ ? 0.90 : 0.98;
       const double mw = headroom > 0 ? static_cast<double>(headroom) * frac : 0.0;
       // Never below the floor: a throttled engine slows down, it does not stop (mailbox.md §3.10).
-      const auto allowance = std::max(power::kMinBudgetBytes,
-                                      static_cast<std::int64_t>(mw * static_cast<double>(power::kTickNs) /
-                                                                static_cast<double>(power::kDmaPjPerByte)));
+      const auto allowance =
+          std::max(power::kMinBudgetBytes, static_cast<std::int64_t>(mw * static_cast<double>(power::kTickNs) /
+                                                                     static_cast<double>(power::kDmaPjPerByte)));
       std::int64_t b = cs.dma_budget.load(std::memory_order_relaxed);
       std::int64_t nb = 0;
       do {

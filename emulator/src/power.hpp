@@ -45,7 +45,7 @@ inline constexpr std::uint32_t kMaxLimitMw = 750'000;          ///< highest sett
 inline constexpr std::uint64_t kTickNs = 10'000'000;           ///< controller period and "instantaneous" window
 inline constexpr std::uint64_t kAvgWindowNs = 1'000'000'000;   ///< the moving average's window
 inline constexpr std::uint64_t kReleaseQuietNs = 500'000'000;  ///< no budget stall this long: release
-inline constexpr std::int64_t kMinBudgetBytes = 64 << 10;       ///< per 10 ms: the engines' lowest clock
+inline constexpr std::int64_t kMinBudgetBytes = 64 << 10;      ///< per 10 ms: the engines' lowest clock
 inline constexpr double kAmbientC = 30.0;                      ///< die temperature at 0 W
 inline constexpr double kDegCPerW = 0.06;                      ///< die temperature rise per W (1 s average)
 /// A module's draw, mW: in ModuleLowPwr min(1.5 W, max power); powered up, half its max power
