@@ -258,6 +258,15 @@ Result<FirmwareVersions> Device::firmware_versions() {
   return parse_versions(*r);
 }
 
+Result<std::uint32_t> Device::partition() {
+  const std::uint32_t v = impl_->bar0->read32(regs::global::kPartition);
+  // A removed card reads all-ones (registers.md §3.5); confirm with MAGIC.
+  if (v == 0xffffffffu && impl_->bar0->read32(regs::global::kMagic) != regs::kMagic) {
+    return fail(Code::kUnavailable, "card removed", {.card = impl_->info.index});
+  }
+  return v;
+}
+
 Result<Heartbeat> Device::heartbeat() {
   static thread_local std::mt19937_64 rng(std::random_device{}());
   const std::uint64_t cookie = rng();

@@ -51,6 +51,7 @@ rte_dma_status_code map_status(OpStatus s) {
     case OpStatus::kWindowRange:
     case OpStatus::kWindowRights:
     case OpStatus::kWindowRevoked: return RTE_DMA_STATUS_INVALID_ADDR;
+    case OpStatus::kPartitionDenied: return RTE_DMA_STATUS_INVALID_ADDR;
     case OpStatus::kEngineError: return RTE_DMA_STATUS_BUS_ERROR;
     case OpStatus::kTimeout: return RTE_DMA_STATUS_ERROR_UNKNOWN;
     case OpStatus::kAborted: return RTE_DMA_STATUS_USER_ABORT;

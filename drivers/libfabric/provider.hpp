@@ -110,6 +110,7 @@ inline int fi_errno_of(OpStatus st) {
     case OpStatus::kWindowRange:
     case OpStatus::kWindowRights:
     case OpStatus::kWindowRevoked: return FI_ECONNREFUSED;
+    case OpStatus::kPartitionDenied: return FI_EACCES;
     case OpStatus::kTimeout:
     case OpStatus::kAborted: return FI_ENODEV;
     default: return FI_EIO;
@@ -125,6 +126,7 @@ inline bool is_path_failure(OpStatus st) {
     case OpStatus::kWindowRange:
     case OpStatus::kWindowRights:
     case OpStatus::kWindowRevoked:
+    case OpStatus::kPartitionDenied:
     case OpStatus::kFenceSkipped: return true;
     default: return false;
   }

@@ -287,6 +287,7 @@ std::uint64_t Card::global_read(std::uint32_t off) {
     case g::kWindowsValid: return windows_.valid_count();
     case g::kMboxErrors: return mbox_errors_.load(std::memory_order_relaxed);
     case g::kQueuesActive: return state_.queues_active.load(std::memory_order_acquire);
+    case g::kPartition: return state_.partition.load(std::memory_order_acquire);
     default: return 0;
   }
 }

@@ -261,4 +261,20 @@ Result<std::vector<std::pair<unsigned, unsigned>>> Emulator::cross_connects(std:
   return impl_->fabric.cross_connects(name);
 }
 
+Result<void> Emulator::set_partition(std::uint32_t card, std::uint32_t id) {
+  if (card >= impl_->cards.size()) {
+    return fail(Code::kOutOfRange, fmt::format("card {} past the supernode's {} cards", card, impl_->cards.size()));
+  }
+  const std::uint32_t was = impl_->fabric_state->card(card).partition.exchange(id, std::memory_order_acq_rel);
+  if (was != id) impl_->log(card, fmt::format("partition card={} id={} was={}", card, id, was));
+  return {};
+}
+
+Result<std::uint32_t> Emulator::partition(std::uint32_t card) const {
+  if (card >= impl_->cards.size()) {
+    return fail(Code::kOutOfRange, fmt::format("card {} past the supernode's {} cards", card, impl_->cards.size()));
+  }
+  return impl_->fabric_state->card(card).partition.load(std::memory_order_acquire);
+}
+
 }  // namespace npo::emu

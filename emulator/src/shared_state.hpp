@@ -122,6 +122,8 @@ struct CardState {
   std::atomic<std::int64_t> dma_budget{0};
   std::atomic<std::uint32_t> dma_throttled{0};
   std::atomic<std::uint32_t> dma_budget_hit{0};
+  /// GLOBAL.PARTITION (registers.md §3.8): set by fabric management only (Emulator::set_partition).
+  std::atomic<std::uint32_t> partition{0};
   alignas(64) std::atomic<std::uint64_t> link[fw::regs::kMaxPorts]{};
   alignas(64) std::atomic<std::uint32_t> routes[fw::regs::kRouteEntries]{};  ///< registers.md §8
   alignas(64) WindowEntry windows[fw::regs::kWindowEntries];
@@ -158,7 +160,7 @@ class FabricState {
  public:
   static constexpr std::uint64_t kMagic = 0x3145544154534546ULL;  ///< "FESTATE1"
   /// Layout version: attach refuses another (the two ends are one build of npo-hal).
-  static constexpr std::uint32_t kLayout = 2;
+  static constexpr std::uint32_t kLayout = 3;
   struct Header {
     std::uint64_t magic;
     std::uint32_t layout;

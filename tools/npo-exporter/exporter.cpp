@@ -216,15 +216,25 @@ Result<bool> Collector::collect(std::string& out) {
 
   // ---- cards ----
   w.family("npo_card_info", "gauge",
-           "Identity of a card (always 1): PCI address, fabric ID, model, serial, firmware, driver.");
+           "Identity of a card (always 1): PCI address, fabric ID, partition, model, serial, firmware, driver.");
+  // GLOBAL.PARTITION now (registers.md §3.8; fabric management moves cards at run time); -1: removed.
+  std::vector<std::int64_t> part(system_->device_count(), -1);
+  for (std::size_t c = 0; c < system_->device_count(); ++c) {
+    if (system_->device(c).info().removed) continue;
+    if (auto p = system_->device(c).partition(); p) part[c] = *p;
+  }
   for (std::size_t c = 0; c < system_->device_count(); ++c) {
     const DeviceInfo& d = system_->device(c).info();
-    const std::string labels =
-        fmt::format("{},bdf=\"{}\",fabric_id=\"{}\",model=\"{}\",serial=\"{:016x}\",firmware=\"{}\",driver=\"{}\"",
-                    card_labels_[c], escape_label(d.bdf), d.fabric_id, escape_label(d.model), d.serial,
-                    escape_label(d.firmware.firmware), escape_label(d.driver));
+    const std::string labels = fmt::format(
+        "{},bdf=\"{}\",fabric_id=\"{}\",partition=\"{}\",model=\"{}\",serial=\"{:016x}\",firmware=\"{}\",driver=\"{}\"",
+        card_labels_[c], escape_label(d.bdf), d.fabric_id, part[c] < 0 ? std::string("none") : std::to_string(part[c]),
+        escape_label(d.model), d.serial, escape_label(d.firmware.firmware), escape_label(d.driver));
     w.sample("npo_card_info", labels, std::uint64_t{1});
   }
+  w.family("npo_card_partition", "gauge",
+           "The partition the card is in (GLOBAL.PARTITION; 0 unassigned): remote DMA reaches only its partition.");
+  for (std::size_t c = 0; c < system_->device_count(); ++c)
+    if (part[c] >= 0) w.sample("npo_card_partition", card_labels_[c], static_cast<std::uint64_t>(part[c]));
   w.family("npo_card_up", "gauge", kCardUpHelp);
   for (const auto& cp : snap->cards)
     w.sample("npo_card_up", card_labels_[cp.card], std::uint64_t{cp.removed ? 0u : 1u});

@@ -648,7 +648,15 @@ int main(int argc, char** argv) {
   const int status = removed.empty() ? 0 : kExitRemoved;
   if (json) {
     nlohmann::json cards = nlohmann::json::array();
-    for (std::size_t i = 0; i < s.device_count(); ++i) cards.push_back(card_json(s.device(i).info()));
+    for (std::size_t i = 0; i < s.device_count(); ++i) {
+      auto j = card_json(s.device(i).info());
+      // GLOBAL.PARTITION now (registers.md §3.8); null for a removed card.
+      auto part = s.device(i).info().removed
+                      ? npo::Result<std::uint32_t>(std::unexpected(npo::Error(npo::Code::kUnavailable, "removed")))
+                      : s.device(i).partition();
+      j["partition"] = part ? nlohmann::json(*part) : nlohmann::json(nullptr);
+      cards.push_back(std::move(j));
+    }
     nlohmann::json out = {{"version", std::string(npo::kVersion)},
                           {"backend", std::string(s.backend_name())},
                           {"uri", s.uri()},
@@ -663,6 +671,7 @@ int main(int argc, char** argv) {
                      {"BDF", 12, Align::kLeft},
                      {"PCI ID", 9, Align::kLeft},
                      {"FABRIC", 6},
+                     {"PART", 4},
                      {"NUMA", 4},
                      {"HBM", 8},
                      {"PCIe", 10, Align::kLeft},
@@ -673,13 +682,15 @@ int main(int argc, char** argv) {
   for (std::size_t i = 0; i < s.device_count(); ++i) {
     const auto& d = s.device(i).info();
     if (d.removed) {
-      cards.print_row(d.index, d.bdf, fmt::format("{:04x}:{:04x}", d.vendor_id, d.device_id), "-", d.numa_node, "-",
-                      "-", "-", "-", "REMOVED (config space reads ffff:ffff)");
+      cards.print_row(d.index, d.bdf, fmt::format("{:04x}:{:04x}", d.vendor_id, d.device_id), "-", "-", d.numa_node,
+                      "-", "-", "-", "-", "REMOVED (config space reads ffff:ffff)");
       continue;
     }
-    cards.print_row(d.index, d.bdf, fmt::format("{:04x}:{:04x}", d.vendor_id, d.device_id), d.fabric_id, d.numa_node,
-                    human_bytes(d.hbm_bytes), fmt::format("{:g}GT/s x{}", d.pcie.gts, d.pcie.width),
-                    d.firmware.firmware, fmt::format("{:016x}", d.serial), d.model);
+    const auto part = s.device(i).partition();
+    cards.print_row(d.index, d.bdf, fmt::format("{:04x}:{:04x}", d.vendor_id, d.device_id), d.fabric_id,
+                    part ? std::to_string(*part) : std::string("?"), d.numa_node, human_bytes(d.hbm_bytes),
+                    fmt::format("{:g}GT/s x{}", d.pcie.gts, d.pcie.width), d.firmware.firmware,
+                    fmt::format("{:016x}", d.serial), d.model);
   }
   std::size_t first_live = 0;
   while (first_live < s.device_count() && s.device(first_live).info().removed) ++first_live;
@@ -696,7 +707,10 @@ int main(int argc, char** argv) {
     fmt::print("BARs: {}.\n", bars);
   }
   fmt::print(
-      "\nFABRIC: the card's identity on the optical fabric (BAR0 FABRIC_ID). NUMA: the node the backend reports (the\n"
+      "\nFABRIC: the card's identity on the optical fabric (BAR0 FABRIC_ID). PART: its partition (BAR0 PARTITION, set "
+      "by\n"
+      "the fabric manager; 0 unassigned): remote DMA reaches only cards of the same partition. NUMA: the node the "
+      "backend reports (the\n"
       "emulator spreads cards over 2 nodes). HBM: device memory (BAR0 HBM_SIZE,\n"
       "confirmed by firmware IDENTIFY). PCIe: negotiated link (LnkSta). FIRMWARE: mailbox GET_VERSIONS.\n");
   if (!removed.empty()) fmt::print("Exit status 4: a card was removed.\n");

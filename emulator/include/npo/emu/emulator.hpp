@@ -206,6 +206,14 @@ class Emulator : public std::enable_shared_from_this<Emulator> {
   /// Errors: kNotFound.
   [[nodiscard]] Result<std::vector<std::pair<unsigned, unsigned>>> cross_connects(std::string_view name) const;
 
+  /// Fabric management: puts card `card` in partition `id` (GLOBAL.PARTITION, registers.md
+  /// §3.8; 0 = unassigned). From the next remote op on, the card reaches and is reached only by
+  /// cards with the same ID; others get PARTITION_DENIED. Logged (`partition card=K id=P`).
+  /// Errors: kOutOfRange (no such card). Thread-safe.
+  Result<void> set_partition(std::uint32_t card, std::uint32_t id);
+  /// The partition of card `card`. Errors: kOutOfRange. Thread-safe.
+  [[nodiscard]] Result<std::uint32_t> partition(std::uint32_t card) const;
+
   /// Internal.
   [[nodiscard]] EmulatorImpl& impl() noexcept { return *impl_; }
 

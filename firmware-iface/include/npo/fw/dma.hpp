@@ -125,6 +125,7 @@ enum class Status : std::uint8_t {
   kWindowRights = 0x0c,       ///< window lacks read (remote read) or write (remote write) right
   kWindowRevoked = 0x0d,      ///< generation mismatch, or revoked while the op was in flight
   kEngineError = 0x0e,        ///< internal engine error (injected faults)
+  kPartitionDenied = 0x0f,    ///< target card is in another partition (registers.md §3.8); info = remote_card
   kTimeout = 0x80,            ///< software: the op did not complete before the watchdog fired
   kAborted = 0x81,            ///< software: the queue was reset with the op in flight
 };
@@ -147,6 +148,7 @@ enum class Status : std::uint8_t {
     case Status::kWindowRights: return "window_rights";
     case Status::kWindowRevoked: return "window_revoked";
     case Status::kEngineError: return "engine_error";
+    case Status::kPartitionDenied: return "partition_denied";
     case Status::kTimeout: return "timeout";
     case Status::kAborted: return "aborted";
   }

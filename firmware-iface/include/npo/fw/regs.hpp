@@ -81,6 +81,7 @@ inline constexpr std::uint32_t kStatsSeq = 0x084;    // RO32 sequence of the las
 inline constexpr std::uint32_t kWindowsValid = 0x090;  // RO32 window entries with CTRL.VALID = 1 (§9)
 inline constexpr std::uint32_t kMboxErrors = 0x094;    // RO32 mailbox requests ended in an error since reset (§9)
 inline constexpr std::uint32_t kQueuesActive = 0x098;  // RO32 bit q: queue q wrote a completion since reset (§9)
+inline constexpr std::uint32_t kPartition = 0x09c;  // RO32 partition ID set by fabric management (§3.8); 0 unassigned
 
 inline constexpr Field32 kCap0NumEngines{0, 8};
 inline constexpr Field32 kCap0QueuesPerEngine{8, 8};
@@ -363,6 +364,7 @@ inline constexpr RegisterDesc kRegisters[] = {
     {"GLOBAL", "WINDOWS_VALID", global::kWindowsValid, 32, Access::kRO},
     {"GLOBAL", "MBOX_ERRORS", global::kMboxErrors, 32, Access::kRO},
     {"GLOBAL", "QUEUES_ACTIVE", global::kQueuesActive, 32, Access::kRO},
+    {"GLOBAL", "PARTITION", global::kPartition, 32, Access::kRO},
     {"MBOX", "CTRL", mbox::kCtrl, 32, Access::kDB},
     {"MBOX", "STATUS", mbox::kStatus, 32, Access::kRW1C},
     {"MBOX", "REQ_LEN", mbox::kReqLen, 32, Access::kRW},

@@ -140,6 +140,11 @@ class Device {
   /// Reads up to `max_entries` firmware error log entries, oldest first. Errors as above.
   Result<std::vector<FirmwareLogEntry>> error_log(std::size_t max_entries = 256);
 
+  /// The partition the card is in now (GLOBAL.PARTITION, registers.md §3.8; 0 = unassigned),
+  /// set by fabric management. Remote ops reach only cards with the same ID (others complete
+  /// kPartitionDenied). Errors: kUnavailable (card removed). Thread-safe (one register read).
+  Result<std::uint32_t> partition();
+
   /// Reads the card's power state: power now and over 1 s, energy, the enforced limit and its
   /// range, throttling, die temperature (mailbox POWER_READ, mailbox.md §3.9). Works on a
   /// read-only attach. Errors: as firmware_versions(); kInternal (reply of the wrong size).

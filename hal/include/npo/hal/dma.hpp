@@ -59,8 +59,9 @@ enum class OpStatus : std::uint8_t {
   kWindowRights = 0x0c,
   kWindowRevoked = 0x0d,
   kEngineError = 0x0e,
-  kTimeout = 0x80,  ///< driver: the engine hung with the op in flight; the queue was reset
-  kAborted = 0x81,  ///< driver: enqueued but not yet submitted when the queue was reset
+  kPartitionDenied = 0x0f,  ///< the target card is in another partition; info = remote card (dma.md §3.2)
+  kTimeout = 0x80,          ///< driver: the engine hung with the op in flight; the queue was reset
+  kAborted = 0x81,          ///< driver: enqueued but not yet submitted when the queue was reset
 };
 /// Stable lower-case name, e.g. "iommu_fault".
 [[nodiscard]] std::string_view op_status_name(OpStatus s) noexcept;
