@@ -81,7 +81,12 @@ void Port::remove_locked() {
 
 void Port::attach_cable() {
   std::lock_guard lock(mu_);
+  const bool was_cabled = cabled_;
   cabled_ = true;
+  // A port whose light path was dark since creation (it ends at an idle switch port) gets its
+  // module when a cross-connect first lights it: an enabled port waiting for a module then
+  // starts its bring-up, as after a module insertion (docs/topology.md "Optical switches").
+  if (!was_cabled && state_ == LinkState::kModuleWait) enter_module_wait(sys_.sched.now_ns(), true);
   publish();
 }
 

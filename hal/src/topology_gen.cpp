@@ -27,21 +27,22 @@ std::string_view fabric_kind_name(FabricKind k) noexcept {
     case FabricKind::kHypercube: return "hypercube";
     case FabricKind::kFatTree: return "fat-tree";
     case FabricKind::kDragonfly: return "dragonfly";
+    case FabricKind::kPool: return "pool";
   }
   return "unknown";
 }
 
 Result<FabricKind> parse_fabric_kind(std::string_view n) {
   for (auto k : {FabricKind::kMesh, FabricKind::kTorus2d, FabricKind::kTorus3d, FabricKind::kHypercube,
-                 FabricKind::kFatTree, FabricKind::kDragonfly}) {
+                 FabricKind::kFatTree, FabricKind::kDragonfly, FabricKind::kPool}) {
     if (fabric_kind_name(k) == n) return k;
   }
   if (n == "torus" || n == "torus2") return FabricKind::kTorus2d;
   if (n == "torus3") return FabricKind::kTorus3d;
   if (n == "fattree" || n == "clos") return FabricKind::kFatTree;
   if (n == "full-mesh" || n == "fullmesh") return FabricKind::kMesh;
-  return bad(
-      fmt::format("unknown fabric kind '{}' (accepted: mesh, torus2d, torus3d, hypercube, fat-tree, dragonfly)", n));
+  return bad(fmt::format(
+      "unknown fabric kind '{}' (accepted: mesh, torus2d, torus3d, hypercube, fat-tree, dragonfly, pool)", n));
 }
 
 Result<std::vector<unsigned>> parse_fabric_dims(std::string_view text) {
@@ -315,6 +316,25 @@ Result<FabricSpec> gen_dragonfly(unsigned n, const FabricGenOptions& o) {
   return s;
 }
 
+Result<FabricSpec> gen_pool(unsigned n, const FabricGenOptions& o) {
+  const FabricChannel ch = o.channel.value_or(FabricChannel{0.5, 0.0, 0});
+  const unsigned p = o.pool_ports ? o.pool_ports : 8;
+  if (p > kFabricMaxCardPorts) {
+    return bad(fmt::format("pool: {} ports per card; a card has at most {} (one switch per port index)", p,
+                           kFabricMaxCardPorts));
+  }
+  FabricSpec s;
+  s.name = fmt::format("pool {} cards x {} ports, {} switches of radix {}", n, p, p, n);
+  s.cards = n;
+  s.ports = p;
+  for (unsigned i = 0; i < p; ++i)
+    s.switches.push_back(FabricSwitch{fmt::format("ocs{}", i), n, o.switch_insertion_loss_db, {}});
+  for (unsigned i = 0; i < p; ++i) {
+    for (std::uint32_t c = 0; c < n; ++c) add_cable(s, card_end(c, i), sw_end(i, c), ch);
+  }
+  return s;
+}
+
 }  // namespace
 
 Result<FabricSpec> generate_fabric(FabricKind kind, unsigned cards, const FabricGenOptions& o) {
@@ -329,6 +349,7 @@ Result<FabricSpec> generate_fabric(FabricKind kind, unsigned cards, const Fabric
     case FabricKind::kHypercube: s = gen_hypercube(cards, o); break;
     case FabricKind::kFatTree: s = gen_fat_tree(cards, o); break;
     case FabricKind::kDragonfly: s = gen_dragonfly(cards, o); break;
+    case FabricKind::kPool: s = gen_pool(cards, o); break;
   }
   if (!s) return s;
   s->hbm_bytes = o.hbm_bytes;

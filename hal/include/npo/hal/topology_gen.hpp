@@ -22,9 +22,14 @@ enum class FabricKind : std::uint8_t {
   kHypercube,  ///< 2^d cards, port i joins the card whose index differs in bit i; d <= 16
   kFatTree,    ///< two-level Clos through optical circuit switches (leaf, spine)
   kDragonfly,  ///< G groups of a cards, full mesh inside a group, one global link per group pair
+  /// Disaggregated pool (TPU-v4-like): P ports per card, one optical circuit switch per port
+  /// index p ("ocs<p>", radix = cards), card c port p cabled to ocs<p> port c, no
+  /// cross-connects: a cross-connect a-b on ocs<p> joins port p of cards a and b. The
+  /// partition manager (npo/hal/partition.hpp) composes fabrics on it.
+  kPool,
 };
 
-/// "mesh", "torus2d", "torus3d", "hypercube", "fat-tree", "dragonfly".
+/// "mesh", "torus2d", "torus3d", "hypercube", "fat-tree", "dragonfly", "pool".
 [[nodiscard]] std::string_view fabric_kind_name(FabricKind k) noexcept;
 /// Inverse of fabric_kind_name (also accepts "torus", "fattree", "clos"). Errors: kInvalidArgument.
 Result<FabricKind> parse_fabric_kind(std::string_view name);
@@ -38,10 +43,11 @@ struct FabricGenOptions {
   unsigned groups = 0;                    ///< dragonfly: groups; 0: chosen so a*h ~ groups-1
   std::uint64_t hbm_bytes = 64ULL << 20;  ///< HBM per card in the spec
   /// Channel of every generated cable; nullopt: the kind's default -- 3 dB for direct
-  /// card-to-card cables, 0.5 dB (patch cords) in the fat-tree, whose light paths also pass 3
+  /// card-to-card cables, 0.5 dB (patch cords) in the fat-tree and the pool, whose light paths also pass 3
   /// switches (4 x 0.5 + 3 x 1.0 = 5 dB, inside the card's optical budget).
   std::optional<FabricChannel> channel = std::nullopt;
-  double switch_insertion_loss_db = 1.0;  ///< fat-tree: insertion loss of each switch pass, dB
+  double switch_insertion_loss_db = 1.0;  ///< fat-tree, pool: insertion loss of each switch pass, dB
+  unsigned pool_ports = 0;                ///< pool: ports per card = number of switches, 1..16; 0: 8
 };
 
 /// Parses "8x8x16" into {8, 8, 16}. Errors: kInvalidArgument.
