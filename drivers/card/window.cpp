@@ -300,13 +300,16 @@ Result<std::unique_ptr<WindowMapping>> map_window(Device& device, const Window& 
 
 Result<void> send_window(int socket_fd, Device& device, const Window& window) {
   auto& d = impl_of(device);
-  auto ap = d.dev->aperture_fd(fw::pci::kBarHbm);
+  // The window's bytes alone where the backend can (npo-emud: the window's own memfd).
+  const auto& h = window.handle();
+  auto ap = d.dev->aperture_range_fd(fw::pci::kBarHbm, h.offset, h.size);
   if (!ap) return std::unexpected(ap.error());
-  // Payload: the handle, then the aperture's mmap offset (u64).
+  // Payload: the handle, then the mmap offset of HBM byte 0 in the fd (u64, modulo 2^64: the
+  // receiver maps base + handle offset, the window's first byte).
   std::array<std::byte, WindowHandle::kSerializedSize + 8> payload{};
-  const auto hb = window.handle().serialize();
+  const auto hb = h.serialize();
   std::memcpy(payload.data(), hb.data(), hb.size());
-  fw::store_le<std::uint64_t>(payload.data(), WindowHandle::kSerializedSize, ap->offset);
+  fw::store_le<std::uint64_t>(payload.data(), WindowHandle::kSerializedSize, ap->offset - h.offset);
   iovec iov{payload.data(), payload.size()};
   alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int))> ctrl{};
   msghdr msg{};

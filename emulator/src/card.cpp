@@ -85,7 +85,7 @@ Card::Card(EmulatorImpl& sys, std::uint32_t index, const CardConfig& cfg, std::u
       hbm_memfd_offset_(hbm_memfd_offset),
       state_(sys.fabric_state->card(index)),
       config_(cfg.hbm_bytes),
-      windows_(cfg.hbm_bytes, *sys.fabric_state, index),
+      windows_(cfg.hbm_bytes, *sys.fabric_state, index, sys.hbm_windows.get()),
       ports_(*this, cfg.num_ports),
       stats_(*this),
       firmware_(*this, mailbox_, cfg.firmware_version),
@@ -107,8 +107,14 @@ std::uint32_t Card::lock_tag() const noexcept {
   return pid;
 }
 
-std::span<std::byte> Card::card_hbm(std::uint32_t index) noexcept {
-  return index < sys_.cards.size() ? sys_.cards[index]->hbm() : std::span<std::byte>{};
+Card::WindowAccess Card::window_hbm(unsigned /*queue*/, std::uint32_t index, unsigned /*w*/,
+                                    std::uint16_t /*generation*/, std::uint64_t /*key*/, std::uint64_t wbase,
+                                    std::uint64_t wsize, std::span<std::byte>* out) noexcept {
+  // One process holds every card: the window is where the entry says (the engine checked it).
+  const auto hbm = index < sys_.cards.size() ? sys_.cards[index]->hbm() : std::span<std::byte>{};
+  if (wbase > hbm.size() || wsize > hbm.size() - wbase) return WindowAccess::kRefused;
+  *out = hbm.subspan(wbase, wsize);
+  return WindowAccess::kMapped;
 }
 
 void Card::kick(QueueModel& q, bool doorbell) {

@@ -112,6 +112,8 @@ class Card final : public EngineHost {
   /// Power and thermal model, power limit (power.hpp, mailbox.md §3.9).
   [[nodiscard]] PowerModel& power() noexcept { return power_; }
   [[nodiscard]] WindowEntry& window(unsigned w) { return windows_.entry(w); }
+  /// Entry `w` as the card committed it (window_table.hpp), which no client can rewrite.
+  [[nodiscard]] WindowTable::Committed window_committed(unsigned w) const { return windows_.committed(w); }
   /// This card's part of the shared engine state.
   [[nodiscard]] CardState& shared() noexcept { return state_; }
   [[nodiscard]] PortSet& ports() noexcept { return ports_; }
@@ -136,7 +138,9 @@ class Card final : public EngineHost {
   [[nodiscard]] std::uint32_t card_index() const noexcept override { return index_; }
   [[nodiscard]] FabricState& fabric() noexcept override;
   [[nodiscard]] std::uint32_t lock_tag() const noexcept override;
-  [[nodiscard]] std::span<std::byte> card_hbm(std::uint32_t index) noexcept override;
+  [[nodiscard]] WindowAccess window_hbm(unsigned queue, std::uint32_t index, unsigned w, std::uint16_t generation,
+                                        std::uint64_t key, std::uint64_t wbase, std::uint64_t wsize,
+                                        std::span<std::byte>* out) noexcept override;
   void kick(QueueModel& q, bool doorbell) override;
   void queue_halted(unsigned queue, std::uint64_t iova) override;
   void dma_activity() noexcept override { power_.dma_activity(); }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The emulated system: cards in one memfd of HBM, the fabric's cables, clock, workers,
 // fault firing and the event log. URIs: config.cpp; fault validation and scenarios: scenario.cpp.
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -63,11 +64,13 @@ Result<void> EmulatorImpl::init() {
     if (p == MAP_FAILED) return fail_errno(errno, fmt::format("emulator: reserve {} bytes of HBM", hbm_total));
     hbm_base = static_cast<std::byte*>(p);
     for (std::uint32_t i = 0; i < cfg.num_cards; ++i) {
-      const int fd = ::memfd_create("npo-emu-hbm", MFD_CLOEXEC);
+      const int fd = ::memfd_create("npo-emu-hbm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
       if (fd < 0) return fail_errno(errno, "emulator: memfd_create for HBM");
       card_memfds.push_back(fd);
-      if (::ftruncate(fd, static_cast<off_t>(hbm_stride)) != 0) {
-        return fail_errno(errno, fmt::format("emulator: ftruncate HBM memfd to {} bytes", hbm_stride));
+      // Sealed: the owner that maps it cannot shrink it under the daemon (a SIGBUS here).
+      if (::ftruncate(fd, static_cast<off_t>(hbm_stride)) != 0 ||
+          ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+        return fail_errno(errno, fmt::format("emulator: HBM memfd of {} bytes (ftruncate, seal)", hbm_stride));
       }
       if (::mmap(hbm_base + i * hbm_stride, hbm_stride, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_NORESERVE,
                  fd, 0) == MAP_FAILED) {
@@ -88,6 +91,11 @@ Result<void> EmulatorImpl::init() {
   auto fs = FabricState::create(cfg.num_cards, cfg.hbm_fd_per_card);
   if (!fs) return fail(fs.error().code(), fmt::format("emulator: {}", fs.error().message()));
   fabric_state = std::move(*fs);
+  partition_of = std::make_unique<std::atomic<std::uint32_t>[]>(cfg.num_cards);
+  if (cfg.hbm_fd_per_card) {
+    hbm_windows = std::make_unique<HbmWindows>(hbm_base, hbm_stride, card_memfds, *fabric_state,
+                                               static_cast<std::uint32_t>(::getpid()));
+  }
   cards.reserve(cfg.num_cards);
   for (std::uint32_t i = 0; i < cfg.num_cards; ++i) {
     const std::uint64_t serial = rng();
@@ -265,6 +273,7 @@ Result<void> Emulator::set_partition(std::uint32_t card, std::uint32_t id) {
   if (card >= impl_->cards.size()) {
     return fail(Code::kOutOfRange, fmt::format("card {} past the supernode's {} cards", card, impl_->cards.size()));
   }
+  impl_->partition_of[card].store(id, std::memory_order_release);
   const std::uint32_t was = impl_->fabric_state->card(card).partition.exchange(id, std::memory_order_acq_rel);
   if (was != id) impl_->log(card, fmt::format("partition card={} id={} was={}", card, id, was));
   return {};
@@ -274,7 +283,7 @@ Result<std::uint32_t> Emulator::partition(std::uint32_t card) const {
   if (card >= impl_->cards.size()) {
     return fail(Code::kOutOfRange, fmt::format("card {} past the supernode's {} cards", card, impl_->cards.size()));
   }
-  return impl_->fabric_state->card(card).partition.load(std::memory_order_acquire);
+  return impl_->partition_of[card].load(std::memory_order_acquire);
 }
 
 }  // namespace npo::emu

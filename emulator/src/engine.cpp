@@ -54,6 +54,7 @@ bool QueueModel::has_work() const noexcept {
   if (st_.status.load() & qr::kStatusHalted.mask()) return false;
   if (!pending()) return false;
   if (host_.state().dma_stalled()) return false;  // throttled, budget spent: the power controller kicks it
+  if (import_blocked_.load(std::memory_order_seq_cst)) return false;  // its host imports a window first
   // Paused on a full completion ring until the host frees entries (CQ_HEAD doorbell).
   const std::uint32_t depth = 1u << qr::kConfigDepthLog2.get(st_.config.load());
   return st_.cq_tail.load() - st_.cq_head.load() < depth;
@@ -659,6 +660,14 @@ bool QueueModel::run_batch_locked() {
       st = Status::kFenceSkipped;
     } else {
       st = execute(d, &info);
+      if (import_wait_) {
+        // The op's window is not imported in this process yet (EngineHost::WindowAccess::kImport):
+        // the descriptor stays, the host imports the window and runs the queue again.
+        import_wait_ = false;
+        import_blocked_.store(true, std::memory_order_seq_cst);
+        stalled = true;
+        break;
+      }
       data_op = st == Status::kOk && d.opcode() != dma::Opcode::kNop && d.opcode() != dma::Opcode::kFence;
       if (data_op) ++n_data;
       if (data_op && throttled) cs.dma_budget.fetch_sub(d.length(), std::memory_order_relaxed);

@@ -36,9 +36,20 @@ class EngineHost {
   [[nodiscard]] virtual Iommu& iommu() noexcept = 0;
   /// The card's HBM, mapped in this process.
   [[nodiscard]] virtual std::span<std::byte> hbm() noexcept = 0;
-  /// HBM of card `index` (a remote op's target), mapped in this process; empty when it cannot
-  /// be (then the op fails like an unreachable card). Thread-safety: any thread.
-  [[nodiscard]] virtual std::span<std::byte> card_hbm(std::uint32_t index) noexcept = 0;
+  /// How a remote op reaches its target window's bytes in this process (window_hbm).
+  enum class WindowAccess : std::uint8_t {
+    kMapped,   ///< `out` is the window's bytes
+    kImport,   ///< not imported here yet: the host imports it after this batch and runs the queue
+               ///< again, so the engine stops the batch before the op (QueueModel::import_wait_)
+    kRefused,  ///< the import was refused (the window changed meanwhile): the op fails as revoked
+  };
+  /// The bytes of window `w` of card `index` for a remote op of queue `queue` (0..31), [wbase, wbase+wsize) of its HBM
+  /// as the entry says, for a remote op carrying `generation` and `key` that the entry admitted. The emulator's own
+  /// cards reach every HBM; an owner process of npo-emud only the windows it imported (spec §5.13: WINDOW_FD, checked
+  /// by the daemon). On kMapped `*out` spans at least wsize bytes. Thread-safety: any thread.
+  [[nodiscard]] virtual WindowAccess window_hbm(unsigned queue, std::uint32_t index, unsigned w,
+                                                std::uint16_t generation, std::uint64_t key, std::uint64_t wbase,
+                                                std::uint64_t wsize, std::span<std::byte>* out) noexcept = 0;
 
   /// Records an IOMMU fault (FAULT_IOVA/FAULT_INFO/ERR_STATUS, registers.md §3.4) and raises
   /// MSI-X vector 0. `queue` 0..31.

@@ -31,8 +31,8 @@ Status QueueModel::remote(const dma::Descriptor& d, std::uint64_t* info) {
   if (!reachable && ti < fab.cards() && !fab.card(ti).has(CardState::kRemoved)) {
     reachable = fab.route_reachable(self, d.remote_card(), index_);
   }
-  const std::span<std::byte> target = reachable ? host_.card_hbm(ti) : std::span<std::byte>{};
-  if (target.empty()) {
+  const std::uint64_t target_hbm = reachable ? fab.card(ti).hbm_bytes.load(std::memory_order_relaxed) : 0;
+  if (target_hbm == 0) {
     *info = d.remote_card();
     return Status::kRemoteUnreachable;
   }
@@ -71,12 +71,18 @@ Status QueueModel::remote(const dma::Descriptor& d, std::uint64_t* info) {
   const std::uint64_t woff = is_write ? d.dst() : d.src();
   const std::uint64_t wsize = e.size.load();
   const std::uint64_t wbase = e.hbm_offset.load();
-  // The entry was checked against the card's HBM when committed; the mapping here is checked too.
-  if (woff > wsize || len > wsize - woff || wbase > target.size() || wsize > target.size() - wbase) {
+  // The entry was checked against the card's HBM when committed; it is checked here too.
+  if (woff > wsize || len > wsize - woff || wbase > target_hbm || wsize > target_hbm - wbase) {
     *info = woff;
     return Status::kWindowRange;
   }
-  std::byte* remote = target.data() + wbase + woff;
+  std::span<std::byte> window;
+  switch (host_.window_hbm(index_, ti, w, d.generation(), d.key(), wbase, wsize, &window)) {
+    case EngineHost::WindowAccess::kMapped: break;
+    case EngineHost::WindowAccess::kImport: import_wait_ = true; return Status::kOk;  // not completed: see run()
+    case EngineHost::WindowAccess::kRefused: return Status::kWindowRevoked;
+  }
+  std::byte* remote = window.data() + woff;
   const std::uint64_t local = is_write ? d.src() : d.dst();
   const bool local_hbm = (fl & (is_write ? dma::flags::kSrcHbm : dma::flags::kDstHbm)) != 0;
   const auto hbm = host_.hbm();

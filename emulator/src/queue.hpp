@@ -45,6 +45,9 @@ class QueueModel final : public Runnable {
   /// thread or process is running it (then that one sees the new work: the check after its
   /// unlock). What an owner's doorbell does when it runs its own card's engines.
   void run_inline();
+  /// The window a batch stopped at (EngineHost::WindowAccess::kImport) is imported, or refused:
+  /// the queue has work again. Thread-safety: any thread; run_inline() after it.
+  void import_done() noexcept { import_blocked_.store(false, std::memory_order_seq_cst); }
   [[nodiscard]] bool hung() const noexcept { return st_.hung.load() != 0; }
   [[nodiscard]] bool pending() const noexcept;
   [[nodiscard]] std::uint64_t hung_since() const noexcept { return st_.hung_since.load(); }
@@ -85,6 +88,12 @@ class QueueModel final : public Runnable {
   /// Translations of the running batch (used under st_.lock; cleared when run_once takes the
   /// IOMMU guard, so an unmap between batches is always seen). This process's own.
   IommuCache xlate_;
+  /// Set by remote() when the op's window is not imported in this process yet: the batch
+  /// stops before the op (under st_.lock).
+  bool import_wait_ = false;
+  /// The queue waits for its host to import a window (import_wait_): no work until
+  /// import_done(). This process's own.
+  std::atomic<bool> import_blocked_{false};
 };
 
 }  // namespace npo::emu

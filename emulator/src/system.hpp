@@ -12,6 +12,7 @@
 
 #include "card.hpp"
 #include "fabric.hpp"
+#include "hbm_windows.hpp"
 #include "npo/emu/emulator.hpp"
 #include "sched.hpp"
 #include "shared_state.hpp"
@@ -39,6 +40,13 @@ class EmulatorImpl {
   std::byte* hbm_base = nullptr;
   std::uint64_t hbm_total = 0;
   std::uint64_t hbm_stride = 0;
+  /// cfg.hbm_fd_per_card (npo-emud): every open window's range in a memfd of its own, so that
+  /// an importer reaches that window alone (hbm_windows.hpp).
+  std::unique_ptr<HbmWindows> hbm_windows;
+  /// Each card's partition as fabric management set it (Emulator::set_partition). The copy in
+  /// the shared engine state (CardState::partition) is what engines check; this one is the
+  /// daemon's own, which no client can write: WINDOW_FD admits by it (spec §5.13).
+  std::unique_ptr<std::atomic<std::uint32_t>[]> partition_of;
   std::vector<std::unique_ptr<Card>> cards;
   std::mt19937_64 rng;
   /// Mailbox requests rung and not yet handled by their card's firmware (Firmware). The

@@ -3,15 +3,37 @@
 #include "window_table.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
+#include "hbm_windows.hpp"
 #include "npo/fw/regs.hpp"
 
 namespace npo::emu {
 
 namespace regs = fw::regs;
 
-WindowTable::WindowTable(std::uint64_t hbm_bytes, FabricState& fabric, std::uint32_t card)
-    : hbm_bytes_(hbm_bytes), fabric_(fabric), card_(card), entries_(fabric.card(card).windows) {}
+WindowTable::WindowTable(std::uint64_t hbm_bytes, FabricState& fabric, std::uint32_t card, HbmWindows* backing)
+    : hbm_bytes_(hbm_bytes),
+      fabric_(fabric),
+      card_(card),
+      entries_(fabric.card(card).windows),
+      backing_(backing),
+      open_(regs::kWindowEntries) {}
+
+WindowTable::Committed WindowTable::committed(unsigned w) const {
+  std::lock_guard lock(mu_);
+  return w < open_.size() ? open_[w] : Committed{};
+}
+
+void WindowTable::drain(unsigned w) {
+  // The remote ops admitted before the close finish their chunk (at most 256 KiB) and stop; wait
+  // for them before the range's bytes move, so that none lands in the closed window's memfd.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (fabric_.window_inflight(card_, w) != 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
 
 std::uint64_t WindowTable::read(unsigned w, std::uint32_t reg) {
   namespace wr = regs::window;
@@ -42,8 +64,13 @@ void WindowTable::write(unsigned w, std::uint32_t reg, std::uint64_t value) {
       const std::uint64_t off = e.hbm_offset.load();
       const std::uint64_t size = e.size.load();
       const bool valid = wr::kCtrlValid.get(ctrl) != 0;
-      const bool ok = !valid || (size > 0 && off % wr::kAlign == 0 && size % wr::kAlign == 0 && off <= hbm_bytes_ &&
-                                 size <= hbm_bytes_ - off);
+      bool ok = !valid || (size > 0 && off % wr::kAlign == 0 && size % wr::kAlign == 0 && off <= hbm_bytes_ &&
+                           size <= hbm_bytes_ - off);
+      std::unique_lock lock(mu_);
+      const Committed held = open_[w];
+      // npo-emud: the range moves into a memfd of its own before the entry opens (hbm_windows.hpp).
+      const bool moves = held.off != off || held.size != size;
+      if (backing_ != nullptr && valid && ok && moves) ok = backing_->open(card_, off, size).has_value();
       const std::uint32_t stored = ok ? ctrl : ctrl & ~wr::kCtrlValid.mask();
       // The exchange pairs each entry's VALID transitions with the count (GLOBAL.WINDOWS_VALID):
       // exact even when two writers race on one entry.
@@ -53,6 +80,14 @@ void WindowTable::write(unsigned w, std::uint32_t reg, std::uint64_t value) {
       const bool is = wr::kCtrlValid.get(stored) != 0;
       if (is && !was) valid_.fetch_add(1, std::memory_order_relaxed);
       if (was && !is) valid_.fetch_sub(1, std::memory_order_relaxed);
+      const Committed now = is ? Committed{off, size, e.key.load(), stored} : Committed{};
+      if (backing_ != nullptr && held.size != 0 && (now.off != held.off || now.size != held.size)) {
+        // Closed or moved: the old range goes back to the card once its ops drained. An entry
+        // re-opened over another range drains too (its old range's ops carry its generation).
+        drain(w);
+        backing_->close(card_, held.off, held.size);
+      }
+      open_[w] = now;
       break;
     }
     default: break;
@@ -60,6 +95,11 @@ void WindowTable::write(unsigned w, std::uint32_t reg, std::uint64_t value) {
 }
 
 void WindowTable::reset() {
+  {
+    std::lock_guard lock(mu_);
+    for (auto& r : open_) r = {};
+    if (backing_ != nullptr) backing_->close_all(card_);
+  }
   for (unsigned w = 0; w < regs::kWindowEntries; ++w) {
     auto& e = entries_[w];
     e.hbm_offset.store(0);

@@ -149,6 +149,10 @@ TEST(EmudEngine, AnOwnersDoorbellRunsItsCardsEngineInItsOwnProcessAndTheDaemonCo
   // been handled (a doorbell waits for them) before the daemon stops.
   ASSERT_TRUE(q0->enqueue_fill(DmaAddress::host(back->iova()), 0, kLen));
   ASSERT_EQ(npo_test::run(*q0, 1).size(), 1u);
+  // The first remote op on the window imports it (WINDOW_FD, spec §5.13): a daemon round trip
+  // outside the batch; from then on the window's bytes are mapped here.
+  ASSERT_TRUE(q0->enqueue_remote_write(DmaAddress::host(back->iova()), *h, 0, 4096));
+  ASSERT_EQ(npo_test::run(*q0, 1).at(0).status, OpStatus::kOk);
   ASSERT_TRUE(q1->enqueue_fill(DmaAddress::host(mem1->iova()), 0, kLen));
   ASSERT_EQ(npo_test::run(*q1, 1).size(), 1u);
 
@@ -178,7 +182,7 @@ TEST(EmudEngine, AnOwnersDoorbellRunsItsCardsEngineInItsOwnProcessAndTheDaemonCo
   EXPECT_EQ(mem1->bytes()[kLen - 1], std::byte{3});
 
   // The daemon counted card 0's ops, which ran in this process (shared DMA totals): 1 fill of
-  // 64 KiB, then 64 KiB each way. The disconnect line says what the owner's session moved.
+  // 64 KiB, the importing 4 KiB write, then 64 KiB each way. The disconnect line says what the owner's session moved.
   q0.reset();
   src.reset();
   back.reset();
@@ -187,7 +191,7 @@ TEST(EmudEngine, AnOwnersDoorbellRunsItsCardsEngineInItsOwnProcessAndTheDaemonCo
   ASSERT_TRUE(wait_output(d, line, 10000)) << d.output();
   const std::string out = d.output();
   const std::string rest = out.substr(out.find(line), out.find('\n', out.find(line)) - out.find(line));
-  EXPECT_NE(rest.find(" dma_ops=3 dma_bytes=" + std::to_string(3 * kLen)), std::string::npos) << rest;
+  EXPECT_NE(rest.find(" dma_ops=4 dma_bytes=" + std::to_string(3 * kLen + 4096)), std::string::npos) << rest;
   EXPECT_NE(out.find("card=0 pid=" + std::to_string(::getpid()) + ": the owner runs the card's DMA engines"),
             std::string::npos)
       << out;
@@ -225,9 +229,13 @@ TEST(EmudEngine, EngineShareHbmFdAndEventsRefuseWhatTheyMust) {
             npo::emu::FabricState::kHeaderBytes + 8 * sizeof(npo::emu::CardState));
   ::close(state_fd);
   EXPECT_EQ(std::get<0>(share(r)), static_cast<int>(Code::kAlreadyExists));
-  // HBM_FD: card 8 is past mesh8; card 5's memfd holds its HBM.
+  // HBM_FD: card 8 is past mesh8; card 5's HBM is not this owner's (spec §5.13: windows only);
+  // card 2's memfd holds its own HBM.
   EXPECT_EQ(std::get<0>(hbm(r, 8)), static_cast<int>(Code::kOutOfRange));
-  auto [hcode, hbody, hfd] = hbm(r, 5);
+  auto [other_code, other_body, other_fd] = hbm(r, 5);
+  EXPECT_EQ(other_code, static_cast<int>(Code::kPermissionDenied));
+  EXPECT_LT(other_fd, 0);
+  auto [hcode, hbody, hfd] = hbm(r, 2);
   ASSERT_EQ(hcode, 0);
   ASSERT_GE(hfd, 0);
   ASSERT_EQ(hbody.size(), emud::engine::kHbmReplyBytes);

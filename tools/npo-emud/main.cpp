@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -71,6 +72,31 @@ void say(const std::string& line) {
     std::fputs(fmt::format("npo-emud: {}\n", line).c_str(), stdout);
   }
   std::fflush(stdout);
+}
+
+/// "0-3,6" -> {0, 1, 2, 3, 6}; nullopt when malformed (an empty item, a reversed range).
+std::optional<std::vector<unsigned>> card_list(std::string_view text) {
+  std::vector<unsigned> out;
+  while (!text.empty()) {
+    const auto comma = text.find(',');
+    const std::string_view item = text.substr(0, comma);
+    const auto dash = item.find('-');
+    unsigned lo = 0, hi = 0;
+    const auto num = [](std::string_view t, unsigned& v) {
+      return !t.empty() && std::from_chars(t.data(), t.data() + t.size(), v).ptr == t.data() + t.size();
+    };
+    if (!num(item.substr(0, dash), lo)) return std::nullopt;
+    hi = lo;
+    if (dash != std::string_view::npos && (!num(item.substr(dash + 1), hi) || hi < lo || hi - lo > 4096)) {
+      return std::nullopt;
+    }
+    for (unsigned c = lo; c <= hi; ++c) out.push_back(c);
+    if (comma == std::string_view::npos) break;
+    text.remove_prefix(comma + 1);
+    if (text.empty()) return std::nullopt;
+  }
+  if (out.empty()) return std::nullopt;
+  return out;
 }
 
 /// "emu:mesh8?seed=2" / "mesh8" / "file=PATH" / "PATH" -> the part parse_uri takes.
@@ -134,6 +160,10 @@ int main(int argc, char** argv) {
                  "group owning the socket directory and card sockets, so its members (not only the daemon's user) "
                  "can connect");
   app.add_option("--socket-mode", socket_mode, "octal mode of the card sockets, e.g. 0660 (default: from the umask)");
+  std::vector<std::string> partitions;
+  app.add_option("--partition", partitions,
+                 "CARDS=ID: put cards CARDS (e.g. 0-3,6) in partition ID at start (GLOBAL.PARTITION, registers.md "
+                 "§3.8: remote ops and window imports cross no partition boundary); repeatable");
   if (auto rc = npo::tools::parse_command_line(app, argc, argv, "npo-emud")) return *rc;
   std::optional<gid_t> gid;
   if (!socket_group.empty()) {
@@ -206,6 +236,25 @@ int main(int argc, char** argv) {
   cfg->inline_doorbells = engine == "inline";
   auto emu = npo::emu::Emulator::create(*cfg);
   if (!emu) return npo::tools::fail("npo-emud", emu.error());
+  for (const auto& spec : partitions) {
+    const auto eq = spec.rfind('=');
+    std::uint32_t id = 0;
+    const char* end = spec.data() + spec.size();
+    const auto cards = eq == std::string::npos ? std::nullopt : card_list(spec.substr(0, eq));
+    const bool id_ok =
+        eq != std::string::npos && eq + 1 < spec.size() && std::from_chars(spec.data() + eq + 1, end, id).ptr == end;
+    if (!cards || !id_ok) {
+      std::fprintf(stderr, "npo-emud: --partition %s: expected CARDS=ID, e.g. 0-3,6=7 (%s)\n", spec.c_str(),
+                   !cards ? "CARDS is not a list of cards and ranges" : "ID is not a whole number");
+      return npo::tools::kExitUsage;
+    }
+    for (unsigned c : *cards) {
+      if (auto r = (*emu)->set_partition(c, id); !r) {
+        std::fprintf(stderr, "npo-emud: --partition %s: %s\n", spec.c_str(), r.error().message().c_str());
+        return npo::tools::kExitUsage;
+      }
+    }
+  }
   unsigned up = 0, failed = 0;
   std::uint64_t unreachable = 0;
   // The daemon's own in-process view of its cards: for the bring-up, and with --trace for the

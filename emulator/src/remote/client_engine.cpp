@@ -6,6 +6,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "npo/fw/emud.hpp"
@@ -26,8 +28,12 @@ ClientEngine::ClientEngine(EngineLink& link, std::unique_ptr<FabricState> fabric
 }
 
 ClientEngine::~ClientEngine() {
-  for (auto& h : hbm_) {
-    if (h.data() != nullptr) ::munmap(h.data(), h.size());
+  if (own_.data() != nullptr) ::munmap(own_.data(), own_.size());
+  for (auto& [id, im] : imports_) {
+    if (im.bytes != nullptr) ::munmap(im.bytes, im.size);
+  }
+  for (auto& [id, im] : stale_) {
+    if (im.bytes != nullptr) ::munmap(im.bytes, im.size);
   }
   if (self_pidfd_ >= 0) ::close(self_pidfd_);
 }
@@ -41,31 +47,122 @@ Result<std::unique_ptr<ClientEngine>> ClientEngine::create(EngineLink& link, int
                 fmt::format("ENGINE_SHARE: card {} past the {} cards of the shared state", card, (*fs)->cards()));
   }
   if (lock_tag == 0) return fail(Code::kInvalidArgument, "ENGINE_SHARE: lock tag 0");
-  const std::uint32_t cards = (*fs)->cards();
   std::unique_ptr<ClientEngine> e(new ClientEngine(link, std::move(*fs), card, lock_tag));
   e->self_pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, ::getpid(), 0));
   if (e->self_pidfd_ < 0) return fail_errno(errno, "emu-remote: pidfd_open of this process");
-  // Every card's HBM now: an engine never asks the daemon for anything inside a batch.
-  e->hbm_.resize(cards);
-  for (std::uint32_t i = 0; i < cards; ++i) {
-    auto h = link.hbm_fd(i);
-    if (!h) return std::unexpected(h.error());
-    void* p = MAP_FAILED;
-    if (h->size != 0) {
-      p = ::mmap(nullptr, h->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, h->fd,
-                 static_cast<off_t>(h->offset));
-    }
-    const int err = errno;
-    ::close(h->fd);
-    if (p == MAP_FAILED) {
-      return fail_errno(h->size == 0 ? EINVAL : err,
-                        fmt::format("emu-remote: mmap of card {}'s HBM ({} bytes)", i, h->size));
-    }
-    e->hbm_[i] = {static_cast<std::byte*>(p), h->size};
+  // The card's own HBM only (spec §5.13): another card's bytes come window by window.
+  auto h = link.hbm_fd(card);
+  if (!h) return std::unexpected(h.error());
+  void* p = MAP_FAILED;
+  if (h->size != 0) {
+    p = ::mmap(nullptr, h->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, h->fd,
+               static_cast<off_t>(h->offset));
   }
+  const int err = errno;
+  ::close(h->fd);
+  if (p == MAP_FAILED) {
+    return fail_errno(h->size == 0 ? EINVAL : err,
+                      fmt::format("emu-remote: mmap of card {}'s HBM ({} bytes)", card, h->size));
+  }
+  e->own_ = {static_cast<std::byte*>(p), h->size};
   return e;
 }
 
+Result<void> ClientEngine::remap_own(std::uint64_t off, std::uint64_t size, int fd, std::uint64_t fd_offset) {
+  if (off > own_.size() || size > own_.size() - off) {
+    return fail(Code::kOutOfRange, fmt::format("emu-remote: remap [{:#x}, +{:#x}) past the card's HBM", off, size));
+  }
+  if (::mmap(own_.data() + off, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_NORESERVE, fd,
+             static_cast<off_t>(fd_offset)) == MAP_FAILED) {
+    return fail_errno(errno, fmt::format("emu-remote: remap [{:#x}, +{:#x}) of card {}'s HBM", off, size, card_));
+  }
+  return {};
+}
+
+std::size_t ClientEngine::imported_windows() const {
+  std::shared_lock lock(imports_mu_);
+  std::size_t n = 0;
+  for (const auto& [id, im] : imports_) n += im.bytes != nullptr ? 1 : 0;
+  return n;
+}
+
+ClientEngine::WindowAccess ClientEngine::window_hbm(unsigned queue, std::uint32_t index, unsigned w,
+                                                    std::uint16_t generation, std::uint64_t key, std::uint64_t wbase,
+                                                    std::uint64_t wsize, std::span<std::byte>* out) noexcept {
+  if (index == card_) {  // a window of this card: loopback through its own HBM
+    if (wbase > own_.size() || wsize > own_.size() - wbase) return WindowAccess::kRefused;
+    *out = own_.subspan(wbase, wsize);
+    return WindowAccess::kMapped;
+  }
+  {
+    std::shared_lock lock(imports_mu_);
+    auto it = imports_.find(import_id(index, w));
+    if (it != imports_.end() && it->second.generation == generation) {
+      if (it->second.refused) return WindowAccess::kRefused;
+      if (it->second.size >= wsize) {
+        *out = {it->second.bytes, wsize};
+        return WindowAccess::kMapped;
+      }
+    }
+  }
+  // Not imported (or of another generation, or grown): import after the batch.
+  std::lock_guard lock(pending_mu_);
+  pending_.push_back({index, w, generation, key, queue});
+  has_pending_.store(true, std::memory_order_release);
+  return WindowAccess::kImport;
+}
+
+void ClientEngine::sweep_stale() noexcept {
+  std::erase_if(stale_, [&](auto& s) {
+    const std::uint64_t want = (((s.first >> 16) + 1) << 32) | (s.first & 0xffff);
+    for (auto& q : state().queues) {
+      if (q.remote_window.load(std::memory_order_seq_cst) == want) return false;  // an op may be inside it
+    }
+    if (s.second.bytes != nullptr) ::munmap(s.second.bytes, s.second.size);
+    return true;
+  });
+}
+
+void ClientEngine::resolve_imports() {
+  std::vector<Pending> todo;
+  {
+    std::lock_guard lock(pending_mu_);
+    todo.swap(pending_);
+    has_pending_.store(false, std::memory_order_release);
+  }
+  std::vector<unsigned> rerun;
+  for (const auto& p : todo) {
+    Import im{p.generation, nullptr, 0, true};
+    if (auto f = link_.window_fd(p.card, p.window, p.generation, p.key); f) {
+      void* m =
+          ::mmap(nullptr, f->size, PROT_READ | (f->writable ? PROT_WRITE : 0), MAP_SHARED | MAP_NORESERVE, f->fd, 0);
+      ::close(f->fd);
+      if (m != MAP_FAILED) im = {p.generation, static_cast<std::byte*>(m), f->size, false};
+    } else {
+      npo::log::get(npo::log::Subsystem::kBackend)
+          .debug("emu-remote: card {}: import of card {} window {} refused: {}", card_, p.card, p.window,
+                 f.error().message());
+    }
+    {
+      std::unique_lock lock(imports_mu_);
+      auto [it, fresh] = imports_.try_emplace(import_id(p.card, p.window), im);
+      if (!fresh) {
+        if (it->second.generation == p.generation && !it->second.refused && im.bytes != nullptr) {
+          ::munmap(im.bytes, im.size);  // two batches asked for the same window: keep the first
+        } else {
+          stale_.emplace_back(it->first, it->second);
+          it->second = im;
+        }
+      }
+      sweep_stale();
+    }
+    if (std::find(rerun.begin(), rerun.end(), p.queue) == rerun.end()) rerun.push_back(p.queue);
+  }
+  for (unsigned q : rerun) {
+    queues_[q]->import_done();
+    queues_[q]->run_inline();
+  }
+}
 bool ClientEngine::is_doorbell(std::uint64_t off) noexcept {
   if (off < regs::kQueueBase || off >= regs::kQueueBase + std::uint64_t{regs::kNumQueues} * regs::kQueueStride) {
     return false;
@@ -79,7 +176,12 @@ void ClientEngine::doorbell(std::uint64_t off, std::uint32_t v) {
   const auto r = static_cast<std::uint32_t>((off - regs::kQueueBase) % regs::kQueueStride);
   // A removed card reads all-ones and drops writes (registers.md §1), doorbells too.
   if (fabric_->card(card_).has(CardState::kRemoved)) return;
-  queues_[q]->write(r, 32, v);  // the card's checks; a doorbell with work runs the queue here (kick)
+  {
+    std::shared_lock views(views_mu_);
+    queues_[q]->write(r, 32, v);  // the card's checks; a doorbell with work runs the queue here (kick)
+    // A batch stopped at a window not imported yet: import it (no queue lock held) and go on.
+    for (unsigned round = 0; round < 64 && has_pending_.load(std::memory_order_acquire); ++round) resolve_imports();
+  }
   if (has_events_.load(std::memory_order_acquire)) flush_events();
 }
 

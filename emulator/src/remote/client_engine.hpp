@@ -8,10 +8,13 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine_host.hpp"
@@ -33,8 +36,22 @@ class EngineLink {
     std::uint64_t offset = 0;
     std::uint64_t size = 0;
   };
-  /// HBM_FD round trip for card `card`. Never called while a queue lock is held.
+  /// HBM_FD round trip for this connection's own card (spec §5.12; other cards are refused,
+  /// §5.13). Never called while a queue lock is held.
   virtual Result<Hbm> hbm_fd(std::uint32_t card) = 0;
+  /// An imported window (WINDOW_FD, spec §5.13): its memfd (the caller closes it), HBM offset
+  /// and bytes on its card, and whether the fd maps read-write.
+  struct WindowFd {
+    int fd = -1;
+    std::uint64_t offset = 0;
+    std::uint64_t size = 0;
+    bool writable = false;
+  };
+  /// WINDOW_FD round trip. Errors: the daemon's (kPermissionDenied: another partition or a wrong
+  /// key; kFailedPrecondition: another generation; kNotFound: not open). Never called while a
+  /// queue lock is held.
+  virtual Result<WindowFd> window_fd(std::uint32_t card, unsigned window, std::uint16_t generation,
+                                     std::uint64_t key) = 0;
   /// ENGINE_EVENT (posted) with kind fw::emud::engine::kEvent*. Never called while a queue lock
   /// is held (the daemon may be waiting for that lock while this thread waits for the socket).
   virtual void post_event(std::uint32_t kind, std::uint32_t queue, std::uint64_t value, std::uint64_t flags) = 0;
@@ -45,8 +62,9 @@ class EngineLink {
 /// one producer), and batches of one queue take turns with any other process's (QueueLock).
 class ClientEngine final : public EngineHost {
  public:
-  /// Maps the shared engine state `state_fd` (ENGINE_SHARE's reply) and the HBM of every card
-  /// (one HBM_FD each), for card `card` whose engines lock queues with `lock_tag`.
+  /// Maps the shared engine state `state_fd` (ENGINE_SHARE's reply) and the card's own HBM
+  /// (HBM_FD), for card `card` whose engines lock queues with `lock_tag`. Other cards' windows
+  /// are imported when a remote op first targets them (WINDOW_FD, spec §5.13).
   /// Errors: kInvalidArgument (a state of another layout, a card past it), those of HBM_FD and
   /// mmap.
   static Result<std::unique_ptr<ClientEngine>> create(EngineLink& link, int state_fd, std::uint32_t card,
@@ -75,15 +93,26 @@ class ClientEngine final : public EngineHost {
   Result<void> map_process(std::uint64_t vaddr, std::uint64_t iova, std::uint64_t length, backend::DmaAccess access);
   void unmap(std::uint64_t iova, std::uint64_t length);
 
+  /// Stops this process's engines from touching the card's HBM (every doorbell waits) until
+  /// unlock_views(): the owner moves a range of its views to another memfd meanwhile (a window
+  /// opens or closes, spec §5.13). Not recursive; never called from a doorbell.
+  void lock_views() { views_mu_.lock(); }
+  void unlock_views() { views_mu_.unlock(); }
+  /// Maps [off, off+size) of the engines' view of the card's HBM from `fd` at `fd_offset`
+  /// (under lock_views()). Errors: kOutOfRange (past the HBM), mmap's errno.
+  Result<void> remap_own(std::uint64_t off, std::uint64_t size, int fd, std::uint64_t fd_offset);
+  /// Windows of other cards this process imported (tests, diagnostics). Thread-safe.
+  [[nodiscard]] std::size_t imported_windows() const;
+
   // EngineHost
   [[nodiscard]] std::uint32_t card_index() const noexcept override { return card_; }
   [[nodiscard]] FabricState& fabric() noexcept override { return *fabric_; }
   [[nodiscard]] std::uint32_t lock_tag() const noexcept override { return tag_; }
   [[nodiscard]] Iommu& iommu() noexcept override { return iommu_; }
-  [[nodiscard]] std::span<std::byte> hbm() noexcept override { return hbm_[card_]; }
-  [[nodiscard]] std::span<std::byte> card_hbm(std::uint32_t index) noexcept override {
-    return index < hbm_.size() ? hbm_[index] : std::span<std::byte>{};
-  }
+  [[nodiscard]] std::span<std::byte> hbm() noexcept override { return own_; }
+  [[nodiscard]] WindowAccess window_hbm(unsigned queue, std::uint32_t index, unsigned w, std::uint16_t generation,
+                                        std::uint64_t key, std::uint64_t wbase, std::uint64_t wsize,
+                                        std::span<std::byte>* out) noexcept override;
   void record_iommu_fault(std::uint64_t iova, unsigned queue, bool write, bool perm) override;
   void set_error(std::uint32_t bits) override;
   void raise_msix(unsigned vector) override;
@@ -101,13 +130,41 @@ class ClientEngine final : public EngineHost {
   };
   void defer(const Event& e);
   void flush_events();
+  /// An imported window of another card, mapped here.
+  struct Import {
+    std::uint16_t generation = 0;
+    std::byte* bytes = nullptr;  ///< null: the import was refused (refused = true)
+    std::uint64_t size = 0;
+    bool refused = false;
+  };
+  struct Pending {
+    std::uint32_t card;
+    unsigned window;
+    std::uint16_t generation;
+    std::uint64_t key;
+    unsigned queue;
+  };
+  static std::uint64_t import_id(std::uint32_t card, unsigned w) noexcept { return (std::uint64_t{card} << 16) | w; }
+  /// Imports the windows batches asked for (WINDOW_FD, no lock held) and runs their queues again.
+  void resolve_imports();
+  /// Unmaps replaced imports no queue of this card is inside any more (under imports_mu_).
+  void sweep_stale() noexcept;
 
   EngineLink& link_;
   std::unique_ptr<FabricState> fabric_;
   std::uint32_t card_;
   std::uint32_t tag_;
   Iommu iommu_;
-  std::vector<std::span<std::byte>> hbm_;  ///< every card's HBM, mapped at create()
+  std::span<std::byte> own_;  ///< the card's HBM, mapped at create()
+  /// Held shared by every doorbell, exclusively while the owner remaps own_ (lock_views).
+  std::shared_mutex views_mu_;
+  mutable std::shared_mutex imports_mu_;
+  std::map<std::uint64_t, Import> imports_;  ///< by import_id
+  /// Replaced imports: (import_id, mapping) unmapped once no queue's remote op is inside them.
+  std::vector<std::pair<std::uint64_t, Import>> stale_;
+  std::mutex pending_mu_;
+  std::vector<Pending> pending_;
+  std::atomic<bool> has_pending_{false};
   std::vector<std::unique_ptr<QueueModel>> queues_;
   std::mutex events_mu_;
   std::vector<Event> events_;  ///< for the daemon, sent after the batch (flush_events)

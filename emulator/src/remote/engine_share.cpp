@@ -24,6 +24,41 @@ Result<EngineLink::Hbm> ConnLink::hbm_fd(std::uint32_t card) {
   return Hbm{r->fd, emud::load<std::uint64_t>(r->body, emud::engine::kHbmReplyFdOffset),
              emud::load<std::uint64_t>(r->body, emud::engine::kHbmReplySize)};
 }
+Result<EngineLink::WindowFd> ConnLink::window_fd(std::uint32_t card, unsigned window, std::uint16_t generation,
+                                                 std::uint64_t key) {
+  std::array<std::byte, emud::engine::kWindowBytes> b{};
+  emud::store<std::uint32_t>(b, emud::engine::kWindowCard, card);
+  emud::store<std::uint16_t>(b, emud::engine::kWindowIndex, static_cast<std::uint16_t>(window));
+  emud::store<std::uint16_t>(b, emud::engine::kWindowGeneration, generation);
+  emud::store<std::uint64_t>(b, emud::engine::kWindowKey, key);
+  auto r = c_.call(emud::Command::kWindowFd, b);
+  if (!r) return std::unexpected(r.error());
+  if (r->fd < 0 || r->body.size() != emud::engine::kWindowReplyBytes) {
+    if (r->fd >= 0) ::close(r->fd);
+    return fail(Code::kInternal,
+                fmt::format("emu-remote: malformed WINDOW_FD reply for card {} window {}", card, window));
+  }
+  return WindowFd{
+      r->fd, emud::load<std::uint64_t>(r->body, emud::engine::kWindowReplyOffset),
+      emud::load<std::uint64_t>(r->body, emud::engine::kWindowReplySize),
+      (emud::load<std::uint32_t>(r->body, emud::engine::kWindowReplyFlags) & emud::engine::kWindowWritable) != 0};
+}
+
+Result<RangeFd> hbm_range_fd(Conn& c, std::uint64_t off, std::uint64_t size) {
+  std::array<std::byte, emud::engine::kRangeBytes> b{};
+  emud::store<std::uint64_t>(b, emud::engine::kRangeOffset, off);
+  emud::store<std::uint64_t>(b, emud::engine::kRangeSize, size);
+  auto r = c.call(emud::Command::kHbmRangeFd, b);
+  if (!r) return std::unexpected(r.error());
+  if (r->fd < 0 || r->body.size() != emud::engine::kRangeReplyBytes) {
+    if (r->fd >= 0) ::close(r->fd);
+    return fail(Code::kInternal, "emu-remote: malformed HBM_RANGE_FD reply");
+  }
+  return RangeFd{
+      r->fd, emud::load<std::uint64_t>(r->body, emud::engine::kRangeReplyFdOffset),
+      (emud::load<std::uint32_t>(r->body, emud::engine::kRangeReplyFlags) & emud::engine::kRangeWindow) != 0};
+}
+
 void ConnLink::post_event(std::uint32_t kind, std::uint32_t queue, std::uint64_t value, std::uint64_t flags) {
   std::array<std::byte, emud::engine::kEventBytes> b{};
   emud::store<std::uint32_t>(b, emud::engine::kEventKind, kind);

@@ -45,7 +45,7 @@ namespace {
 
 namespace pci = fw::pci;
 
-class RemoteDevice final : public backend::Device {
+class RemoteDevice final : public backend::Device, public HbmViews {
  public:
   RemoteDevice(std::unique_ptr<Conn> c, CardInfo ci, std::shared_ptr<OpenSet> open, bool local_engines)
       : c_(std::move(c)), link_(*c_), ci_(std::move(ci)), open_(std::move(open)) {
@@ -66,6 +66,7 @@ class RemoteDevice final : public backend::Device {
     for (const auto& [iova, key] : reback_of_) reback_use(key, -1);  // the daemon drops our maps on close
     if (aperture_.data() != nullptr) ::munmap(aperture_.data(), aperture_.size());
     if (aperture_fd_ >= 0) ::close(aperture_fd_);
+    for (const int fd : range_fds_) ::close(fd);
   }
   const backend::FunctionInfo& info() const noexcept override { return ci_.fi; }
 
@@ -167,17 +168,23 @@ class RemoteDevice final : public backend::Device {
     }
     std::lock_guard lock(mu_);
     if (!mmio_[index])
-      mmio_[index] = make_remote_mmio(*c_, index, r->info.size, ci_.fi.read_only, ci_.card, engine_.get());
+      mmio_[index] = make_remote_mmio(*c_, index, r->info.size, ci_.fi.read_only, ci_.card, engine_.get(), this);
     return mmio_[index].get();
   }
   Result<std::span<std::byte>> map_aperture(unsigned index) override {
     auto a = aperture_fd(index);
     if (!a) return std::unexpected(a.error());
-    std::lock_guard lock(mu_);
+    std::lock_guard views(views_mu_);
+    std::unique_lock lock(mu_);
     if (aperture_.data() == nullptr) {
       void* p = ::mmap(nullptr, a->size, PROT_READ | PROT_WRITE, MAP_SHARED, a->fd, static_cast<off_t>(a->offset));
       if (p == MAP_FAILED) return fail_errno(errno, "emu-remote: mmap of the HBM aperture", {.card = ci_.card});
       aperture_ = {static_cast<std::byte*>(p), a->size};
+      lock.unlock();
+      // The ranges of open windows are in their own memfds (spec §5.13).
+      for (const auto& [off, size] : committed_) {
+        if (size != 0) remap(off, size, false);
+      }
     }
     return aperture_;
   }
@@ -342,9 +349,46 @@ class RemoteDevice final : public backend::Device {
     return set_irqs(emud::irqs::kIrqMsi, 0, std::span(&fd, 1));
   }
   Result<void> reset() override {
+    std::lock_guard views(views_mu_);
+    if (engine_) engine_->lock_views();
     auto r = c_->call(emud::Command::kDeviceReset, {});
+    // The reset closed every window: their ranges are the card's memfd's again.
+    for (auto& [off, size] : committed_) {
+      if (size != 0) remap(off, size);
+      off = size = 0;
+    }
+    if (engine_) engine_->unlock_views();
     if (!r) return std::unexpected(r.error().with({.card = ci_.card}));
     return {};
+  }
+
+  // HbmViews (spec §5.13).
+  void window_ctrl(unsigned w, const std::function<void()>& write) noexcept override {
+    namespace wr = fw::regs::window;
+    std::lock_guard views(views_mu_);
+    if (engine_) engine_->lock_views();
+    write();
+    const auto old = committed_[w];
+    std::pair<std::uint64_t, std::uint64_t> now{};
+    if (auto* bar0 = mmio_[pci::kBarRegs].get(); bar0 != nullptr) {
+      const std::uint64_t base = fw::regs::kWindowBase + std::uint64_t{w} * fw::regs::kWindowStride;
+      if (wr::kStatusActive.get(bar0->read32(base + wr::kStatus)) != 0) {
+        now = {bar0->read64(base + wr::kHbmOffset), bar0->read64(base + wr::kSize)};
+      }
+    }
+    if (old.second != 0 && old != now) remap(old.first, old.second);
+    if (now.second != 0 && now != old) remap(now.first, now.second);
+    committed_[w] = now;
+    if (engine_) engine_->unlock_views();
+  }
+
+  Result<ApertureFd> aperture_range_fd(unsigned index, std::uint64_t offset, std::uint64_t size) override {
+    if (index != pci::kBarHbm) return fail(Code::kUnimplemented, fmt::format("BAR{} cannot be shared", index));
+    auto r = hbm_range_fd(*c_, offset, size);
+    if (!r) return std::unexpected(r.error().with({.card = ci_.card}));
+    std::lock_guard lock(mu_);
+    range_fds_.push_back(r->fd);  // owned here, as aperture_fd's (SCM_RIGHTS duplicates it)
+    return ApertureFd{r->fd, r->fd_offset, size};
   }
   Result<void> check_connection() override { return c_->check(); }
 
@@ -368,6 +412,31 @@ class RemoteDevice final : public backend::Device {
     auto r = c_->call(emud::Command::kDmaUnmap, b);
     if (!r) return std::unexpected(r.error());
     return {};
+  }
+
+  /// Maps this process's views of [off, off+size) of the card's HBM (the aperture, the local
+  /// engines' view unless `engines` is false) from the memfd npo-emud keeps the range in now
+  /// (HBM_RANGE_FD). Under views_mu_ (and the engines' lock_views when `engines`).
+  void remap(std::uint64_t off, std::uint64_t size, bool engines = true) noexcept {
+    auto r = hbm_range_fd(*c_, off, size);
+    if (!r) {
+      npo::log::get(npo::log::Subsystem::kBackend)
+          .error("emu-remote: card {}: HBM [{:#x}, +{:#x}) cannot follow its window: {}", ci_.card, off, size,
+                 r.error().message());
+      return;
+    }
+    if (aperture_.data() != nullptr && off <= aperture_.size() && size <= aperture_.size() - off &&
+        ::mmap(aperture_.data() + off, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, r->fd,
+               static_cast<off_t>(r->fd_offset)) == MAP_FAILED) {
+      npo::log::get(npo::log::Subsystem::kBackend)
+          .error("emu-remote: card {}: remap of the aperture at {:#x}: {}", ci_.card, off, std::strerror(errno));
+    }
+    if (engine_ && engines) {
+      if (auto m = engine_->remap_own(off, size, r->fd, r->fd_offset); !m) {
+        npo::log::get(npo::log::Subsystem::kBackend).error("emu-remote: card {}: {}", ci_.card, m.error().message());
+      }
+    }
+    ::close(r->fd);
   }
 
   Result<void> set_irqs(std::uint32_t index, unsigned first, std::span<const int> fds) {
@@ -399,6 +468,12 @@ class RemoteDevice final : public backend::Device {
   std::array<std::unique_ptr<backend::Mmio>, 6> mmio_;
   int aperture_fd_ = -1;
   std::span<std::byte> aperture_;
+  /// Window commits and resets, one at a time (they move ranges of the views).
+  std::mutex views_mu_;
+  /// Each window's range as committed through window_ctrl ({0, 0}: closed), under views_mu_.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> committed_ =
+      std::vector<std::pair<std::uint64_t, std::uint64_t>>(fw::regs::kWindowEntries);
+  std::vector<int> range_fds_;                         ///< aperture_range_fd's, closed with the device
   std::map<std::uint64_t, std::uintptr_t> reback_of_;  ///< IOVA -> re-backed region it maps
   std::map<std::uint64_t, std::uint64_t> mapped_;      ///< IOVA -> length of each DMA mapping (overlap check)
   std::shared_ptr<OpenSet> open_;

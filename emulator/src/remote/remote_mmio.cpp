@@ -51,8 +51,10 @@ class RemoteMmio final : public backend::Mmio {
   /// and the BAR0 mailbox block is a private one whose requests go to MAILBOX_OBSERVE (§5.10),
   /// so the owner's mailbox exchange is never touched.
   /// `engine`: this process runs the card's DMA engines (spec §5.12): BAR0 doorbells go to it.
-  RemoteMmio(Conn& c, unsigned bar, std::uint64_t size, bool observer, std::uint32_t card, ClientEngine* engine)
-      : c_(c), bar_(bar), size_(size), observer_(observer), card_(card), engine_(engine) {}
+  /// `views`: window CTRL writes go through it (spec §5.13), else posted like the others.
+  RemoteMmio(Conn& c, unsigned bar, std::uint64_t size, bool observer, std::uint32_t card, ClientEngine* engine,
+             HbmViews* views)
+      : c_(c), bar_(bar), size_(size), observer_(observer), card_(card), engine_(engine), views_(views) {}
   std::uint32_t read32(std::uint64_t off) noexcept override {
     if (in_mailbox(off)) return static_cast<std::uint32_t>(mbox_read(off - fw::regs::kMailboxBase, 4));
     return static_cast<std::uint32_t>(read(off, 4));
@@ -121,8 +123,17 @@ class RemoteMmio final : public backend::Mmio {
     emud::store<std::uint32_t>(b, emud::access::kRegion, bar_);
     emud::store<std::uint32_t>(b, emud::access::kCount, n);
     std::memcpy(b.data() + emud::access::kBytes, &v, n);
+    const auto body = std::span(b).first(emud::access::kBytes + n);
+    // A window commit (spec §5.13): a round trip, and this process's views of the range follow it.
+    if (views_ != nullptr && bar_ == pci::kBarRegs && off >= fw::regs::kWindowBase &&
+        off < fw::regs::kWindowBase + std::uint64_t{fw::regs::kWindowEntries} * fw::regs::kWindowStride &&
+        (off - fw::regs::kWindowBase) % fw::regs::kWindowStride == fw::regs::window::kCtrl) {
+      const auto w = static_cast<unsigned>((off - fw::regs::kWindowBase) / fw::regs::kWindowStride);
+      views_->window_ctrl(w, [&] { (void)c_.call(emud::Command::kRegionWrite, body); });
+      return;
+    }
     // Posted, like a PCIe memory write: one sendmsg, no reply (ordered before later reads).
-    (void)c_.call(emud::Command::kRegionWrite, std::span(b).first(emud::access::kBytes + n), {}, true);
+    (void)c_.call(emud::Command::kRegionWrite, body, {}, true);
   }
 
   // ---- The observer's private mailbox (registers.md §4 layout, served locally) ----
@@ -201,6 +212,7 @@ class RemoteMmio final : public backend::Mmio {
   bool observer_;
   std::uint32_t card_;
   ClientEngine* engine_;
+  HbmViews* views_;
   std::atomic<bool> warned_{false};
   std::mutex mb_mu_;
   std::array<std::byte, fw::regs::mbox::kBufSize> req_{};
@@ -213,8 +225,8 @@ class RemoteMmio final : public backend::Mmio {
 }  // namespace
 
 std::unique_ptr<backend::Mmio> make_remote_mmio(Conn& c, unsigned bar, std::uint64_t size, bool observer,
-                                                std::uint32_t card, ClientEngine* engine) {
-  return std::make_unique<RemoteMmio>(c, bar, size, observer, card, engine);
+                                                std::uint32_t card, ClientEngine* engine, HbmViews* views) {
+  return std::make_unique<RemoteMmio>(c, bar, size, observer, card, engine, views);
 }
 
 }  // namespace npo::emu::remote

@@ -142,6 +142,20 @@ Result<ParsedCommand> parse_command(std::span<const std::byte> msg, std::size_t 
       c.target_card = load<std::uint32_t>(body, emud::engine::kHbmCard);
       if (load<std::uint32_t>(body, emud::engine::kHbmReserved) != 0) return bad("HBM_FD reserved field must be 0");
       break;
+    case emud::Command::kWindowFd:
+      c.target_card = load<std::uint32_t>(body, emud::engine::kWindowCard);
+      c.window = load<std::uint16_t>(body, emud::engine::kWindowIndex);
+      c.generation = load<std::uint16_t>(body, emud::engine::kWindowGeneration);
+      c.key = load<std::uint64_t>(body, emud::engine::kWindowKey);
+      if (c.window >= fw::regs::kWindowEntries)
+        return bad(fmt::format("WINDOW_FD window {} past the table's {}", c.window, fw::regs::kWindowEntries));
+      break;
+    case emud::Command::kHbmRangeFd:
+      c.offset = load<std::uint64_t>(body, emud::engine::kRangeOffset);
+      c.size = load<std::uint64_t>(body, emud::engine::kRangeSize);
+      if (c.size == 0 || c.offset % 4096 != 0 || c.size % 4096 != 0)
+        return bad("HBM_RANGE_FD offset and size must be 4 KiB aligned, size > 0");
+      break;
     case emud::Command::kEngineEvent:
       c.event_kind = load<std::uint32_t>(body, emud::engine::kEventKind);
       c.event_queue = load<std::uint32_t>(body, emud::engine::kEventQueue);

@@ -52,6 +52,9 @@ struct ParsedCommand {
   std::uint64_t duration_ns = 0;
   // HBM_FD (card), ENGINE_EVENT (kind, queue, value, flags)
   std::uint32_t target_card = 0;
+  std::uint32_t window = 0;      ///< WINDOW_FD
+  std::uint32_t generation = 0;  ///< WINDOW_FD
+  std::uint64_t key = 0;         ///< WINDOW_FD
   std::uint32_t event_kind = 0;
   std::uint32_t event_queue = 0;
   std::uint64_t event_value = 0;

@@ -85,11 +85,87 @@ void Session::hbm_fd(const ParsedCommand& c) {
     return reply_error(c, Error(Code::kOutOfRange, fmt::format("HBM_FD: card {} past the supernode's {} cards",
                                                                c.target_card, impl.cards.size())));
   }
+  // Isolation (spec §5.13): an owner maps its own card's HBM; another card's bytes it reaches
+  // only through the windows it imports (WINDOW_FD).
+  if (c.target_card != card_) {
+    return reply_error(c, Error(Code::kPermissionDenied,
+                                fmt::format("HBM_FD: card {} is not this connection's card {}; import its windows "
+                                            "(WINDOW_FD)",
+                                            c.target_card, card_)));
+  }
   const auto [fd, off] = impl.hbm_fd(c.target_card);
   std::array<std::byte, emud::engine::kHbmReplyBytes> b{};
   emud::store<std::uint64_t>(b, emud::engine::kHbmReplySize, impl.cards[c.target_card]->hbm().size());
   emud::store<std::uint64_t>(b, emud::engine::kHbmReplyFdOffset, off);
   reply_ok(c, b, fd);
+}
+
+void Session::window_fd(const ParsedCommand& c) {
+  auto& impl = srv_.emu->impl();
+  if (c.target_card >= impl.cards.size()) {
+    return reply_error(c, Error(Code::kOutOfRange, fmt::format("WINDOW_FD: card {} past the supernode's {} cards",
+                                                               c.target_card, impl.cards.size())));
+  }
+  namespace wr = fw::regs::window;
+  const auto w = impl.cards[c.target_card]->window_committed(c.window);
+  const bool own = c.target_card == card_;
+  auto refuse = [&](Code code, std::string why) {
+    srv_.log(fmt::format("card={} pid={}: WINDOW_FD card={} window={} refused: {}", card_, pid_, c.target_card,
+                         c.window, why));
+    reply_error(c, Error(code, fmt::format("WINDOW_FD of card {} window {}: {}", c.target_card, c.window, why)));
+  };
+  // The card's own records, not the shared engine state an owner process can write.
+  if (w.size == 0) return refuse(Code::kNotFound, "the window is not open");
+  if (!own) {
+    const auto mine = impl.partition_of[card_].load(std::memory_order_acquire);
+    const auto theirs = impl.partition_of[c.target_card].load(std::memory_order_acquire);
+    if (mine != theirs) {
+      return refuse(
+          Code::kPermissionDenied,
+          fmt::format("card {} is in partition {}, the window's card in {} (registers.md §3.8)", card_, mine, theirs));
+    }
+    if (wr::kCtrlGeneration.get(w.ctrl) != c.generation) {
+      return refuse(Code::kFailedPrecondition, fmt::format("generation {} is not the window's {} (revoked)",
+                                                           c.generation, wr::kCtrlGeneration.get(w.ctrl)));
+    }
+    if (w.key != c.key) return refuse(Code::kPermissionDenied, "wrong key");
+  }
+  const int fd = impl.hbm_windows ? impl.hbm_windows->fd_of(c.target_card, w.off, w.size) : -1;
+  if (fd < 0) return refuse(Code::kUnimplemented, "this emulator keeps no window memfds (not npo-emud)");
+  // Rights as granted: a window without remote writes goes out read-only (a reopen of the memfd
+  // through /proc with O_RDONLY; mmap of it with PROT_WRITE then fails with EACCES).
+  const bool writable = own || wr::kCtrlWrite.get(w.ctrl) != 0;
+  int out = writable ? ::dup(fd) : ::open(fmt::format("/proc/self/fd/{}", fd).c_str(), O_RDONLY | O_CLOEXEC);
+  if (out < 0) {
+    const int err = errno;
+    return reply_error(c, Error(errno_code(err), fmt::format("WINDOW_FD: {}", std::strerror(err))));
+  }
+  std::array<std::byte, emud::engine::kWindowReplyBytes> b{};
+  emud::store<std::uint64_t>(b, emud::engine::kWindowReplyOffset, w.off);
+  emud::store<std::uint64_t>(b, emud::engine::kWindowReplySize, w.size);
+  emud::store<std::uint32_t>(b, emud::engine::kWindowReplyFlags, writable ? emud::engine::kWindowWritable : 0u);
+  reply_ok(c, b, out);
+  ::close(out);
+  if (!own) {
+    srv_.log(fmt::format("card={} pid={}: imports card {} window {} ({} bytes, {})", card_, pid_, c.target_card,
+                         c.window, w.size, writable ? "rw" : "ro"));
+  }
+}
+
+void Session::hbm_range_fd(const ParsedCommand& c) {
+  auto& impl = srv_.emu->impl();
+  const std::uint64_t hbm = impl.cards[card_]->hbm().size();
+  if (c.offset > hbm || c.size > hbm - c.offset) {
+    return reply_error(c, Error(Code::kOutOfRange, fmt::format("HBM_RANGE_FD: [{:#x}, +{:#x}) past the card's {} "
+                                                               "bytes of HBM",
+                                                               c.offset, c.size, hbm)));
+  }
+  const int wfd = impl.hbm_windows ? impl.hbm_windows->fd_of(card_, c.offset, c.size) : -1;
+  const auto [cfd, coff] = impl.hbm_fd(card_);
+  std::array<std::byte, emud::engine::kRangeReplyBytes> b{};
+  emud::store<std::uint64_t>(b, emud::engine::kRangeReplyFdOffset, wfd >= 0 ? 0 : coff + c.offset);
+  emud::store<std::uint32_t>(b, emud::engine::kRangeReplyFlags, wfd >= 0 ? emud::engine::kRangeWindow : 0u);
+  reply_ok(c, b, wfd >= 0 ? wfd : cfd);
 }
 
 void Session::engine_event(const ParsedCommand& c) {

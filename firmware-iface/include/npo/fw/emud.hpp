@@ -19,8 +19,9 @@ namespace npo::fw::emud {
 /// Protocol version (spec §2). A major mismatch is refused; minors are compatible.
 inline constexpr std::uint16_t kVersionMajor = 1;
 /// 1: MAILBOX_OBSERVE; 2: DMA_MAP kFlagUnsealed; 3: kFlagProcessMemory; 4: DOORBELL_SHADOW;
-/// 5: ENGINE_SHARE, HBM_FD, ENGINE_EVENT (the owner runs its card's DMA engines)
-inline constexpr std::uint16_t kVersionMinor = 5;
+/// 5: ENGINE_SHARE, HBM_FD, ENGINE_EVENT (the owner runs its card's DMA engines);
+/// 6: WINDOW_FD, HBM_FD of the own card only (process isolation, spec §5.13)
+inline constexpr std::uint16_t kVersionMinor = 6;
 
 /// Largest message either side sends or accepts, header included (spec §1).
 inline constexpr std::uint32_t kMaxMessage = 8192;
@@ -66,6 +67,12 @@ enum class Command : std::uint16_t {
   /// npo-specific (spec §5.12), posted: what an owner's engine reports that only the card model
   /// takes (an IOMMU fault record, error bits, an MSI-X vector, a halted queue).
   kEngineEvent = 69,
+  /// npo-specific (spec §5.13): the memfd of one open window, for an importer that holds its
+  /// key and is in the window owner's partition (or for the owner itself).
+  kWindowFd = 70,
+  /// npo-specific (spec §5.13): which memfd holds a range of the owner's own card's HBM now (a
+  /// window's while one is open over it), so the owner maps its views of the range from it.
+  kHbmRangeFd = 71,
 };
 
 /// MAILBOX_OBSERVE (spec §5.10): the body is one mailbox request message (mailbox.md §2,
@@ -273,6 +280,32 @@ inline constexpr std::uint32_t kEventHalted = 4;      ///< queue halted on a des
 inline constexpr std::uint32_t kEventMaxKind = 4;
 inline constexpr std::uint64_t kEventWrite = 1u << 0;
 inline constexpr std::uint64_t kEventPerm = 1u << 1;
+// WINDOW_FD command body: kWindowBytes. Reply body: kWindowReplyBytes, the window's memfd
+// attached (opened read-only when the window grants no remote writes).
+inline constexpr std::size_t kWindowCard = 0;        ///< command: u32 card index of the window's owner
+inline constexpr std::size_t kWindowIndex = 4;       ///< command: u16 window table entry
+inline constexpr std::size_t kWindowGeneration = 6;  ///< command: u16 generation the importer holds
+inline constexpr std::size_t kWindowKey = 8;         ///< command: u64 the window's key
+inline constexpr std::size_t kWindowBytes = 16;
+static_assert(kWindowKey + 8 == kWindowBytes);
+inline constexpr std::size_t kWindowReplyOffset = 0;  ///< reply: u64 HBM offset of the window's first byte
+inline constexpr std::size_t kWindowReplySize = 8;    ///< reply: u64 bytes of the window (and of the fd)
+inline constexpr std::size_t kWindowReplyFlags = 16;  ///< reply: u32 kWindowWritable
+inline constexpr std::size_t kWindowReplyReserved = 20;
+inline constexpr std::size_t kWindowReplyBytes = 24;
+static_assert(kWindowReplyReserved + 4 == kWindowReplyBytes);
+inline constexpr std::uint32_t kWindowWritable = 1u << 0;  ///< the fd maps read-write
+// HBM_RANGE_FD command body: kRangeBytes. Reply body: kRangeReplyBytes, the memfd attached.
+inline constexpr std::size_t kRangeOffset = 0;  ///< command: u64 HBM offset, 4 KiB aligned
+inline constexpr std::size_t kRangeSize = 8;    ///< command: u64 bytes, 4 KiB multiple, > 0
+inline constexpr std::size_t kRangeBytes = 16;
+static_assert(kRangeSize + 8 == kRangeBytes);
+inline constexpr std::size_t kRangeReplyFdOffset = 0;  ///< reply: u64 offset of the range's first byte in the fd
+inline constexpr std::size_t kRangeReplyFlags = 8;     ///< reply: u32 kRangeWindow
+inline constexpr std::size_t kRangeReplyReserved = 12;
+inline constexpr std::size_t kRangeReplyBytes = 16;
+static_assert(kRangeReplyReserved + 4 == kRangeReplyBytes);
+inline constexpr std::uint32_t kRangeWindow = 1u << 0;  ///< the fd is an open window's memfd
 }  // namespace engine
 
 // ---- INJECT_FAULT (spec §5.9) --------------------------------------------------------------
@@ -327,6 +360,8 @@ inline void store(std::span<std::byte> b, std::size_t off, T v) noexcept {
     case Command::kEngineShare: return static_cast<long>(engine::kShareBytes);
     case Command::kHbmFd: return static_cast<long>(engine::kHbmBytes);
     case Command::kEngineEvent: return static_cast<long>(engine::kEventBytes);
+    case Command::kWindowFd: return static_cast<long>(engine::kWindowBytes);
+    case Command::kHbmRangeFd: return static_cast<long>(engine::kRangeBytes);
   }
   return -1;
 }

@@ -130,6 +130,19 @@ class Device {
     std::uint64_t size = 0;    ///< bytes
   };
   virtual Result<ApertureFd> aperture_fd(unsigned index) = 0;
+  /// The same for [offset, offset+size) of BAR `index` alone (one window's bytes): an fd whose
+  /// mmap at ApertureFd::offset reaches that range, and ideally nothing else. The default is
+  /// aperture_fd()'s, with `offset` added (a VFIO device fd reaches the whole BAR); npo-emud
+  /// hands the window's own memfd (docs/spec/emud-protocol.md §5.13). Owned by the backend.
+  /// Errors: aperture_fd's; kOutOfRange past the BAR.
+  virtual Result<ApertureFd> aperture_range_fd(unsigned index, std::uint64_t offset, std::uint64_t size) {
+    auto a = aperture_fd(index);
+    if (!a) return a;
+    if (offset > a->size || size > a->size - offset) {
+      return std::unexpected(Error(Code::kOutOfRange, "aperture range past the BAR"));
+    }
+    return ApertureFd{a->fd, a->offset + offset, size};
+  }
 
   /// IOVA ranges the IOMMU accepts for this device, sorted, non-overlapping.
   [[nodiscard]] virtual std::vector<IovaRange> iova_ranges() const = 0;
