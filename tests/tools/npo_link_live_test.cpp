@@ -91,6 +91,12 @@ TEST(NpoLinkShow, TextHasOneLinePerPort) {
   EXPECT_NE(r.out.find("KP4 limit"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("HEALTHY"), std::string::npos);
   EXPECT_NE(r.out.find("up 8/8 lanes"), std::string::npos);
+  // mesh8 cables ports 0..6 of each card: the 8 ports 7 are left out, and the footer says so.
+  EXPECT_NE(r.out.find("0 DISABLED; worst lane"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\n8 ports without a module not listed (--all shows them)\n"), std::string::npos) << r.out;
+  const auto all = npo_test::run_command(std::string(NPO_LINK) + " show --train --all" + kBackend);
+  EXPECT_NE(all.out.find("64 ports:"), std::string::npos) << all.out;
+  EXPECT_EQ(all.out.find("without a module not listed"), std::string::npos) << all.out;
 }
 
 TEST(NpoLinkTrain, RetrainsBothEndsWithStageTimesAndCodes) {
