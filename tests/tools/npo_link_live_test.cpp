@@ -452,6 +452,25 @@ TEST(NpoLinkShow, FiltersSummaryAndExitCodes) {
   EXPECT_NE(r.out.find("expected HEALTHY, DEGRADED, FAILED or DISABLED"), std::string::npos) << r.out;
 }
 
+TEST(NpoLinkShow, AFreshPoolNamesTheDarkSwitchPortsToo) {
+  // A pool cables every port to an optical switch with no cross-connect yet: the ports show no
+  // module (dark). The reason used to be "disabled by host (no module)" alone.
+  const std::string path = "/tmp/npo-link-test-pool-" + std::to_string(::getpid()) + ".yaml";
+  auto r = npo_test::run_command(std::string(NPO_EMU) + " topo generate pool --cards 4 --ports 2 -o " + path);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::string be = " --backend 'emu:file=" + path + "?clock=virtual&hbm=1M'";
+  r = npo_test::run_command(std::string(NPO_LINK) + " show --all" + be + " 2>&1");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(
+      count_of(r.out, "disabled by host; no module (or its cable ends at a switch port with no cross-connect yet)"), 8u)
+      << r.out;
+  r = npo_test::run_command(std::string(NPO_LINK) + " show --train" + be + " 2>&1");
+  EXPECT_NE(r.out.find("or every cabled port ends at an optical-switch port with no cross-connect yet"),
+            std::string::npos)
+      << r.out;
+  std::remove(path.c_str());
+}
+
 TEST(NpoLinkShow, AtScaleTheDefaultIsTheSummaryAndWhatIsNotHealthy) {
   // 72 cards of a 2D torus: 288 ports. The default view is the summary (and the ports that
   // are not HEALTHY: none here); --full lists them all.

@@ -365,7 +365,13 @@ void hint_if_untrained(const LinkSnapshot& snap, const Common& c) {
 }
 
 void say_if_empty(std::size_t rows) {
-  if (rows == 0) std::fprintf(stderr, "npo-link: no port has a module (--all lists every port)\n");
+  // MODULE_PRESENT = 0 is also a port cabled to an optical-switch port not cross-connected yet
+  // (a fresh pool): the registers cannot tell the two apart.
+  if (rows == 0) {
+    std::fprintf(stderr,
+                 "npo-link: no port has a module (--all lists every port), or every cabled port ends at an "
+                 "optical-switch port with no cross-connect yet (dark; it shows no module)\n");
+  }
 }
 
 }  // namespace npo::tools::link
