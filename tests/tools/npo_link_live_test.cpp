@@ -254,6 +254,13 @@ TEST(NpoLinkDdm, CardAndPortSelectOneModule) {
   EXPECT_EQ(j["modules"][0]["card"], 2);
   EXPECT_EQ(j["modules"][0]["port"], 3);
   EXPECT_EQ(run_json("ddm --card 1")["modules"].size(), 7u);
+  // The text shows the module's DDM (mailbox) and the card's BAR0 mirror, and says the mirror
+  // was sampled at another instant (its last digits may differ from the mailbox reading).
+  const auto text = npo_test::run_command(std::string(NPO_LINK) + " ddm --card 2 --port 3" + kBackend);
+  EXPECT_NE(text.out.find("card's DDM mirror in BAR0 (what LinkMonitor reads without the mailbox; sampled at another "
+                          "instant, just before the mailbox read"),
+            std::string::npos)
+      << text.out;
   // A card or port that does not exist is a bad command line: 2, naming the count (it was 1,
   // "card 8 outside 0..7"; TRIAL finding 4 makes every view refuse it the same way).
   for (const auto& [args, want, status] : std::vector<std::tuple<std::string, std::string, int>>{
