@@ -4,6 +4,7 @@
 #include <bit>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -11,6 +12,11 @@
 #include "npo/hal/link_health.hpp"
 
 namespace npo {
+
+namespace {
+// What MODULE_PRESENT = 0 means: no module, or a light path still dark (assess_port).
+constexpr std::string_view kNoModuleReason = "no module (or its cable ends at a switch port with no cross-connect yet)";
+}  // namespace
 
 std::string_view lane_health_name(LaneHealth h) noexcept {
   switch (h) {
@@ -398,7 +404,10 @@ PortHealth assess_port(const PortStatus& st, std::span<const LaneHealthReport> l
   }
   if (!st.enabled) {
     h.state = PortState::kDisabled;
-    h.reason = st.module_present ? "disabled by host" : "disabled by host (no module)";
+    // MODULE_PRESENT = 0 is also what a port shows whose cable ends at an optical-switch port
+    // with no cross-connect yet (dark since creation, docs/topology.md "Optical switches"):
+    // the registers cannot tell the two apart, so the reason names both.
+    h.reason = st.module_present ? "disabled by host" : "disabled by host; " + std::string(kNoModuleReason);
     return h;
   }
   if (!st.module_present) {
@@ -412,7 +421,7 @@ PortHealth assess_port(const PortStatus& st, std::span<const LaneHealthReport> l
     // Nothing plugged in: nothing can fail (a cable the plan expects here is reported by
     // check_topology as missing).
     h.state = PortState::kDisabled;
-    h.reason = "no module";
+    h.reason = std::string(kNoModuleReason);
     return h;
   }
   const unsigned total = lanes_total == 0 ? 8 : lanes_total;

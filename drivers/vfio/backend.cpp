@@ -148,8 +148,13 @@ Result<void> parse_uri(std::string_view rest, std::string_view uri, Options& out
     out.filter.vendor_id = fw::pci::kVendorId;
     out.filter.device_id = fw::pci::kDeviceId;
   } else {
+    // PciAddress::parse's message lists its own accepted forms: say it once, with the URI's.
     auto a = PciAddress::parse(head);
-    if (!a) return bad(a.error().message());
+    if (!a) {
+      return fail(Code::kInvalidArgument,
+                  fmt::format("{}: '{}' is neither 'all' nor a PCI address dddd:bb:dd.f or bb:dd.f (hex); accepted: {}",
+                              uri, head, kForms));
+    }
     out.filter.address = *a;
   }
   while (!query.empty()) {

@@ -145,6 +145,11 @@ Result<SystemConfig> parse_uri(std::string_view rest) {
     } else if (k == "ports") {
       auto s = parse_u64(v, "port count");
       if (!s) return std::unexpected(s.error());
+      // Checked here under the option's own name (the file check would say "cards.ports").
+      if (*s < 1 || *s > kFabricMaxCardPorts) {
+        return fail(Code::kInvalidArgument,
+                    fmt::format("emulator URI: ports={} must be 1..{}", *s, kFabricMaxCardPorts));
+      }
       c.card.num_ports = static_cast<unsigned>(*s);
     } else if (k == "workers") {
       auto s = parse_u64(v, "worker count");

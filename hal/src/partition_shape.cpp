@@ -73,10 +73,24 @@ Result<PartitionShape> parse_partition_shape(std::string_view text) {
   const std::string_view kind = text.substr(0, colon), arg = text.substr(colon + 1);
   PartitionShape s;
   if (kind == "mesh" || kind == "ring" || kind == "custom") {
+    // Each error says what is wrong with N: missing, not a number, followed by more, or out
+    // of range.
+    const std::string range = fmt::format("{}:N needs N in 1..{}", kind, kFabricMaxCards);
+    if (arg.empty()) return bad(fmt::format("shape '{}': no N after ':' ({})", text, range));
     unsigned n = 0;
     auto [p, ec] = std::from_chars(arg.data(), arg.data() + arg.size(), n);
-    if (arg.empty() || ec != std::errc() || p != arg.data() + arg.size() || n == 0 || n > kFabricMaxCards) {
-      return bad(fmt::format("shape '{}': {}:N needs N in 1..{}", text, kind, kFabricMaxCards));
+    const std::string_view digits(arg.data(), p), rest(p, arg.data() + arg.size());
+    if (digits.empty()) {
+      const auto end = std::min(arg.find_first_of(" \t"), arg.size());
+      return bad(fmt::format("shape '{}': '{}' is not a whole number ({})", text, arg.substr(0, end), range));
+    }
+    if (!rest.empty()) {
+      const bool blank = rest.find_first_not_of(" \t\r\n") == std::string_view::npos;
+      return bad(fmt::format("shape '{}': unexpected '{}' after '{}:{}'{} ({})", text, rest, kind, digits,
+                             blank ? " (trailing whitespace)" : "", range));
+    }
+    if (ec != std::errc() || n == 0 || n > kFabricMaxCards) {
+      return bad(fmt::format("shape '{}': {} is outside 1..{} ({})", text, digits, kFabricMaxCards, range));
     }
     s.kind = kind == "mesh" ? PartitionShape::Kind::kMesh
                             : (kind == "ring" ? PartitionShape::Kind::kRing : PartitionShape::Kind::kCustom);

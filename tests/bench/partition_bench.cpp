@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <memory>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include <benchmark/benchmark.h>
@@ -54,6 +55,16 @@ struct TempDir {
 
 double ns_of(Clk::time_point t0) { return std::chrono::duration<double, std::nano>(Clk::now() - t0).count(); }
 
+/// Runs `op` once, appends its wall time (ns) to `lat` and returns what it returned: the one
+/// timing loop body of the latency benchmarks below.
+template <class Op>
+auto timed(std::vector<double>& lat, Op&& op) {
+  const auto t0 = Clk::now();
+  auto r = std::forward<Op>(op)();
+  lat.push_back(ns_of(t0));
+  return r;
+}
+
 void percentiles(benchmark::State& st, std::vector<double> v) {
   if (v.empty()) return;
   std::sort(v.begin(), v.end());
@@ -70,9 +81,7 @@ void BM_Create64(benchmark::State& st) {
   auto m = std::move(*PartitionManager::open(pool.spec, pool.switches, o));
   std::vector<double> lat;
   for (auto _ : st) {
-    const auto t0 = Clk::now();
-    auto r = m->create("job", "torus2d:8x8");
-    lat.push_back(ns_of(t0));
+    auto r = timed(lat, [&] { return m->create("job", "torus2d:8x8"); });
     if (!r) st.SkipWithError(r.error().to_string().c_str());
     st.PauseTiming();
     (void)m->destroy("job");
@@ -118,9 +127,7 @@ void BM_SpareSwap(benchmark::State& st) {
     while (!m->owner(victim));
     (void)m->set_health(victim, CardHealth::kFailed);
     st.ResumeTiming();
-    const auto t0 = Clk::now();
-    auto r = m->swap(victim);
-    lat.push_back(ns_of(t0));
+    auto r = timed(lat, [&] { return m->swap(victim); });
     if (!r) st.SkipWithError(r.error().to_string().c_str());
     st.PauseTiming();
     (void)m->set_health(victim, CardHealth::kHealthy);  // repaired: back to the free pool
@@ -192,9 +199,7 @@ void BM_Create64Emulated(benchmark::State& st) {
   double up_ns = 0, switch_ns = 0;
   std::vector<double> lat;
   for (auto _ : st) {
-    const auto t0 = Clk::now();
-    auto r = m->create("job", "torus2d:8x8");
-    lat.push_back(ns_of(t0));
+    auto r = timed(lat, [&] { return m->create("job", "torus2d:8x8"); });
     if (!r) {
       st.SkipWithError(r.error().to_string().c_str());
       break;

@@ -257,7 +257,13 @@ TEST(PortState, ReasonsForEachState) {
   auto nomod = up_port();
   nomod.module_present = false;
   nomod.state = npo::LinkState::kModuleWait;
-  EXPECT_EQ(npo::assess_port(nomod, {}, 8, "", nullptr).reason, "no module");
+  EXPECT_EQ(npo::assess_port(nomod, {}, 8, "", nullptr).reason,
+            "no module (or its cable ends at a switch port with no cross-connect yet)");
+  // Not enabled either (a fresh pool: every port cabled to a switch port without a cross-connect).
+  auto off = nomod;
+  off.enabled = false;
+  EXPECT_EQ(npo::assess_port(off, {}, 8, "", nullptr).reason,
+            "disabled by host; no module (or its cable ends at a switch port with no cross-connect yet)");
   EXPECT_EQ(npo::assess_port(nomod, {}, 8, "", nullptr).state, PortState::kDisabled);
 
   // A lane the partner negotiated away (LANE_MAP has no logical lane on physical lane 3) is

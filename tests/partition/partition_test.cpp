@@ -7,6 +7,9 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -49,6 +52,21 @@ TEST(PartitionShape, ParseAndErrors) {
     EXPECT_EQ(r.error().code(), Code::kInvalidArgument) << badshape;
   }
   EXPECT_NE(parse_partition_shape("torus2d:3x4").error().message().find("even"), std::string::npos);
+  // Each N error says what is wrong (they all used to say "needs N in 1..1024").
+  for (const auto& [badshape, want] : std::vector<std::pair<std::string, std::string>>{
+           {"mesh:abc", "shape 'mesh:abc': 'abc' is not a whole number (mesh:N needs N in 1..1024)"},
+           {"mesh:-3", "shape 'mesh:-3': '-3' is not a whole number"},
+           {"ring:4x4", "shape 'ring:4x4': unexpected 'x4' after 'ring:4' (ring:N needs N in 1..1024)"},
+           {"mesh:4 ", "shape 'mesh:4 ': unexpected ' ' after 'mesh:4' (trailing whitespace)"},
+           {"mesh:", "shape 'mesh:': no N after ':'"},
+           {"ring:0", "shape 'ring:0': 0 is outside 1..1024"},
+           {"mesh:2000", "shape 'mesh:2000': 2000 is outside 1..1024"},
+           {"mesh:99999999999", "99999999999 is outside 1..1024"}}) {
+    auto r = parse_partition_shape(badshape);
+    ASSERT_FALSE(r) << badshape;
+    EXPECT_EQ(r.error().code(), Code::kInvalidArgument) << badshape;
+    EXPECT_NE(r.error().message().find(want), std::string::npos) << r.error().message();
+  }
 }
 
 TEST(PartitionShape, MeshIsAOneFactorisation) {

@@ -91,6 +91,12 @@ TEST(NpoLinkShow, TextHasOneLinePerPort) {
   EXPECT_NE(r.out.find("KP4 limit"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("HEALTHY"), std::string::npos);
   EXPECT_NE(r.out.find("up 8/8 lanes"), std::string::npos);
+  // mesh8 cables ports 0..6 of each card: the 8 ports 7 are left out, and the footer says so.
+  EXPECT_NE(r.out.find("0 DISABLED; worst lane"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\n8 ports without a module not listed (--all shows them)\n"), std::string::npos) << r.out;
+  const auto all = npo_test::run_command(std::string(NPO_LINK) + " show --train --all" + kBackend);
+  EXPECT_NE(all.out.find("64 ports:"), std::string::npos) << all.out;
+  EXPECT_EQ(all.out.find("without a module not listed"), std::string::npos) << all.out;
 }
 
 TEST(NpoLinkTrain, RetrainsBothEndsWithStageTimesAndCodes) {
@@ -248,6 +254,13 @@ TEST(NpoLinkDdm, CardAndPortSelectOneModule) {
   EXPECT_EQ(j["modules"][0]["card"], 2);
   EXPECT_EQ(j["modules"][0]["port"], 3);
   EXPECT_EQ(run_json("ddm --card 1")["modules"].size(), 7u);
+  // The text shows the module's DDM (mailbox) and the card's BAR0 mirror, and says the mirror
+  // was sampled at another instant (its last digits may differ from the mailbox reading).
+  const auto text = npo_test::run_command(std::string(NPO_LINK) + " ddm --card 2 --port 3" + kBackend);
+  EXPECT_NE(text.out.find("card's DDM mirror in BAR0 (what LinkMonitor reads without the mailbox; sampled at another "
+                          "instant, just before the mailbox read"),
+            std::string::npos)
+      << text.out;
   // A card or port that does not exist is a bad command line: 2, naming the count (it was 1,
   // "card 8 outside 0..7"; TRIAL finding 4 makes every view refuse it the same way).
   for (const auto& [args, want, status] : std::vector<std::tuple<std::string, std::string, int>>{
@@ -444,6 +457,25 @@ TEST(NpoLinkShow, FiltersSummaryAndExitCodes) {
   r = npo_test::run_command(std::string(NPO_LINK) + " show --state BROKEN" + kBackend + " 2>&1");
   EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_NE(r.out.find("expected HEALTHY, DEGRADED, FAILED or DISABLED"), std::string::npos) << r.out;
+}
+
+TEST(NpoLinkShow, AFreshPoolNamesTheDarkSwitchPortsToo) {
+  // A pool cables every port to an optical switch with no cross-connect yet: the ports show no
+  // module (dark). The reason used to be "disabled by host (no module)" alone.
+  const std::string path = "/tmp/npo-link-test-pool-" + std::to_string(::getpid()) + ".yaml";
+  auto r = npo_test::run_command(std::string(NPO_EMU) + " topo generate pool --cards 4 --ports 2 -o " + path);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::string be = " --backend 'emu:file=" + path + "?clock=virtual&hbm=1M'";
+  r = npo_test::run_command(std::string(NPO_LINK) + " show --all" + be + " 2>&1");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(
+      count_of(r.out, "disabled by host; no module (or its cable ends at a switch port with no cross-connect yet)"), 8u)
+      << r.out;
+  r = npo_test::run_command(std::string(NPO_LINK) + " show --train" + be + " 2>&1");
+  EXPECT_NE(r.out.find("or every cabled port ends at an optical-switch port with no cross-connect yet"),
+            std::string::npos)
+      << r.out;
+  std::remove(path.c_str());
 }
 
 TEST(NpoLinkShow, AtScaleTheDefaultIsTheSummaryAndWhatIsNotHealthy) {

@@ -77,6 +77,10 @@ TEST(ToolsCli, MalformedBackendUriExits2) {
       {kSmi + " --backend bogus", "accepted forms: emu:mesh8"},
       {kLink + " show --backend emu:mesh9", "emu:mesh8"},
       {kBench + " --backend 'emu-remote:/tmp?frob=1' --iterations 1", "unknown option 'frob=1'"},
+      // Used to name the file field ("cards.ports: 99 outside 1..16"), not the URI option.
+      {kLink + " show --backend 'emu:mesh8?ports=99'", "emulator URI: ports=99 must be 1..16", "cards.ports"},
+      // Used to print "(accepted: ...)" twice.
+      {kLink + " show --backend vfio:zz", "vfio:zz: 'zz' is neither 'all' nor a PCI address", "hex) (accepted"},
   });
   // A backend that cannot be reached is still 1.
   const auto r = npo_test::run_command(kSmi + " --backend emu-remote:/nonexistent-npo-dir 2>&1");

@@ -59,8 +59,9 @@ TEST(NpoEmu, CheckPrintsGraphProperties) {
 }
 
 TEST(NpoEmu, ErrorsAreNamed) {
+  // A size the generator refuses is a refused value: exit 2 (tools/README), as below.
   auto r = npo_test::run_command(kTool + " topo generate hypercube --cards 100 2>&1");
-  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.out.find("power of two"), std::string::npos) << r.out;
   const auto path = tmp("bad.yaml");
   r = npo_test::run_command("printf 'cards: 2\\ncables: [{a: \"0:0\", b: \"3:0\"}]\\n' > " + path.string() + " && " +
@@ -95,7 +96,17 @@ TEST(NpoEmu, GenerateRefusesOptionsOfAnotherKindZerosAndWrappingHbm) {
            {"dragonfly --cards 8 --groups 0", "--groups 0: expected a positive number"},
            {"mesh --cards 4 --hbm -1M", "--hbm: '-1M' is not a byte size"},
            {"mesh --cards 4 --hbm 99999999999999G", "--hbm: '99999999999999G' is too large"},
-           {"mesh --cards 4 --hbm ' 64M'", "--hbm: ' 64M' is not a byte size"}}) {
+           {"mesh --cards 4 --hbm ' 64M'", "--hbm: ' 64M' is not a byte size"},
+           // Used to exit 1: values the generator refuses are refused values too.
+           {"mesh -n 0", "mesh: 0 cards outside 1..1024"},
+           {"pool -n 2000", "pool: 2000 cards outside 1..1024"},
+           {"mesh -n 18", "invalid_argument"},
+           {"hyper -n 8", "invalid_argument"},
+           {"torus2d -n 8 --dims 3x3", "invalid_argument"},
+           // --ports: the pool's ports per card.
+           {"mesh --cards 4 --ports 2", "--ports applies to pool only, not mesh"},
+           {"pool --cards 4 --ports 0", "--ports 0: expected a positive number"},
+           {"pool --cards 4 --ports 17", "--ports 17: a card has 1..16 ports"}}) {
     SCOPED_TRACE(args);
     auto r = npo_test::run_command(kTool + " topo generate " + args + " 2>&1");
     EXPECT_EQ(r.status, 2) << r.out;
@@ -104,6 +115,12 @@ TEST(NpoEmu, GenerateRefusesOptionsOfAnotherKindZerosAndWrappingHbm) {
   auto ok = npo_test::run_command(kTool + " topo generate fat-tree --cards 8 --leaf-radix 8 --uplinks 1 --hbm 1G");
   EXPECT_EQ(ok.status, 0) << ok.out;
   EXPECT_NE(ok.out.find("hbm: 1G"), std::string::npos) << ok.out;
+  ok = npo_test::run_command(kTool + " topo generate pool --cards 4 --ports 2 --format json");
+  ASSERT_EQ(ok.status, 0) << ok.out;
+  EXPECT_NE(ok.out.find("pool 4 cards x 2 ports, 2 switches of radix 4"), std::string::npos) << ok.out;
+  const auto help = npo_test::run_command(kTool + " topo generate --help");
+  EXPECT_NE(help.out.find("dragonfly | pool"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("--ports"), std::string::npos) << help.out;
 }
 
 TEST(NpoEmu, CheckSurvivesHostileFiles) {

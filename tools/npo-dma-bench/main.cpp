@@ -621,8 +621,15 @@ int main(int argc, char** argv) {
                human(sizes[0]), batch_text, o.queues, o.depth);
     fmt::print(
         "remote-write bandwidth, GB/s (row: source card, column: destination card; ERR: ops failed, see\n"
-        "stderr); memcpy of the same size {:.2f} GB/s\n\n",
-        results.empty() ? 0.0 : results[0].memcpy_gbps);
+        "stderr); memcpy of the same size {:.2f} GB/s\n"
+        "A cell: the row card's engine writes from its HBM into the column card's HBM through that card's window;\n"
+        "memcpy: the CPU copies {}, once, before the\n"
+        "pairs. The emulator moves bytes with the CPU, so a cell above memcpy beat that one 4 KiB-page copy (or ran\n"
+        "in a quieter moment), not an optical link: compare cells with each other; --mode peer gives a ratio.\n\n",
+        results.empty() ? 0.0 : results[0].memcpy_gbps,
+        base_src != (*hsrc)->bytes().data()
+            ? fmt::format("card {}'s HBM to card {}'s through their 4 KiB-page mappings", o.card, (o.card + 1) % ncards)
+            : std::string("between two host buffers (no HBM view could be mapped)"));
     if (ncards <= 16) {
       std::vector<Column> cols(ncards + 1, Column{.header = "", .width = 7});
       cols[0] = {.header = "", .width = 6, .before = ""};

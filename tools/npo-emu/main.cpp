@@ -139,8 +139,8 @@ int main(int argc, char** argv) {
 
   auto* gen = topo->add_subcommand("generate", "write a generated topology file to stdout (or -o FILE)");
   std::string kind_s, dims_s, format = "yaml", out_path, hbm_s = "64M";
-  unsigned cards = 0, leaf_radix = 0, spine_radix = 0, uplinks = 0, groups = 0;
-  gen->add_option("kind", kind_s, "mesh | torus2d | torus3d | hypercube | fat-tree | dragonfly")->required();
+  unsigned cards = 0, leaf_radix = 0, spine_radix = 0, uplinks = 0, groups = 0, pool_ports = 0;
+  gen->add_option("kind", kind_s, "mesh | torus2d | torus3d | hypercube | fat-tree | dragonfly | pool")->required();
   gen->add_option("--cards,-n", cards, "number of cards, 1..1024")->required();
   auto* o_dims = gen->add_option("--dims", dims_s, "torus dimensions AxB or AxBxC (default: near-square / near-cubic)");
   auto* o_leaf = gen->add_option("--leaf-radix", leaf_radix, "fat-tree: ports per leaf switch (default 32)");
@@ -148,6 +148,8 @@ int main(int argc, char** argv) {
                                   "fat-tree: ports per spine switch, a multiple of the leaves (default: one per leaf)");
   auto* o_up = gen->add_option("--uplinks", uplinks, "fat-tree: ports per card cabled to its leaf (default 4)");
   auto* o_groups = gen->add_option("--groups", groups, "dragonfly: number of groups (default: fewest ports per card)");
+  auto* o_ports = gen->add_option("--ports", pool_ports,
+                                  "pool: ports per card, 1..16, one optical switch per port index (default 8)");
   gen->add_option("--hbm", hbm_s, "HBM per card in the file, BYTES[K|M|G] in [1M, 64G], e.g. 64M, 1G (default 64M)");
   gen->add_option("--format", format, "yaml | json (default yaml)")->check(CLI::IsMember({"yaml", "json"}));
   gen->add_option("-o,--output", out_path, "write to FILE instead of stdout");
@@ -281,14 +283,22 @@ int main(int argc, char** argv) {
   }
 
   if (gen->parsed()) {
+    // A value the generator refuses (unknown kind, a size that does not fit the kind, bad
+    // dims) is a bad command line: exit 2 (tools/README), not 1.
+    auto refused = [](const npo::Error& e) {
+      if (e.code() != npo::Code::kInvalidArgument && e.code() != npo::Code::kOutOfRange) return die(e);
+      std::fprintf(stderr, "npo-emu: %s\n", e.to_string().c_str());
+      return npo::tools::kExitUsage;
+    };
     auto kind = npo::parse_fabric_kind(kind_s);
-    if (!kind) return die(kind.error());
+    if (!kind) return refused(kind.error());
     // Options of another kind are refused, not ignored; an explicit 0 is not "the default".
     const bool torus = *kind == npo::FabricKind::kTorus2d || *kind == npo::FabricKind::kTorus3d;
     const bool fat = *kind == npo::FabricKind::kFatTree;
     for (auto [o, fits, what] : {std::tuple{o_dims, torus, "torus2d and torus3d"}, std::tuple{o_leaf, fat, "fat-tree"},
                                  std::tuple{o_spine, fat, "fat-tree"}, std::tuple{o_up, fat, "fat-tree"},
-                                 std::tuple{o_groups, *kind == npo::FabricKind::kDragonfly, "dragonfly"}}) {
+                                 std::tuple{o_groups, *kind == npo::FabricKind::kDragonfly, "dragonfly"},
+                                 std::tuple{o_ports, *kind == npo::FabricKind::kPool, "pool"}}) {
       if (o->count() == 0) continue;
       if (!fits) {
         std::fprintf(stderr, "npo-emu: %s applies to %s only, not %s\n", o->get_name().c_str(), what,
@@ -301,16 +311,22 @@ int main(int argc, char** argv) {
         return 2;
       }
     }
+    if (pool_ports > npo::kFabricMaxCardPorts) {
+      std::fprintf(stderr, "npo-emu: --ports %u: a card has 1..%u ports (one switch per port index)\n", pool_ports,
+                   npo::kFabricMaxCardPorts);
+      return 2;
+    }
     npo::FabricGenOptions o;
     if (!dims_s.empty()) {
       auto d = npo::parse_fabric_dims(dims_s);
-      if (!d) return die(d.error());
+      if (!d) return refused(d.error());
       o.dims = *d;
     }
     o.leaf_radix = leaf_radix;
     o.spine_radix = spine_radix;
     o.card_uplinks = uplinks;
     o.groups = groups;
+    o.pool_ports = pool_ports;
     {
       auto hbm = npo::parse_bytes(hbm_s);  // digits only: "-1" and " 1" are refused, K/M/G never overflow
       if (!hbm) {
@@ -320,7 +336,7 @@ int main(int argc, char** argv) {
       o.hbm_bytes = *hbm;
     }
     auto spec = npo::generate_fabric(*kind, cards, o);
-    if (!spec) return die(spec.error());
+    if (!spec) return refused(spec.error());
     const std::string text = format == "json" ? npo::to_json(*spec) : npo::to_yaml(*spec);
     if (out_path.empty()) {
       std::fwrite(text.data(), 1, text.size(), stdout);

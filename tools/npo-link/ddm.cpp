@@ -230,7 +230,11 @@ int ddm_once(System& sys, LinkMonitor& mon, const Common& c) {
       }
       // The card's DDM mirrors (registers.md §7.3), read with the port block: the same
       // monitors the firmware copied into BAR0, by physical lane (CMIS numbers them from 1).
-      fmt::print("  card's DDM mirror in BAR0 (what LinkMonitor reads without the mailbox):\n");
+      // They were sampled at another instant than the module image (read_port above runs
+      // before read_module_image): live monitors move, so the last digits may differ.
+      fmt::print(
+          "  card's DDM mirror in BAR0 (what LinkMonitor reads without the mailbox; sampled at another instant, just "
+          "before the mailbox read, so the last digits may differ):\n");
       for (unsigned l = 0; l < ps->lanes.size(); ++l) {
         const auto& lc = ps->lanes[l];
         fmt::print("  lane {}: bias {:.3f} mA  tx {}  rx {}\n", l, lc.tx_bias_ma,

@@ -46,7 +46,10 @@ int fec_once(System& sys, LinkMonitor& mon, const Common& c) {
   // A filter that matches nothing still ends with the summary line (tools/README).
   if (sum.ports == 0 && sum.removed_cards.empty() && c.filtered()) fmt::print("no selected port matches\n");
   if (hidden != 0) fmt::print("({} HEALTHY ports not listed; --full lists every port)\n", hidden);
-  if (sum.ports != 0 || !sum.removed_cards.empty() || c.filtered()) fmt::print("\n{}\n", sum.line());
+  if (sum.ports != 0 || !sum.removed_cards.empty() || c.filtered()) {
+    fmt::print("\n{}\n", sum.line());
+    say_if_without_module(count_without_module(*snap, c));
+  }
   return sum.exit_status();
 }
 

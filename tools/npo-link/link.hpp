@@ -158,6 +158,11 @@ void hint_if_untrained(const LinkSnapshot& snap, const Common& c);
 int print_ports_json(System& sys, const LinkSnapshot& snap, const Common& c);
 /// With no row printed, says why on stderr (e.g. emu:N, which has no cables).
 void say_if_empty(std::size_t rows);
+/// Ports of the selected cards that the default view leaves out because they have no module
+/// (0 with --all or --port, which list them).
+[[nodiscard]] std::size_t count_without_module(const LinkSnapshot& snap, const Common& c);
+/// With `n` != 0, the footer line "N ports without a module not listed (--all shows them)".
+void say_if_without_module(std::size_t n);
 
 // ---- Transceivers (decode.cpp), also used by ddm ------------------------------------------
 

@@ -209,6 +209,25 @@ bool selected(const Common& c, std::uint32_t card, const PortStatus& ps, const P
   return c.all || !c.ports.empty() || ps.module_present || h.module_lost;
 }
 
+std::size_t count_without_module(const LinkSnapshot& snap, const Common& c) {
+  if (c.all || !c.ports.empty()) return 0;
+  std::size_t n = 0;
+  for (const auto& cp : snap.cards) {
+    if (!card_selected(c, cp.card) || cp.removed) continue;
+    for (std::size_t i = 0; i < cp.ports.size(); ++i) {
+      const auto& h = cp.health[i];
+      if (cp.ports[i].module_present || h.module_lost) continue;
+      if (!c.states.empty() && std::find(c.states.begin(), c.states.end(), h.state) == c.states.end()) continue;
+      ++n;
+    }
+  }
+  return n;
+}
+
+void say_if_without_module(std::size_t n) {
+  if (n != 0) fmt::print("{} port{} without a module not listed (--all shows them)\n", n, n == 1 ? "" : "s");
+}
+
 void Summary::add(std::uint32_t card, const PortStatus& ps, const PortHealth& h) {
   ++ports;
   ++by_state[static_cast<std::size_t>(h.state)];
@@ -346,7 +365,13 @@ void hint_if_untrained(const LinkSnapshot& snap, const Common& c) {
 }
 
 void say_if_empty(std::size_t rows) {
-  if (rows == 0) std::fprintf(stderr, "npo-link: no port has a module (--all lists every port)\n");
+  // MODULE_PRESENT = 0 is also a port cabled to an optical-switch port not cross-connected yet
+  // (a fresh pool): the registers cannot tell the two apart.
+  if (rows == 0) {
+    std::fprintf(stderr,
+                 "npo-link: no port has a module (--all lists every port), or every cabled port ends at an "
+                 "optical-switch port with no cross-connect yet (dark; it shows no module)\n");
+  }
 }
 
 }  // namespace npo::tools::link

@@ -75,6 +75,7 @@ int show_once(System& sys, LinkMonitor& mon, const Common& c) {
   if (sum.ports != 0 || !sum.removed_cards.empty() || c.filtered()) {
     if (hidden != 0) fmt::print("({} HEALTHY ports not listed; --full lists every port)\n", hidden);
     fmt::print("\n{}\n", sum.line());
+    say_if_without_module(count_without_module(*snap, c));
     print_legend_once(c, kLegend);
   }
   return sum.exit_status();

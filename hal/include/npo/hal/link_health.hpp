@@ -187,7 +187,9 @@ struct PortContext {
 /// Combines a port snapshot, its lane verdicts, the flap damper's hold-down reason (empty:
 /// not held) and the last training result of the port (nullptr: unknown) into a state.
 /// Rules: held down -> DISABLED; CTRL.ENABLE = 0 -> DISABLED "disabled by host"; a module
-/// that was there and is gone -> FAILED "module removed"; no module -> DISABLED "no module";
+/// that was there and is gone -> FAILED "module removed"; no module -> DISABLED "no module (or
+/// its cable ends at a switch port with no cross-connect yet)" (MODULE_PRESENT = 0 either way;
+/// CTRL.ENABLE = 0 too: "disabled by host; no module (or ...)");
 /// not Up -> FAILED "training failed: CODE" (from `last_training`, else the card's
 /// TRAIN_RESULT: "port in Fault after N attempts: CODE ...", naming lanes without CDR lock and
 /// whether a retrain can run narrower) or "down: STATE"; Up with no lane in use locked ->
