@@ -277,4 +277,11 @@ Result<std::uint32_t> Emulator::partition(std::uint32_t card) const {
   return impl_->fabric_state->card(card).partition.load(std::memory_order_acquire);
 }
 
+Result<bool> Emulator::removed(std::uint32_t card) const {
+  if (card >= impl_->cards.size()) {
+    return fail(Code::kOutOfRange, fmt::format("card {} past the supernode's {} cards", card, impl_->cards.size()));
+  }
+  return impl_->cards[card]->removed();
+}
+
 }  // namespace npo::emu
