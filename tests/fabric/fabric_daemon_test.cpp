@@ -5,7 +5,11 @@
 // npo-smi, Up links only inside each, routes only inside each), the Slurm prolog/epilog, a
 // kill -9 of the daemon and its rebuild (same list, < 1 s), npo-smi topo --format slurm
 // --partition. Every process is started here with bounded waits and stopped at the end.
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -133,6 +137,37 @@ void expect_inside(Rig& rig, const std::vector<std::set<unsigned>>& groups) {
   }
 }
 
+/// As root: a process of another uid is refused by SO_PEERCRED even when the socket's mode
+/// would let it connect (the mode is widened here only to reach that check).
+void refused_other_uid(Rig& rig) {
+  if (::geteuid() != 0) return;
+  const std::string sock = rig.dir + "/fabric.sock";
+  ASSERT_EQ(::chmod(sock.c_str(), 0666), 0);
+  ASSERT_EQ(::chmod(rig.dir.c_str(), 0755), 0);
+  ASSERT_EQ(::chmod(std::filesystem::path(rig.dir).parent_path().c_str(), 0755), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (::setresgid(65534, 65534, 65534) != 0 || ::setresuid(65534, 65534, 65534) != 0) ::_exit(3);
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock.c_str());
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) ::_exit(4);
+    const char req[] = "{\"op\":\"cards\"}\n";
+    (void)!::write(fd, req, sizeof req - 1);
+    char buf[64];
+    ::_exit(::read(fd, buf, sizeof buf) <= 0 ? 0 : 5);  // closed without a reply
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  ASSERT_EQ(::chmod(sock.c_str(), 0600), 0);
+  for (int i = 0; i < 20 && rig.emud.output().find("refused a connection from uid 65534") == std::string::npos; ++i)
+    (void)rig.emud.pump(100);
+  EXPECT_NE(rig.emud.output().find("refused a connection from uid 65534"), std::string::npos);
+}
+
 TEST(FabricDaemon, PartitionsByCliSlurmHooksAndRebuildAfterKill) {
   Rig rig;
   struct Dump {
@@ -235,6 +270,18 @@ TEST(FabricDaemon, PartitionsByCliSlurmHooksAndRebuildAfterKill) {
   r = npo_test::run_command(rig.cli("destroy a"));
   ASSERT_EQ(r.status, 0) << r.out;
   for (unsigned c = 0; c < 8; ++c) EXPECT_EQ(rig.card_ids()[c], 0u);
+  // Health, a spare swap and a move, each through the CLI.
+  ASSERT_EQ(npo_test::run_command(rig.cli("health 15 spare")).status, 0);
+  r = npo_test::run_command(rig.cli("swap b --failed 9"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("swap 9 -> 15 in b"), std::string::npos) << r.out;
+  r = npo_test::run_command(rig.cli("move 0 --to b"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  ids = rig.card_ids();
+  for (unsigned c : {0u, 8u, 10u, 11u, 15u}) EXPECT_EQ(ids[c], 2u) << "card " << c;
+  EXPECT_EQ(ids[9], 0u) << "the swapped-out card left its partition";
+  expect_inside(rig, {{0, 8, 10, 11, 15}, {12, 13}});
+  refused_other_uid(rig);
   EXPECT_EQ(rig.fabric_->stop(10000), 0) << rig.fabric_->output();
   EXPECT_EQ(rig.emud.stop(), 0);
   std::error_code ec;

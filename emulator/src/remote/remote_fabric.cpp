@@ -27,17 +27,27 @@ Code code_of(std::string_view name) {
 
 /// A parsed reply, or the error it carries.
 Result<json> parsed(const std::string& line) {
-  json j;
   try {
-    j = json::parse(line);
+    json j = json::parse(line);
+    if (j.is_object() && j.contains("error") && j.at("error").is_object()) {
+      const auto& e = j.at("error");
+      return fail(code_of(e.value("code", "unknown")), "npo-emud: " + e.value("message", std::string("?")));
+    }
+    return j;
   } catch (const std::exception& e) {
     return fail(Code::kInternal, fmt::format("fabric socket: unreadable reply: {}", e.what()));
   }
-  if (j.is_object() && j.contains("error")) {
-    const auto& e = j.at("error");
-    return fail(code_of(e.value("code", "unknown")), "npo-emud: " + e.value("message", std::string("?")));
+}
+
+/// Runs `f` (which reads fields of a reply), turning a JSON exception (a reply of another
+/// shape) into kInternal: no exception leaves the library.
+template <typename F>
+auto guarded(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    return fail(Code::kInternal, fmt::format("fabric socket: unexpected reply: {}", e.what()));
   }
-  return j;
 }
 }  // namespace
 
@@ -61,9 +71,11 @@ class RemoteFabric::Switch final : public OpticalCircuitSwitch {
     if (!r) return std::unexpected(std::move(r.error()));
     auto j = parsed(*r);
     if (!j) return std::unexpected(std::move(j.error()));
-    std::vector<CrossConnect> out;
-    for (const auto& p : j->at("cross_connects")) out.emplace_back(p.at(0).get<unsigned>(), p.at(1).get<unsigned>());
-    return out;
+    return guarded([&]() -> Result<std::vector<CrossConnect>> {
+      std::vector<CrossConnect> out;
+      for (const auto& p : j->at("cross_connects")) out.emplace_back(p.at(0).get<unsigned>(), p.at(1).get<unsigned>());
+      return out;
+    });
   }
   Result<void> apply(const std::vector<OcsChange>& changes) override {
     json cs = json::array();
@@ -163,7 +175,7 @@ Result<std::uint32_t> RemoteFabric::partition(std::uint32_t card) {
   if (!r) return std::unexpected(std::move(r.error()));
   auto j = parsed(*r);
   if (!j) return std::unexpected(std::move(j.error()));
-  return j->at("partition").get<std::uint32_t>();
+  return guarded([&]() -> Result<std::uint32_t> { return j->at("partition").get<std::uint32_t>(); });
 }
 
 Result<std::vector<RemoteCard>> RemoteFabric::cards() {
@@ -171,12 +183,14 @@ Result<std::vector<RemoteCard>> RemoteFabric::cards() {
   if (!r) return std::unexpected(std::move(r.error()));
   auto j = parsed(*r);
   if (!j) return std::unexpected(std::move(j.error()));
-  std::vector<RemoteCard> out;
-  for (const auto& c : j->at("cards")) {
-    out.push_back({c.at("index").get<std::uint32_t>(), c.at("fabric_id").get<std::uint32_t>(),
-                   c.at("partition").get<std::uint32_t>(), c.at("removed").get<bool>()});
-  }
-  return out;
+  return guarded([&]() -> Result<std::vector<RemoteCard>> {
+    std::vector<RemoteCard> out;
+    for (const auto& c : j->at("cards")) {
+      out.push_back({c.at("index").get<std::uint32_t>(), c.at("fabric_id").get<std::uint32_t>(),
+                     c.at("partition").get<std::uint32_t>(), c.at("removed").get<bool>()});
+    }
+    return out;
+  });
 }
 
 }  // namespace npo::emu
