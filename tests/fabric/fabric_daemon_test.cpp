@@ -126,6 +126,29 @@ void expect_inside(Rig& rig, const std::vector<std::set<unsigned>>& groups) {
     EXPECT_GE(group_of(a), 0) << "link " << a << "-" << b << " Up outside every partition";
     EXPECT_EQ(group_of(a), group_of(b)) << "link " << a << "-" << b << " joins two partitions";
   }
+  // The routes npo-emud programmed (ROUTE entries, read through the fabric socket): a card of a
+  // partition routes only to its partition's cards (and to every other one of them).
+  auto f = npo::emu::RemoteFabric::open(rig.dir);
+  ASSERT_TRUE(f) << f.error().to_string();
+  for (int i = 0; i < 50; ++i) {  // the daemon reroutes once the Up ports held for two polls
+    bool ok = true;
+    for (const auto& g : groups) {
+      for (unsigned c : g) {
+        const auto j = json::parse((*f)->request(json{{"op", "routes"}, {"card", c}}.dump()).value_or("{}"));
+        std::set<unsigned> dst;
+        for (const auto& e : j.value("routes", json::array())) dst.insert(e["fabric_id"].get<unsigned>() - 1);
+        std::set<unsigned> want = g;
+        want.erase(c);
+        if (dst != want) ok = false;
+        if (i == 49) {
+          EXPECT_EQ(dst, want) << "routes programmed on card " << c;
+        }
+      }
+    }
+    if (ok) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    rig.drain();
+  }
   for (const auto& [pair, h] : s.hops) {
     const int ga = group_of(pair.first), gb = group_of(pair.second);
     if (pair.first == pair.second) continue;

@@ -95,6 +95,14 @@ std::string FabricService::handle(std::string_view line) {
       if (!p) return error_reply(p.error());
       return json{{"card", card}, {"partition", *p}}.dump();
     }
+    if (op == "routes") {
+      const auto card = u32(req, "card");
+      auto r = emu_->routes(card);
+      if (!r) return error_reply(r.error());
+      json out = json::array();
+      for (const auto& [f, v] : *r) out.push_back({{"fabric_id", f}, {"port_mask", v & 0xffffu}});
+      return json{{"card", card}, {"routes", out}}.dump();
+    }
     if (op == "cards") {
       json out = json::array();
       for (std::uint32_t c = 0; c < emu_->card_count(); ++c) {
@@ -107,7 +115,7 @@ std::string FabricService::handle(std::string_view line) {
     }
     return error_reply(
         Code::kInvalidArgument,
-        fmt::format("unknown op '{}' (switches, cross_connects, apply, set_partition, partition, cards)", op));
+        fmt::format("unknown op '{}' (switches, cross_connects, apply, set_partition, partition, cards, routes)", op));
   } catch (const std::exception& e) {
     return error_reply(Code::kInvalidArgument, e.what());
   }

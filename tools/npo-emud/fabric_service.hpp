@@ -24,7 +24,7 @@ class FabricService {
   explicit FabricService(std::shared_ptr<emu::Emulator> emulator);
   /// One request line -> one reply line: {"op":"switches"}, {"op":"cross_connects","switch":S},
   /// {"op":"apply","switch":S,"changes":[{"kind":"connect|disconnect","a":A,"b":B}...]},
-  /// {"op":"set_partition","card":K,"id":P}, {"op":"partition","card":K}, {"op":"cards"}.
+  /// {"op":"set_partition","card":K,"id":P}, {"op":"partition","card":K}, {"op":"cards"}, {"op":"routes","card":K}.
   /// Errors are replies {"error":{"code":"invalid_argument","message":"..."}}; a request that
   /// fails changes nothing. Changes are logged through `say` when set.
   std::string handle(std::string_view line);

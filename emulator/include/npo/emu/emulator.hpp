@@ -216,6 +216,9 @@ class Emulator : public std::enable_shared_from_this<Emulator> {
   /// Whether card `card` was removed (surprise removal, card_removed fault). Errors:
   /// kOutOfRange. Thread-safe.
   [[nodiscard]] Result<bool> removed(std::uint32_t card) const;
+  /// Fabric management view of card `card`'s route table (registers.md §8): every entry with
+  /// VALID set, as (destination fabric ID, raw entry). Errors: kOutOfRange. Thread-safe.
+  [[nodiscard]] Result<std::vector<std::pair<std::uint32_t, std::uint32_t>>> routes(std::uint32_t card);
 
   /// Internal.
   [[nodiscard]] EmulatorImpl& impl() noexcept { return *impl_; }
