@@ -286,4 +286,23 @@ Result<std::uint32_t> Emulator::partition(std::uint32_t card) const {
   return impl_->partition_of[card].load(std::memory_order_acquire);
 }
 
+Result<std::vector<std::pair<std::uint32_t, std::uint32_t>>> Emulator::routes(std::uint32_t card) {
+  if (card >= impl_->cards.size()) {
+    return fail(Code::kOutOfRange, fmt::format("card {} past the supernode's {} cards", card, impl_->cards.size()));
+  }
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> out;
+  for (std::uint32_t f = 1; f < regs::kRouteEntries; ++f) {
+    const auto v = static_cast<std::uint32_t>(impl_->cards[card]->bar0_read(regs::route_reg(f), 4));
+    if ((v & 0x8000'0000u) != 0) out.emplace_back(f, v);
+  }
+  return out;
+}
+
+Result<bool> Emulator::removed(std::uint32_t card) const {
+  if (card >= impl_->cards.size()) {
+    return fail(Code::kOutOfRange, fmt::format("card {} past the supernode's {} cards", card, impl_->cards.size()));
+  }
+  return impl_->cards[card]->removed();
+}
+
 }  // namespace npo::emu

@@ -45,6 +45,22 @@ std::vector<SwitchChange> PartitionManager::Impl::changes_of(const std::vector<P
   return out;
 }
 
+std::uint32_t PartitionManager::Impl::id_of(std::uint32_t card) const {
+  if (card >= cards || owner[card].empty()) return 0;
+  const auto it = parts.find(owner[card]);
+  return it == parts.end() ? 0 : it->second.id;
+}
+
+Result<void> PartitionManager::Impl::enforce(const std::vector<CardPartitionId>& ids) {
+  if (opt.enforcer == nullptr) return {};
+  for (const auto& x : ids) {
+    if (auto r = opt.enforcer->set_partition(x.card, x.id); !r) {
+      return std::unexpected(std::move(r.error()).prefixed(fmt::format("card {}: set partition ID {}", x.card, x.id)));
+    }
+  }
+  return {};
+}
+
 std::size_t PartitionManager::Impl::switch_index(std::string_view name) const {
   for (std::size_t i = 0; i < sw.size(); ++i) {
     if (sw[i]->name() == name) return i;
@@ -63,11 +79,18 @@ void PartitionManager::Impl::fold(const detail::JournalIntent& in) {
   };
   for (const auto& n : in.remove) drop(n);
   for (const auto& p : in.upsert) {
+    std::uint32_t id = p.id;
+    if (id == 0) {  // a journal line from before partition IDs: keep the partition's, else a fresh one
+      const auto it = parts.find(p.name);
+      id = it != parts.end() && it->second.id != 0 ? it->second.id : next_id;
+    }
     drop(p.name);
     for (auto c : p.cards) {
       if (c < cards) owner[c] = p.name;
     }
     parts[p.name] = p;
+    parts[p.name].id = id;
+    next_id = std::max(next_id, id + 1);
   }
   for (const auto& [c, h] : in.health) {
     if (c < cards) health[c] = h;
@@ -170,6 +193,7 @@ detail::JournalIntent recover_from_switches(PartitionManager::Impl& m, const XcS
     while (m.parts.contains(fmt::format("recovered{}", k))) ++k;
     g.name = fmt::format("recovered{}", k++);
     g.shape = fmt::format("custom:{}", g.cards.size());
+    g.id = m.next_id++;  // a fresh ID: the journal had none
     m.report.recovered.push_back(g.name);
     in.upsert.push_back(std::move(g));
   }
@@ -226,6 +250,8 @@ Result<void> rebuild(PartitionManager::Impl& m) {
   for (std::size_t i = 0; i < jc.entries.size(); ++i) {
     const auto& e = jc.entries[i];
     m.next_seq = std::max(m.next_seq, e.intent.seq + 1);
+    // IDs are never reused, not even one of a change that was rolled back.
+    for (const auto& p : e.intent.upsert) m.next_id = std::max(m.next_id, p.id + 1);
     if (e.outcome == detail::JournalOutcome::kApplied || e.outcome == detail::JournalOutcome::kFinished)
       m.fold(e.intent);
     if (e.outcome == detail::JournalOutcome::kNone) {
@@ -288,6 +314,12 @@ Result<void> rebuild(PartitionManager::Impl& m) {
   } else {
     for (const auto& [s, xc] : *now)
       m.report.foreign.push_back(fmt::format("{}:{}-{}", m.sw[s]->name(), xc.first, xc.second));
+  }
+  if (m.opt.enforcer != nullptr) {  // every card's ID from the table: a crash may have left any
+    std::vector<CardPartitionId> ids;
+    for (std::uint32_t c = 0; c < m.cards; ++c) ids.push_back({c, m.id_of(c)});
+    if (auto r = m.enforce(ids); !r) return std::unexpected(std::move(r.error()).prefixed("partition IDs"));
+    m.report.ids_set = ids.size();
   }
   return {};
 }

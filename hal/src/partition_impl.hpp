@@ -32,6 +32,7 @@ struct PartitionManager::Impl {
   PartitionOptions opt;
   detail::Journal journal;
   std::uint64_t next_seq = 1;
+  std::uint32_t next_id = 1;  ///< next partition ID (monotonic, never reused)
   RebuildReport report;
   std::string poisoned;  ///< non-empty: a change was left half-applied; refuse until reopened
 
@@ -43,6 +44,10 @@ struct PartitionManager::Impl {
                                                      const std::vector<PartitionLink>& added) const;
   /// Applies a journalled intent to the table (partitions, owners, health).
   void fold(const detail::JournalIntent& in);
+  /// Partition ID card `card` has in the table (0: free).
+  [[nodiscard]] std::uint32_t id_of(std::uint32_t card) const;
+  /// Writes `ids` through the enforcer (none without one). Errors: the enforcer's, naming the card.
+  Result<void> enforce(const std::vector<CardPartitionId>& ids);
   /// Index of switch `name` in `sw`, or sw.size().
   [[nodiscard]] std::size_t switch_index(std::string_view name) const;
   /// Journals `in` (intent), applies its changes on the switches, journals the outcome, folds

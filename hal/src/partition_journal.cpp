@@ -21,7 +21,7 @@ using nlohmann::json;
 json to_json(const Partition& p) {
   json links = json::array();
   for (const auto& l : p.links) links.push_back({l.a, l.b, l.port});
-  return {{"name", p.name}, {"shape", p.shape}, {"cards", p.cards}, {"links", links}};
+  return {{"name", p.name}, {"shape", p.shape}, {"cards", p.cards}, {"links", links}, {"id", p.id}};
 }
 
 Partition partition_of(const json& j) {
@@ -29,6 +29,7 @@ Partition partition_of(const json& j) {
   p.name = j.at("name").get<std::string>();
   p.shape = j.at("shape").get<std::string>();
   p.cards = j.at("cards").get<std::vector<std::uint32_t>>();
+  p.id = j.value("id", std::uint32_t{0});  // journals before partition IDs: 0, assigned at replay
   for (const auto& l : j.at("links")) {
     p.links.push_back({l.at(0).get<std::uint32_t>(), l.at(1).get<std::uint32_t>(), l.at(2).get<unsigned>()});
   }

@@ -94,6 +94,27 @@ Result<PartitionChange> PartitionManager::Impl::commit(detail::JournalIntent in,
   }
   in.seq = next_seq++;
   in.changes = changes_of(removed, added);
+  // Partition IDs after the change: joining cards (a new nonzero ID) are set before any link
+  // moves, leaving cards (to 0) after their links are gone.
+  std::map<std::uint32_t, std::uint32_t> after;
+  for (const auto& n : in.remove) {
+    if (const auto it = parts.find(n); it != parts.end())
+      for (auto c : it->second.cards) after[c] = 0;
+  }
+  for (const auto& p : in.upsert) {
+    if (const auto it = parts.find(p.name); it != parts.end())
+      for (auto c : it->second.cards) after[c] = 0;
+  }
+  for (const auto& p : in.upsert) {
+    for (auto c : p.cards) after[c] = p.id;
+  }
+  std::vector<CardPartitionId> join, leave, undo_join;
+  for (const auto& [c, id] : after) {
+    const auto old = id_of(c);
+    if (id == old) continue;
+    (id != 0 ? join : leave).push_back({c, id});
+    if (id != 0) undo_join.push_back({c, old});
+  }
   if (auto r = journal.intent(in); !r) return std::unexpected(std::move(r.error()));
   PartitionChange out;
   out.seq = journal.enabled() ? in.seq : 0;
@@ -116,6 +137,16 @@ Result<PartitionChange> PartitionManager::Impl::commit(detail::JournalIntent in,
     }
     batches.back().changes.push_back(c.change);
   }
+  auto roll_back = [&](Error err) -> std::unexpected<Error> {
+    (void)enforce(undo_join);
+    if (auto w = journal.outcome(in.seq, detail::JournalOutcome::kRolledBack); !w) {
+      poisoned = in.what;
+      return std::unexpected(std::move(w.error()).prefixed(fmt::format("{} failed and was undone, but", in.what)));
+    }
+    return std::unexpected(std::move(err));
+  };
+  if (auto r = enforce(join); !r) return roll_back(std::move(r.error()).prefixed(in.what));
+  out.ids = join;
   const auto t0 = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < batches.size(); ++i) {
     auto r = sw[batches[i].sw]->apply(batches[i].changes);
@@ -131,14 +162,9 @@ Result<PartitionChange> PartitionManager::Impl::commit(detail::JournalIntent in,
       }
       undone = sw[batches[j].sw]->apply(inverse).has_value();
     }
-    if (undone) {
-      if (auto w = journal.outcome(in.seq, detail::JournalOutcome::kRolledBack); !w) {
-        poisoned = in.what;
-        return std::unexpected(std::move(w.error()).prefixed(fmt::format("{} failed and was undone, but", in.what)));
-      }
-      return std::unexpected(
+    if (undone)
+      return roll_back(
           std::move(err).prefixed(fmt::format("{}: switch {}, undone", in.what, sw[batches[i].sw]->name())));
-    }
     poisoned = in.what;
     return fail(Code::kAborted,
                 fmt::format("{}: switch {} failed ({}) and the change could not be undone: the "
@@ -151,6 +177,9 @@ Result<PartitionChange> PartitionManager::Impl::commit(detail::JournalIntent in,
     return std::unexpected(std::move(w.error()).prefixed(fmt::format("{} applied, but", in.what)));
   }
   fold(in);
+  if (auto r = enforce(leave); !r)
+    return std::unexpected(std::move(r.error()).prefixed(fmt::format("{} applied, but", in.what)));
+  out.ids.insert(out.ids.end(), leave.begin(), leave.end());
   if (opt.system != nullptr && !out.added.empty()) {
     auto waited = wait_links_up(*opt.system, out.added, opt.link_timeout_ns, opt.link_poll_ns);
     if (!waited) return std::unexpected(std::move(waited.error()).prefixed(fmt::format("{} applied, but", in.what)));
@@ -200,7 +229,7 @@ Result<PartitionChange> PartitionManager::create(std::string_view name, std::str
   if (!links) return std::unexpected(std::move(links.error()).prefixed(fmt::format("create {}", name)));
   detail::JournalIntent in;
   in.what = fmt::format("create {} {}", name, shape->text());
-  Partition p{std::string(name), shape->text(), chosen, *links};
+  Partition p{std::string(name), shape->text(), chosen, *links, m.next_id++};
   for (auto c : chosen) {
     if (m.health[c] == CardHealth::kSpare) in.health.emplace_back(c, CardHealth::kHealthy);
   }
@@ -254,7 +283,7 @@ Result<PartitionChange> PartitionManager::move(std::uint32_t card, std::string_v
     if (!links) return std::unexpected(std::move(links.error()).prefixed(fmt::format("move into '{}'", name)));
     before.insert(before.end(), p.links.begin(), p.links.end());
     after.insert(after.end(), links->begin(), links->end());
-    in.upsert.push_back(Partition{name, shape->text(), std::move(cards), std::move(*links)});
+    in.upsert.push_back(Partition{name, shape->text(), std::move(cards), std::move(*links), p.id});
     return {};
   };
   if (!m.owner[card].empty()) {

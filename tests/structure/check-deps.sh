@@ -59,6 +59,10 @@ exceptions=(
   "tools/npo-emud/*|npo/emu/server.hpp"
   # ... and runs the one bring-up in-process on that Emulator through a registry of its own.
   "tools/npo-emud/*|npo/hal/backend/registry.hpp"
+  # ... and serves its switches and partition IDs on DIR/fabric.sock (docs/spec/fabric-mgmt.md).
+  "tools/npo-emud/*|npo/emu/ocs.hpp"
+  # npo-fabric drives npo-emud's switches through that socket's client (npo::emu::RemoteFabric).
+  "tools/npo-fabric/*|npo/emu/remote_fabric.hpp"
 )
 # Folders under drivers/ that are backends (device logic must not know them).
 backend_dirs=(vfio)

@@ -173,9 +173,9 @@ TEST(ToolsCli, CardOrPortThatDoesNotExistIsAnError) {
 // Issue 35: every tool's --version is "TOOL (npo-hal) VERSION[ (git COMMIT)]", VERSION the
 // top-level project(npo-hal VERSION ...) (passed in by CMake), exit 0.
 TEST(ToolsCli, VersionIsTheProjectVersion) {
-  std::vector<std::pair<std::string, std::string>> tools = {{"npo-smi", kSmi},         {"npo-link", kLink},
-                                                            {"npo-dma-bench", kBench}, {"npo-emu", kEmu},
-                                                            {"npo-emud", kEmud},       {"npo-fw", NPO_FW}};
+  std::vector<std::pair<std::string, std::string>> tools = {
+      {"npo-smi", kSmi},   {"npo-link", kLink}, {"npo-dma-bench", kBench}, {"npo-emu", kEmu},
+      {"npo-emud", kEmud}, {"npo-fw", NPO_FW},  {"npo-fabric", NPO_FABRIC}};
   if (!std::string(NPO_EXPORTER).empty()) tools.emplace_back("npo-exporter", NPO_EXPORTER);
   const std::string version = NPO_PROJECT_VERSION;
   for (const auto& [name, exe] : tools) {

@@ -31,6 +31,7 @@
 #include "common/cli.hpp"
 #include "common/output.hpp"
 #include "common/trace.hpp"
+#include "fabric_service.hpp"
 #include "link_manager.hpp"
 #include "npo/emu/emulator.hpp"
 #include "npo/emu/server.hpp"
@@ -349,6 +350,9 @@ int main(int argc, char** argv) {
       }
     }
   }
+  // Fabric management (docs/spec/fabric-mgmt.md): always served, mode 0600, same uid or root.
+  auto fabric = npo::tools::start_fabric_service(*emu, std::filesystem::path(socket_dir) / "fabric.sock", say);
+  if (!fabric) return stop_and_fail(std::move(fabric.error()).prefixed("fabric socket"));
   std::unique_ptr<npo::tools::LinkManager> manager;
   if (manage_links) manager = std::make_unique<npo::tools::LinkManager>(*local_sys, say);
   say(fmt::format("ready cards={} links_up={} links_failed={} unreachable_pairs={} socket_dir={} pid={}",
@@ -359,6 +363,7 @@ int main(int argc, char** argv) {
   }
   say(fmt::format("{} received, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT"));
   manager.reset();
+  fabric->reset();
   stop_monitor.store(true, std::memory_order_release);
   if (monitor.joinable()) monitor.join();
   (*server)->stop();

@@ -181,9 +181,14 @@ double link_gbps(unsigned lanes) { return 100.0 * lanes; }
 /// grouped into leaf "switches" of at most `group` cards that are close on the fabric (a
 /// breadth-first walk over Up links from the lowest card not yet placed), and a root switch
 /// over the leaves when there is more than one. Node names are `prefix` + card index.
-std::string slurm_topology(npo::System& s, const npo::Topology& t, const std::string& prefix, unsigned group) {
+/// With `partition`, only the cards whose GLOBAL.PARTITION (registers.md §3.8) is that ID.
+std::string slurm_topology(npo::System& s, const npo::Topology& t, const std::string& prefix, unsigned group,
+                           std::optional<std::uint32_t> partition) {
   std::map<std::uint32_t, std::size_t> index;  // fabric ID -> card index
-  for (std::size_t i = 0; i < s.device_count(); ++i) index[s.device(i).info().fabric_id] = i;
+  for (std::size_t i = 0; i < s.device_count(); ++i) {
+    if (partition && (s.device(i).info().removed || s.device(i).partition().value_or(0) != *partition)) continue;
+    index[s.device(i).info().fabric_id] = i;
+  }
   std::map<std::uint32_t, std::vector<std::uint32_t>> adj;
   for (const auto& l : t.links) {
     if (!l.up || l.a_fabric_id == l.b_fabric_id) continue;
@@ -214,7 +219,7 @@ std::string slurm_topology(npo::System& s, const npo::Topology& t, const std::st
   std::string out = fmt::format(
       "# Slurm topology.conf (TopologyPlugin=topology/tree) written by npo-smi {} from backend {}\n"
       "# {} cards in {} leaf switch{} of <= {} cards close on the optical fabric; nodes are {}<card index>.\n",
-      npo::kVersion, s.uri(), s.device_count(), groups.size(), groups.size() == 1 ? "" : "es", group, prefix);
+      npo::kVersion, s.uri(), index.size(), groups.size(), groups.size() == 1 ? "" : "es", group, prefix);
   std::vector<std::size_t> leaves;
   for (std::size_t g = 0; g < groups.size(); ++g) {
     out += fmt::format("SwitchName=leaf{} Nodes={}\n", g, slurm_hostlist(prefix, groups[g]));
@@ -272,6 +277,7 @@ struct TopoFormat {
   std::string format = "table";  ///< table | json (graph) | slurm
   std::string slurm_prefix = "npo";
   unsigned slurm_group = 8;
+  std::optional<std::uint32_t> partition;  ///< slurm: only the cards of this partition ID
 };
 
 /// Whether `s` is attached read-only (emu-remote mode=ro): every card is then.
@@ -310,7 +316,7 @@ int topo(npo::System& s, bool json, const std::string& expect, const TopoFormat&
                                            : "topo only reads the links, it does not train them");
   }
   if (tf.format == "slurm") {
-    std::fputs(slurm_topology(s, *t, tf.slurm_prefix, tf.slurm_group).c_str(), stdout);
+    std::fputs(slurm_topology(s, *t, tf.slurm_prefix, tf.slurm_group, tf.partition).c_str(), stdout);
     return 0;
   }
   if (tf.format == "json") {
@@ -596,6 +602,9 @@ int main(int argc, char** argv) {
                    "topology.conf for Slurm's tree plugin")
       ->check(CLI::IsMember({"table", "json", "slurm"}));
   topo_cmd->add_option("--slurm-node-prefix", tf.slurm_prefix, "with --format slurm: node name prefix (default npo)");
+  topo_cmd->add_option("--partition", tf.partition,
+                       "with --format slurm: only the cards whose partition ID (PART, GLOBAL.PARTITION) is this "
+                       "(npo-fabric list shows the IDs); read from the cards, so no fabric manager is needed");
   topo_cmd->add_option("--slurm-switch-size", tf.slurm_group, "with --format slurm: cards per leaf switch (default 8)")
       ->check(CLI::Range(1u, 1024u));
   topo_cmd->fallthrough();  // `npo-smi topo --backend X` works like `npo-smi --backend X topo`

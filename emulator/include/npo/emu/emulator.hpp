@@ -213,6 +213,12 @@ class Emulator : public std::enable_shared_from_this<Emulator> {
   Result<void> set_partition(std::uint32_t card, std::uint32_t id);
   /// The partition of card `card`. Errors: kOutOfRange. Thread-safe.
   [[nodiscard]] Result<std::uint32_t> partition(std::uint32_t card) const;
+  /// Whether card `card` was removed (surprise removal, card_removed fault). Errors:
+  /// kOutOfRange. Thread-safe.
+  [[nodiscard]] Result<bool> removed(std::uint32_t card) const;
+  /// Fabric management view of card `card`'s route table (registers.md §8): every entry with
+  /// VALID set, as (destination fabric ID, raw entry). Errors: kOutOfRange. Thread-safe.
+  [[nodiscard]] Result<std::vector<std::pair<std::uint32_t, std::uint32_t>>> routes(std::uint32_t card);
 
   /// Internal.
   [[nodiscard]] EmulatorImpl& impl() noexcept { return *impl_; }

@@ -11,6 +11,7 @@
 
 #include "npo/emu/emulator.hpp"
 #include "npo/hal/ocs.hpp"
+#include "npo/hal/partition.hpp"
 
 namespace npo::emu {
 
@@ -47,6 +48,18 @@ class EmulatedOcs final : public OpticalCircuitSwitch {
   std::string name_;
   unsigned radix_;
   std::vector<bool> cabled_;  ///< per switch port: a cable leads to it
+};
+
+/// The partition manager's enforcer over an Emulator: Emulator::set_partition (GLOBAL.PARTITION,
+/// registers.md §3.8), pool card index = emulator card index. Thread-safety: any thread.
+class EmulatedEnforcer final : public PartitionEnforcer {
+ public:
+  explicit EmulatedEnforcer(std::shared_ptr<Emulator> emulator) : emu_(std::move(emulator)) {}
+  /// Emulator::set_partition. Errors: kOutOfRange (no such card).
+  Result<void> set_partition(std::uint32_t card, std::uint32_t id) override { return emu_->set_partition(card, id); }
+
+ private:
+  std::shared_ptr<Emulator> emu_;
 };
 
 }  // namespace npo::emu

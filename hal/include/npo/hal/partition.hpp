@@ -90,6 +90,9 @@ struct Partition {
   std::string shape;                 ///< PartitionShape::text() of its shape
   std::vector<std::uint32_t> cards;  ///< pool card indices, in shape order
   std::vector<PartitionLink> links;  ///< sorted; each one cross-connect
+  /// The partition ID its cards carry in GLOBAL.PARTITION (registers.md §3.8): nonzero, unique,
+  /// never reused (the manager hands them out in increasing order, kept in the journal).
+  std::uint32_t id = 0;
   friend bool operator==(const Partition&, const Partition&) = default;
 };
 
@@ -98,6 +101,13 @@ struct SwitchChange {
   std::string switch_name;
   OcsChange change;
   friend bool operator==(const SwitchChange&, const SwitchChange&) = default;
+};
+
+/// One card whose partition ID (GLOBAL.PARTITION) a change set.
+struct CardPartitionId {
+  std::uint32_t card = 0;
+  std::uint32_t id = 0;  ///< 0: unassigned (the card left its partition)
+  friend bool operator==(const CardPartitionId&, const CardPartitionId&) = default;
 };
 
 /// What one manager call did (or, for a refused call, nothing: the call returns an error).
@@ -109,6 +119,24 @@ struct PartitionChange {
   std::vector<PartitionLink> removed;  ///< links removed
   std::uint64_t switch_ns = 0;         ///< wall time of the switch operations
   std::uint64_t links_up_ns = 0;       ///< platform time until every added link was Up (0: not waited)
+  /// Partition IDs written (PartitionOptions::enforcer): joining cards before the switches
+  /// moved, leaving cards (id 0) after.
+  std::vector<CardPartitionId> ids;
+};
+
+/// Where a card's partition ID is enforced: the fabric-management write of GLOBAL.PARTITION
+/// (registers.md §3.8; never reachable through the card's BAR0). A remote op between cards of
+/// different IDs completes PARTITION_DENIED (dma.md §3.2). A real platform implements it over
+/// its board-management path; npo::emu::EmulatedEnforcer (npo/emu/ocs.hpp) over an emulator,
+/// npo::emu::RemoteFabric (npo/emu/remote_fabric.hpp) over npo-emud's fabric socket.
+/// Thread-safety: implementations make every method safe from any thread.
+class PartitionEnforcer {
+ public:
+  virtual ~PartitionEnforcer() = default;
+  /// Sets card `card`'s (pool card index) partition ID to `id` (0 = unassigned). Takes effect
+  /// from the card's next remote op. Errors: kOutOfRange (no such card), kUnavailable (the
+  /// management path does not answer; the ID is then unknown).
+  virtual Result<void> set_partition(std::uint32_t card, std::uint32_t id) = 0;
 };
 
 /// How an interrupted change (intent journalled, no outcome) is settled at start.
@@ -127,6 +155,11 @@ struct PartitionOptions {
   std::uint64_t link_timeout_ns = 10'000'000'000;  ///< platform-clock cap of that wait
   std::uint64_t link_poll_ns = 2'000'000;          ///< poll interval of that wait (platform clock)
   RecoveryPolicy recovery = RecoveryPolicy::kRollBack;
+  /// When set, the manager writes each card's partition ID: a card joining a partition gets
+  /// its ID before its links are connected, a card leaving one (destroy, move out, a
+  /// swapped-out failed card) gets 0 after its links are disconnected, and open() writes every
+  /// card's ID from the rebuilt table (free cards 0). Not owned.
+  PartitionEnforcer* enforcer = nullptr;
 };
 
 /// What open() found and did.
@@ -139,6 +172,7 @@ struct RebuildReport {
   /// Journalled cross-connects missing on the switches and re-made (both ports were idle, as
   /// on a switch that lost its state, or a freshly started emulator): "ocs2:3-9".
   std::vector<std::string> restored;
+  std::uint64_t ids_set = 0;  ///< partition IDs written from the rebuilt table (with an enforcer)
   std::uint64_t wall_ns = 0;  ///< time open() took (journal + switch reads + recovery)
 };
 
