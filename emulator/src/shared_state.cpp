@@ -55,7 +55,22 @@ FabricState::FabricState(int fd, void* base, std::uint64_t bytes, std::uint32_t 
 FabricState::~FabricState() {
   if (base_ != nullptr) ::munmap(base_, bytes_);
   if (fd_ >= 0) ::close(fd_);
+  for (const int fd : engine_fds_) ::close(fd);
 }
+
+namespace {
+/// A sealed memfd of `bytes` (it can neither shrink under a mapping nor grow).
+Result<int> sized_memfd(const char* name, std::uint64_t bytes) {
+  const int fd = ::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return fail_errno(errno, fmt::format("shared engine state: memfd_create of {}", name));
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0 || ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return fail_errno(err, fmt::format("shared engine state: ftruncate and seal of {}", name));
+  }
+  return fd;
+}
+}  // namespace
 
 Result<std::unique_ptr<FabricState>> FabricState::create(std::uint32_t cards, bool shareable) {
   if (cards == 0 || cards > regs::kRouteEntries - 1) {
@@ -63,41 +78,61 @@ Result<std::unique_ptr<FabricState>> FabricState::create(std::uint32_t cards, bo
                 fmt::format("shared engine state: {} cards (1..{})", cards, regs::kRouteEntries - 1));
   }
   const std::uint64_t bytes = region_bytes(cards);
-  int fd = -1;
-  void* p = MAP_FAILED;
-  if (shareable) {
-    fd = ::memfd_create("npo-emu engine state", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (fd < 0) return fail_errno(errno, "shared engine state: memfd_create");
-    if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-      const int err = errno;
-      ::close(fd);
-      return fail_errno(err, "shared engine state: ftruncate");
-    }
-    // Sealed: a client that maps it can neither shrink it under the daemon's mapping nor grow it.
-    (void)::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
-    p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  } else {
-    p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (!shareable) {
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return fail_errno(errno, "shared engine state: mmap");
+    std::unique_ptr<FabricState> fs(new FabricState(-1, p, bytes, cards));
+    fs->construct();
+    return fs;
   }
+  auto fd = sized_memfd("npo-emu engine state", bytes);
+  if (!fd) return std::unexpected(fd.error());
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
   if (p == MAP_FAILED) {
     const int err = errno;
-    if (fd >= 0) ::close(fd);
+    ::close(*fd);
     return fail_errno(err, "shared engine state: mmap");
   }
-  new (p) Header{kMagic, kLayout, cards, sizeof(CardState), bytes};
-  auto* base = reinterpret_cast<CardState*>(static_cast<std::byte*>(p) + kHeaderBytes);
-  for (std::uint32_t i = 0; i < cards; ++i) new (&base[i]) CardState();
-  return std::unique_ptr<FabricState>(new FabricState(fd, p, bytes, cards));
+  std::unique_ptr<FabricState> fs(new FabricState(*fd, p, bytes, cards));
+  // Every card's engine pages from a memfd of their own, over the region: the only part of
+  // the state an owner maps read-write (its own card's, ENGINE_FD).
+  fs->engine_fds_.reserve(cards);
+  for (std::uint32_t i = 0; i < cards; ++i) {
+    auto efd = sized_memfd("npo-emu card engine state", kEngineBytes);
+    if (!efd) return std::unexpected(efd.error());
+    fs->engine_fds_.push_back(*efd);
+    auto* at = reinterpret_cast<std::byte*>(&fs->card(i)) + kEngineOffset;
+    if (::mmap(at, kEngineBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, *efd, 0) == MAP_FAILED) {
+      return fail_errno(errno, fmt::format("shared engine state: mmap of card {}'s engine pages", i));
+    }
+  }
+  // From here on, any new mapping of the region is read-only: the one a client maps.
+  if (::fcntl(*fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) != 0) {
+    return fail_errno(errno, "shared engine state: F_SEAL_FUTURE_WRITE");
+  }
+  fs->construct();
+  return fs;
 }
 
-Result<std::unique_ptr<FabricState>> FabricState::attach(int fd_in) {
+void FabricState::construct() noexcept {
+  new (base_) Header{kMagic, kLayout, cards_, sizeof(CardState), bytes_};
+  for (std::uint32_t i = 0; i < cards_; ++i) new (&cards_base_[i]) CardState();
+}
+
+Result<std::unique_ptr<FabricState>> FabricState::attach(int fd_in, int engine_fd, std::uint32_t card) {
   struct stat st {};
   if (::fstat(fd_in, &st) != 0) return fail_errno(errno, "shared engine state: fstat");
   if (static_cast<std::uint64_t>(st.st_size) < kHeaderBytes) {
     return fail(Code::kInvalidArgument, fmt::format("shared engine state: {} bytes, less than its header", st.st_size));
   }
+  struct stat est {};
+  if (::fstat(engine_fd, &est) != 0) return fail_errno(errno, "shared engine state: fstat of the engine pages");
+  if (static_cast<std::uint64_t>(est.st_size) != kEngineBytes) {
+    return fail(Code::kInvalidArgument, fmt::format("shared engine state: the card's engine pages are {} bytes, not {}",
+                                                    est.st_size, kEngineBytes));
+  }
   const auto size = static_cast<std::uint64_t>(st.st_size);
-  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd_in, 0);
+  void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd_in, 0);
   if (p == MAP_FAILED) return fail_errno(errno, "shared engine state: mmap");
   Header h{};
   std::memcpy(&h, p, sizeof h);
@@ -108,6 +143,16 @@ Result<std::unique_ptr<FabricState>> FabricState::attach(int fd_in) {
                 fmt::format("shared engine state: not a layout-{} region of this build (magic {:#x}, layout {}, card "
                             "size {} against {}, {} cards, {} bytes)",
                             kLayout, h.magic, h.layout, h.card_bytes, sizeof(CardState), h.cards, size));
+  }
+  if (card >= h.cards) {
+    ::munmap(p, size);
+    return fail(Code::kOutOfRange, fmt::format("shared engine state: card {} past its {} cards", card, h.cards));
+  }
+  auto* at = static_cast<std::byte*>(p) + kHeaderBytes + std::uint64_t{card} * sizeof(CardState) + kEngineOffset;
+  if (::mmap(at, kEngineBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, engine_fd, 0) == MAP_FAILED) {
+    const int err = errno;
+    ::munmap(p, size);
+    return fail_errno(err, fmt::format("shared engine state: mmap of card {}'s engine pages", card));
   }
   const int fd = ::fcntl(fd_in, F_DUPFD_CLOEXEC, 0);
   if (fd < 0) {

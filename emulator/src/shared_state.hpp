@@ -6,7 +6,8 @@
 // process that maps the region: the one holding the emulator, or -- npo-emud protocol 1.5,
 // ENGINE_SHARE (docs/spec/emud-protocol.md §5.12) -- the process that owns the card, which
 // then rings its queues without waking the daemon. The engine code is the same in both
-// (engine.cpp); what differs is its EngineHost (engine_host.hpp).
+// (engine.cpp); what differs is its EngineHost (engine_host.hpp). An owner maps the region
+// read-only and only its own card's engine pages read-write (protocol 1.7, ENGINE_FD, §5.13).
 //
 // Layout rules: standard-layout structs of lock-free std::atomic integers (address-free, so
 // they work across processes), no pointers; each process maps the region where it likes.
@@ -17,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <type_traits>
+#include <vector>
 
 #include "npo/fw/regs.hpp"
 #include "npo/hal/error.hpp"
@@ -109,24 +111,27 @@ struct CardState {
   /// is in the low 16 bits (registers.md §7 NEIGHBOR).
   static constexpr std::uint64_t kLinkUp = std::uint64_t{1} << 63;
 
+  // ---- Written by npo-emud only (read-only to every owner process, spec §5.13). ----
   alignas(64) std::atomic<std::uint32_t> flags{0};
   std::atomic<std::uint32_t> num_ports{0};
-  std::atomic<std::uint32_t> inject_iommu{0};   ///< injected IOMMU faults still to take
-  std::atomic<std::uint32_t> queues_active{0};  ///< GLOBAL.QUEUES_ACTIVE (registers.md §9)
   std::atomic<std::uint64_t> hbm_bytes{0};
-  std::atomic<std::uint64_t> dma_ops_total{0};    ///< Card::dma_totals: never reset
-  std::atomic<std::uint64_t> dma_bytes_total{0};  ///< Card::dma_totals: never reset
   /// Power-limit enforcement (power.hpp): while `dma_throttled` is 1 the engines spend
   /// `dma_budget` bytes and stop at 0 until the power controller refills it (every 10 ms);
   /// an engine that stopped on it sets `dma_budget_hit`.
-  std::atomic<std::int64_t> dma_budget{0};
   std::atomic<std::uint32_t> dma_throttled{0};
-  std::atomic<std::uint32_t> dma_budget_hit{0};
   /// GLOBAL.PARTITION (registers.md §3.8): set by fabric management only (Emulator::set_partition).
   std::atomic<std::uint32_t> partition{0};
   alignas(64) std::atomic<std::uint64_t> link[fw::regs::kMaxPorts]{};
   alignas(64) std::atomic<std::uint32_t> routes[fw::regs::kRouteEntries]{};  ///< registers.md §8
   alignas(64) WindowEntry windows[fw::regs::kWindowEntries];
+  // ---- Written by the card's engines too: its own pages, the only ones its owner maps
+  // read-write (kEngineOffset, ENGINE_FD). ----
+  alignas(4096) std::atomic<std::uint32_t> inject_iommu{0};  ///< injected IOMMU faults still to take
+  std::atomic<std::uint32_t> queues_active{0};               ///< GLOBAL.QUEUES_ACTIVE (registers.md §9)
+  std::atomic<std::uint64_t> dma_ops_total{0};               ///< Card::dma_totals: never reset
+  std::atomic<std::uint64_t> dma_bytes_total{0};             ///< Card::dma_totals: never reset
+  std::atomic<std::int64_t> dma_budget{0};                   ///< see dma_throttled
+  std::atomic<std::uint32_t> dma_budget_hit{0};              ///< see dma_throttled
   QueueState queues[fw::regs::kNumQueues];
 
   [[nodiscard]] bool has(std::uint32_t flag) const noexcept {
@@ -152,15 +157,24 @@ struct CardState {
     }
   }
 };
-static_assert(std::is_standard_layout_v<CardState> && alignof(CardState) == 64);
+static_assert(std::is_standard_layout_v<CardState> && alignof(CardState) == 4096);
+/// Where a card's engine-written pages start in its CardState, and their bytes: what ENGINE_FD
+/// hands its owner read-write (page-aligned, so that the rest can be mapped read-only).
+inline constexpr std::uint64_t kEngineOffset = offsetof(CardState, inject_iommu);
+inline constexpr std::uint64_t kEngineBytes = sizeof(CardState) - kEngineOffset;
+static_assert(kEngineOffset % 4096 == 0 && kEngineBytes % 4096 == 0 && kEngineBytes > 0);
 
 /// The shared region: a header, then one CardState per card. Created by the process that holds
-/// the emulator (create), mapped by an owner client of npo-emud (attach).
+/// the emulator (create), mapped by an owner client of npo-emud (attach). Shareable, it is one
+/// memfd sealed against writes through any later mapping (F_SEAL_FUTURE_WRITE: a client maps
+/// it read-only), with each card's engine pages (kEngineOffset, kEngineBytes) backed by a
+/// memfd of their own, mapped over it: the one ENGINE_FD hands that card's owner read-write
+/// (docs/spec/emud-protocol.md §5.12, §5.13).
 class FabricState {
  public:
   static constexpr std::uint64_t kMagic = 0x3145544154534546ULL;  ///< "FESTATE1"
   /// Layout version: attach refuses another (the two ends are one build of npo-hal).
-  static constexpr std::uint32_t kLayout = 3;
+  static constexpr std::uint32_t kLayout = 4;
   struct Header {
     std::uint64_t magic;
     std::uint32_t layout;
@@ -170,14 +184,16 @@ class FabricState {
   };
   static constexpr std::uint64_t kHeaderBytes = 4096;
 
-  /// A region for `cards` cards (1..2047), zeroed and constructed: in a memfd when `shareable`
-  /// (npo-emud hands it to clients), else in private anonymous memory (an in-process emulator:
-  /// a forked child gets its own copy, as of the rest of the emulator). Errors: kInvalidArgument
-  /// (card count), errno codes of memfd_create, ftruncate, mmap.
+  /// A region for `cards` cards (1..2047), zeroed and constructed: in memfds when `shareable`
+  /// (npo-emud hands them to clients: 1 + `cards` fds), else in private anonymous memory (an
+  /// in-process emulator: a forked child gets its own copy, as of the rest of the emulator).
+  /// Errors: kInvalidArgument (card count), errno codes of memfd_create, ftruncate, mmap, fcntl.
   static Result<std::unique_ptr<FabricState>> create(std::uint32_t cards, bool shareable);
-  /// Maps the region in `fd` (a duplicate is kept). Errors: kInvalidArgument when it is not
-  /// one (size, magic, layout, card size), errno codes of mmap.
-  static Result<std::unique_ptr<FabricState>> attach(int fd);
+  /// Maps the region in `fd` read-only (a duplicate is kept), then card `card`'s engine pages
+  /// read-write from `engine_fd` (kEngineBytes, ENGINE_FD's reply; not kept). Errors:
+  /// kInvalidArgument when `fd` is not such a region (size, magic, layout, card size) or
+  /// `engine_fd` not of kEngineBytes, kOutOfRange (card), errno codes of fstat and mmap.
+  static Result<std::unique_ptr<FabricState>> attach(int fd, int engine_fd, std::uint32_t card);
   ~FabricState();
   FabricState(const FabricState&) = delete;
   FabricState& operator=(const FabricState&) = delete;
@@ -187,6 +203,9 @@ class FabricState {
   [[nodiscard]] CardState& card(std::uint32_t i) noexcept { return cards_base_[i]; }
   /// The memfd behind the region (owned), to send to a client; -1 when not shareable.
   [[nodiscard]] int fd() const noexcept { return fd_; }
+  /// The memfd behind card `i`'s engine pages (owned), to send to its owner; -1 when not
+  /// shareable or attached.
+  [[nodiscard]] int engine_fd(std::uint32_t i) const noexcept { return i < engine_fds_.size() ? engine_fds_[i] : -1; }
   [[nodiscard]] std::uint64_t bytes() const noexcept { return bytes_; }
 
   /// Remote ops using window `w` of card `card` now: the queues of every card whose
@@ -203,7 +222,10 @@ class FabricState {
 
  private:
   FabricState(int fd, void* base, std::uint64_t bytes, std::uint32_t cards);
+  /// Constructs the header and every CardState in place (create).
+  void construct() noexcept;
   int fd_;
+  std::vector<int> engine_fds_;
   void* base_;
   std::uint64_t bytes_;
   std::uint32_t cards_;

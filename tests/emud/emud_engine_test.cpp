@@ -16,6 +16,7 @@
 
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -67,6 +68,11 @@ using Reply = std::tuple<int, std::vector<std::byte>, int>;
 Reply share(const Raw& r) {
   std::array<std::byte, emud::engine::kShareBytes> b{};
   if (!r.send(npo_test::message(emud::Command::kEngineShare, b))) return {-2, {}, -1};
+  return r.recv_fd();
+}
+Reply engine_pages(const Raw& r) {
+  std::array<std::byte, emud::engine::kShareBytes> b{};
+  if (!r.send(npo_test::message(emud::Command::kEngineFd, b))) return {-2, {}, -1};
   return r.recv_fd();
 }
 Reply hbm(const Raw& r, std::uint32_t card) {
@@ -211,6 +217,7 @@ TEST(EmudEngine, EngineShareHbmFdAndEventsRefuseWhatTheyMust) {
   ASSERT_EQ(hello(r, false), 0);
   EXPECT_EQ(std::get<0>(share(r)), static_cast<int>(Code::kFailedPrecondition)) << "no shadow page yet";
   EXPECT_EQ(std::get<0>(hbm(r, 0)), static_cast<int>(Code::kFailedPrecondition)) << "HBM_FD before ENGINE_SHARE";
+  EXPECT_EQ(std::get<0>(engine_pages(r)), static_cast<int>(Code::kFailedPrecondition)) << "ENGINE_FD before the share";
   ASSERT_TRUE(event(r, emud::engine::kEventError, 0, 1, 0));
   EXPECT_EQ(r.recv().first, static_cast<int>(Code::kFailedPrecondition)) << "a posted ENGINE_EVENT before the share";
   ASSERT_EQ(shadow(r), 0);
@@ -227,7 +234,34 @@ TEST(EmudEngine, EngineShareHbmFdAndEventsRefuseWhatTheyMust) {
   EXPECT_EQ(static_cast<std::uint64_t>(st.st_size), emud::load<std::uint64_t>(body, emud::engine::kReplyStateBytes));
   EXPECT_EQ(static_cast<std::uint64_t>(st.st_size),
             npo::emu::FabricState::kHeaderBytes + 8 * sizeof(npo::emu::CardState));
+  // The state maps read-only (spec §5.13): no writable shared mapping, no upgrade of a
+  // read-only one, no write(2).
+  errno = 0;
+  EXPECT_EQ(::mmap(nullptr, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, state_fd, 0), MAP_FAILED);
+  EXPECT_EQ(errno, EPERM);
+  void* ro = ::mmap(nullptr, st.st_size, PROT_READ, MAP_SHARED, state_fd, 0);
+  ASSERT_NE(ro, MAP_FAILED);
+  errno = 0;
+  EXPECT_NE(::mprotect(ro, st.st_size, PROT_READ | PROT_WRITE), 0);
+  EXPECT_EQ(errno, EACCES);
+  ::munmap(ro, st.st_size);
+  const std::uint32_t zero = 0;
+  EXPECT_LT(::pwrite(state_fd, &zero, sizeof zero, static_cast<off_t>(npo::emu::FabricState::kHeaderBytes)), 0);
   ::close(state_fd);
+  // ENGINE_FD: card 2's engine pages, exactly, read-write.
+  auto [ecode, ebody, efd] = engine_pages(r);
+  ASSERT_EQ(ecode, 0);
+  ASSERT_GE(efd, 0);
+  ASSERT_EQ(ebody.size(), emud::engine::kEngineReplyBytes);
+  EXPECT_EQ(emud::load<std::uint64_t>(ebody, emud::engine::kEngineReplyOffset),
+            npo::emu::FabricState::kHeaderBytes + 2 * sizeof(npo::emu::CardState) + npo::emu::kEngineOffset);
+  EXPECT_EQ(emud::load<std::uint64_t>(ebody, emud::engine::kEngineReplySize), npo::emu::kEngineBytes);
+  ASSERT_EQ(::fstat(efd, &st), 0);
+  EXPECT_EQ(static_cast<std::uint64_t>(st.st_size), npo::emu::kEngineBytes);
+  void* rw = ::mmap(nullptr, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, efd, 0);
+  EXPECT_NE(rw, MAP_FAILED);
+  if (rw != MAP_FAILED) ::munmap(rw, st.st_size);
+  ::close(efd);
   EXPECT_EQ(std::get<0>(share(r)), static_cast<int>(Code::kAlreadyExists));
   // HBM_FD: card 8 is past mesh8; card 5's HBM is not this owner's (spec §5.13: windows only);
   // card 2's memfd holds its own HBM.
@@ -307,9 +341,17 @@ TEST(EmudEngine, AnOwnerGoneInsideABatchLeavesNoQueueLockAndNoInflightWindowBehi
     ASSERT_GE(state_fd, 0);
     const auto tag = emud::load<std::uint32_t>(body, emud::engine::kReplyLockTag);
     const auto bytes = emud::load<std::uint64_t>(body, emud::engine::kReplyStateBytes);
-    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, state_fd, 0);
+    void* p = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, state_fd, 0);
     ::close(state_fd);
     ASSERT_NE(p, MAP_FAILED);
+    // Card 0's engine pages read-write over the read-only state (ENGINE_FD), as the library does.
+    auto [ecode, ebody, efd] = engine_pages(r);
+    ASSERT_EQ(ecode, 0);
+    const auto eoff = emud::load<std::uint64_t>(ebody, emud::engine::kEngineReplyOffset);
+    ASSERT_NE(::mmap(static_cast<std::byte*>(p) + eoff, npo::emu::kEngineBytes, PROT_READ | PROT_WRITE,
+                     MAP_SHARED | MAP_FIXED, efd, 0),
+              MAP_FAILED);
+    ::close(efd);
     auto* cards =
         reinterpret_cast<npo::emu::CardState*>(static_cast<std::byte*>(p) + npo::emu::FabricState::kHeaderBytes);
     for (unsigned q = 0; q < regs::kQueuesPerEngine; ++q) ASSERT_TRUE(cards[0].queues[q].lock.try_lock(tag)) << q;

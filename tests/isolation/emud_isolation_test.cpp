@@ -5,9 +5,11 @@
 // The client here is raw (no npo-hal library between it and the socket): what it asks for
 // beyond that is refused and changes no byte. The window owners are library processes.
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,6 +28,7 @@
 #include "npo/hal/memory.hpp"
 #include "npo/hal/system.hpp"
 #include "npo/hal/window.hpp"
+#include "shared_state.hpp"  // white box: the layout of the state ENGINE_SHARE hands out
 
 namespace {
 
@@ -55,8 +58,9 @@ Reply window_fd(const Raw& r, std::uint32_t card, const npo::WindowHandle& h, st
   return r.recv_fd();
 }
 
-/// An owner connection that took its engines (HBM_FD needs ENGINE_SHARE).
-bool owner_with_engines(const Raw& r) {
+/// An owner connection that took its engines (HBM_FD needs ENGINE_SHARE); the state fd in
+/// `*state_fd` when asked for (the caller closes it), else closed.
+bool owner_with_engines(const Raw& r, int* state_fd = nullptr) {
   if (r.call(npo_test::version_msg(false)) != 0) return false;
   const int efd = ::eventfd(0, EFD_CLOEXEC);
   if (!r.send(npo_test::shadow_msg(), std::span(&efd, 1))) return false;
@@ -66,7 +70,11 @@ bool owner_with_engines(const Raw& r) {
   std::array<std::byte, emud::engine::kShareBytes> b{};
   if (sc != 0 || !r.send(npo_test::message(emud::Command::kEngineShare, b))) return false;
   auto [ec, eb, efd2] = r.recv_fd();
-  if (efd2 >= 0) ::close(efd2);
+  if (state_fd != nullptr) {
+    *state_fd = efd2;
+  } else if (efd2 >= 0) {
+    ::close(efd2);
+  }
   return ec == 0;
 }
 
@@ -232,6 +240,92 @@ TEST(EmudIsolation, AnOwnersEnginesImportWindowsAsTheirOpsNeedThem) {
   EXPECT_EQ(npo_test::run(*q, 1).at(0).status, npo::OpStatus::kOk);
   auto m1b = npo::map_window(*dev[1], *w1b).value();
   EXPECT_EQ(m1b->bytes()[0], std::byte{0x3c});
+}
+
+/// Runs `poke` in a forked child: true when the child was killed by SIGSEGV (the write faulted).
+template <class F>
+bool faults(F poke) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::signal(SIGSEGV, SIG_DFL);
+    poke();
+    ::_exit(0);
+  }
+  int st = 0;
+  return pid > 0 && ::waitpid(pid, &st, 0) == pid && WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV;
+}
+
+TEST(EmudIsolation, ARawClientWritesTheEngineStateOfItsOwnCardOnly) {
+  // Engine state (spec §5.13): an owner maps the whole state read-only and its own card's engine
+  // pages (queue registers, engine counters) read-write; routes, window tables, link words,
+  // flags and GLOBAL.PARTITION -- its own card's too -- only npo-emud writes.
+  EmudProcess d;
+  ASSERT_TRUE(d.start(NPO_EMUD, "emu:mesh8", {"--partition", "0-3=7", "--partition", "4-7=9"})) << d.output();
+  auto sys = npo::System::open(d.uri() + "?owner=1");
+  ASSERT_TRUE(sys.has_value()) << sys.error().to_string();
+  npo::Device* owned = nullptr;
+  for (std::size_t i = 0; i < (*sys)->device_count(); ++i) {
+    if ((*sys)->device(i).info().fabric_id == 2) owned = &(*sys)->device(i);  // card 1
+  }
+  ASSERT_NE(owned, nullptr);
+  auto& c1 = *owned;
+  auto w = npo::export_window(c1, 1 << 20, kWin);
+  ASSERT_TRUE(w.has_value()) << w.error().to_string();
+  const unsigned wid = (*w)->handle().window_id;
+
+  Raw r(sock(d, 0));
+  int state_fd = -1;
+  ASSERT_TRUE(owner_with_engines(r, &state_fd));
+  ASSERT_GE(state_fd, 0);
+  struct stat st {};
+  ASSERT_EQ(::fstat(state_fd, &st), 0);
+  const auto bytes = static_cast<std::size_t>(st.st_size);
+  errno = 0;
+  EXPECT_EQ(::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, state_fd, 0), MAP_FAILED);
+  EXPECT_EQ(errno, EPERM) << "the state maps read-only";
+  const std::uint32_t ones = 0xffffffffu;
+  EXPECT_LT(::pwrite(state_fd, &ones, 4, static_cast<off_t>(npo::emu::FabricState::kHeaderBytes)), 0);
+  void* p = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, state_fd, 0);
+  ::close(state_fd);
+  ASSERT_NE(p, MAP_FAILED);
+  auto* cards =
+      reinterpret_cast<npo::emu::CardState*>(static_cast<std::byte*>(p) + npo::emu::FabricState::kHeaderBytes);
+  errno = 0;
+  EXPECT_NE(::mprotect(p, bytes, PROT_READ | PROT_WRITE), 0);
+  EXPECT_EQ(errno, EACCES) << "a read-only mapping cannot be made writable";
+  // What the client sees is the daemon's: the partitions, card 1's open window.
+  EXPECT_EQ(cards[0].partition.load(), 7u);
+  EXPECT_EQ(cards[5].partition.load(), 9u);
+  const std::uint32_t ctrl = cards[1].windows[wid].ctrl.load();
+  const std::uint64_t key = cards[1].windows[wid].key.load();
+  EXPECT_NE(npo::fw::regs::window::kCtrlValid.get(ctrl), 0u) << "card 1's window is open";
+  const std::uint32_t route = cards[1].routes[1].load();
+  // Every write beside its own engine pages faults and changes nothing: its own partition word,
+  // card 1's window entry, route table and link word.
+  EXPECT_TRUE(faults([&] { cards[0].partition.store(9); }));
+  EXPECT_TRUE(faults([&] { cards[1].windows[wid].key.store(key ^ 1); }));
+  EXPECT_TRUE(faults([&] { cards[1].routes[1].store(~route); }));
+  EXPECT_TRUE(faults([&] { cards[1].link[0].store(0); }));
+  EXPECT_TRUE(faults([&] { cards[0].flags.store(0); }));
+  EXPECT_EQ(cards[0].partition.load(), 7u);
+  EXPECT_EQ(cards[1].windows[wid].key.load(), key);
+  EXPECT_EQ(cards[1].windows[wid].ctrl.load(), ctrl);
+  EXPECT_EQ(cards[1].routes[1].load(), route);
+  // ENGINE_FD: its own card's engine pages, exactly; nothing of another card.
+  std::array<std::byte, emud::engine::kShareBytes> b{};
+  ASSERT_TRUE(r.send(npo_test::message(emud::Command::kEngineFd, b)));
+  auto [code, body, efd] = r.recv_fd();
+  ASSERT_EQ(code, 0);
+  ASSERT_GE(efd, 0);
+  ASSERT_EQ(::fstat(efd, &st), 0);
+  EXPECT_EQ(static_cast<std::uint64_t>(st.st_size), npo::emu::kEngineBytes);
+  EXPECT_EQ(emud::load<std::uint64_t>(body, emud::engine::kEngineReplyOffset),
+            npo::emu::FabricState::kHeaderBytes + npo::emu::kEngineOffset);
+  ::close(efd);
+  ::munmap(p, bytes);
+  // Card 1's window still works for its owner.
+  auto view = npo::map_window(c1, **w);
+  ASSERT_TRUE(view.has_value()) << view.error().to_string();
 }
 
 }  // namespace

@@ -456,4 +456,33 @@ TEST_F(ExporterPrometheusTest, CardsStayAtZeroWhileTheDaemonIsGone) {
   EXPECT_EQ(exporter.stop(10000), 0) << exporter.output();
 }
 
+// Partitions (issue 32 point 3): every card's npo_card_partition is the GLOBAL.PARTITION the
+// daemon set, and npo_card_info carries it as a label.
+TEST_F(ExporterPrometheusTest, EveryCardIsLabelledWithItsPartition) {
+  EmudProcess emud;
+  ASSERT_TRUE(emud.start(NPO_EMUD, "emu:mesh8", {"--partition", "0-2=7", "--partition", "5-7=9"})) << emud.output();
+  ChildProcess exporter;
+  const int port = start_exporter(exporter, emud.uri());
+  ASSERT_GT(port, 0) << exporter.output();
+  auto m = scrape_until(
+      exporter, port, [](auto& s) { return s["npo_up"] == 1; }, 20);
+  ASSERT_EQ(m["npo_up"], 1);
+  const int want[8] = {7, 7, 7, 0, 0, 9, 9, 9};
+  for (int c = 0; c < 8; ++c) {
+    EXPECT_EQ(m.at("npo_card_partition{card=\"" + std::to_string(c) + "\"}"), want[c]) << c;
+    int info = 0;
+    const std::string label = "card=\"" + std::to_string(c) + "\",";
+    const std::string part = "partition=\"" + std::to_string(want[c]) + "\"";
+    for (const auto& [k, v] : m) {
+      if (k.starts_with("npo_card_info{") && k.find(label) != std::string::npos) {
+        ++info;
+        EXPECT_NE(k.find(part), std::string::npos) << k;
+        EXPECT_EQ(v, 1);
+      }
+    }
+    EXPECT_EQ(info, 1) << "card " << c << ": one npo_card_info series";
+  }
+  EXPECT_EQ(exporter.stop(10000), 0) << exporter.output();
+}
+
 }  // namespace

@@ -4,17 +4,13 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/json_request.hpp"
 #include "npo/hal/topology_plan.hpp"
 
 namespace npo::tools {
 
 namespace {
 using nlohmann::json;
-
-std::string error_reply(Code code, std::string_view message) {
-  return json{{"error", {{"code", std::string(code_name(code))}, {"message", std::string(message)}}}}.dump();
-}
-std::string error_reply(const Error& e) { return error_reply(e.code(), e.message()); }
 
 /// An unsigned field of `j` below 2^32. Throws std::invalid_argument naming it.
 std::uint32_t u32(const json& j, const char* key) {
@@ -34,15 +30,10 @@ FabricService::FabricService(std::shared_ptr<emu::Emulator> emulator) : emu_(std
 }
 
 std::string FabricService::handle(std::string_view line) {
-  json req;
+  auto parsed = parse_request(line);
+  if (!parsed) return error_reply(parsed.error());
+  const json& req = *parsed;
   try {
-    req = json::parse(line);
-  } catch (const std::exception& e) {
-    return error_reply(Code::kInvalidArgument, fmt::format("malformed JSON: {}", e.what()));
-  }
-  try {
-    if (!req.is_object() || !req.contains("op") || !req.at("op").is_string())
-      return error_reply(Code::kInvalidArgument, "a request is an object with a string 'op'");
     const auto op = req.at("op").get<std::string>();
     auto find_switch = [&]() -> emu::EmulatedOcs* {
       if (!req.contains("switch") || !req.at("switch").is_string()) throw std::invalid_argument("missing 'switch'");

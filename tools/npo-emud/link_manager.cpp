@@ -23,6 +23,20 @@ LinkManager::~LinkManager() {
 
 namespace {
 
+using PortSet = std::set<std::pair<std::uint32_t, unsigned>>;
+
+/// "card C port P, ..." of the ports in `a` and not in `b` (at most 8 named).
+std::string ports_not_in(const PortSet& a, const PortSet& b) {
+  std::string out;
+  unsigned n = 0;
+  for (const auto& k : a) {
+    if (b.contains(k)) continue;
+    if (n++ < 8) out += fmt::format("{}card {} port {}", out.empty() ? "" : ", ", k.first, k.second);
+  }
+  if (n > 8) out += fmt::format(" and {} more", n - 8);
+  return out.empty() ? "none" : out;
+}
+
 // The card's FSM is working on the port: leave it alone.
 bool in_progress(LinkState s) {
   return s == LinkState::kModuleWait || s == LinkState::kDataPathInit || s == LinkState::kTraining ||
@@ -31,7 +45,7 @@ bool in_progress(LinkState s) {
 
 }  // namespace
 
-void LinkManager::reroute(std::size_t ports_up) {
+void LinkManager::reroute(std::size_t ports_up, const std::string& change) {
   auto topo = discover_topology(system_);
   if (!topo) {
     say_(fmt::format("routes not recomputed: discovery failed: {}", topo.error().to_string()));
@@ -46,8 +60,8 @@ void LinkManager::reroute(std::size_t ports_up) {
     say_(fmt::format("routes not programmed: {}", r.error().to_string()));
     return;
   }
-  say_(fmt::format("routes recomputed over {} ports up: diameter {} hops, {} unreachable pairs", ports_up,
-                   routes->diameter(), routes->unreachable_pairs()));
+  say_(fmt::format("routes recomputed over {} ports up: diameter {} hops, {} unreachable pairs ({})", ports_up,
+                   routes->diameter(), routes->unreachable_pairs(), change));
 }
 
 void LinkManager::run() {
@@ -55,19 +69,19 @@ void LinkManager::run() {
   mo.enforce_flap_policy = false;  // the manager keeps its own dampers
   mo.use_stats_dma = false;        // no DMA map next to the clients' maps on the cards
   LinkMonitor mon(system_, mo);
-  std::set<std::pair<std::uint32_t, unsigned>> seen_down;  // not up in the previous poll
-  // Up ports the routes were computed over (the bring-up's, at the first poll), and those
-  // of the previous poll: routes are recomputed once a change held for two polls.
-  std::optional<std::set<std::pair<std::uint32_t, unsigned>>> routed, last_up;
+  PortSet seen_down;  // not up in the previous poll
+  // Up ports the routes were computed over (the bring-up's, at the first poll) and of the
+  // previous poll: the routes follow a change in the poll that first sees it.
+  std::optional<PortSet> routed;
   const FlapPolicy policy;
-  while (!stop_.load(std::memory_order_acquire)) {
+  for (std::uint64_t poll = 1; !stop_.load(std::memory_order_acquire); ++poll) {
     auto snap = mon.snapshot();
     std::vector<PortRef> retrain;
-    std::set<std::pair<std::uint32_t, unsigned>> down_now;
+    PortSet down_now;
+    PortSet up_now;
     const auto now = static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
             .count());
-    std::set<std::pair<std::uint32_t, unsigned>> up_now;
     if (snap) {
       for (const auto& cp : snap->cards) {
         if (cp.removed) continue;
@@ -88,6 +102,15 @@ void LinkManager::run() {
           retrain.push_back({cp.card, ps.port});
         }
       }
+      // Routing first, in the poll that sees the change (registers.md §8): traffic leaves a
+      // dead link before any retrain of it starts, and a link back is used at once.
+      if (!routed) {
+        routed = up_now;  // the bring-up programmed these
+      } else if (up_now != *routed) {
+        reroute(up_now.size(), fmt::format("poll {}; down since poll {}: {}; up: {}", poll, poll - 1,
+                                           ports_not_in(*routed, up_now), ports_not_in(up_now, *routed)));
+        routed = up_now;
+      }
     }
     if (!retrain.empty()) {
       auto results = train_ports(system_, retrain, {}, 30'000'000'000, /*retrain=*/true);
@@ -100,17 +123,6 @@ void LinkManager::run() {
         }
       }
       down_now.clear();  // judge the retrained ports afresh
-    }
-    if (snap && retrain.empty()) {
-      if (!routed) {
-        routed = up_now;  // the bring-up programmed these
-      } else if (up_now != *routed && last_up && up_now == *last_up) {
-        reroute(up_now.size());
-        routed = up_now;
-      }
-      last_up = std::move(up_now);
-    } else {
-      last_up.reset();  // a retrain is changing the ports: judge after it
     }
     seen_down = std::move(down_now);
     for (int i = 0; i < 10 && !stop_.load(std::memory_order_acquire); ++i) std::this_thread::sleep_for(period_ / 10);

@@ -24,12 +24,14 @@ namespace npo::tools {
 /// narrower (DEGRADED, e.g. 7/8 lanes). A port that went down FlapPolicy::max_downs times within
 /// FlapPolicy::window_ns (5 in 60 s) is left down and logged once ("held down"), so a
 /// flapping link is not retrained for ever. Removed cards are skipped. When the set of Up
-/// ports differs from the one the routes were last computed over, and stayed the same for two
-/// polls, it discovers the fabric again and programs every card's routes (registers.md §8:
-/// discover_topology, RouteTable::compute, program_routes), so a link that stays down is
-/// routed around over the cards that remain (a subnet manager's sweep), and one that comes
-/// back is used again. Every decision is one line through `say`. Thread-safety: owns one
-/// thread; the System must outlive the manager.
+/// ports differs from the one the routes were last computed over, it discovers the fabric
+/// again and programs every card's routes (registers.md §8: discover_topology,
+/// RouteTable::compute, program_routes) in that same poll, before any retrain: a link that
+/// goes down is routed around over the cards that remain within one poll (a subnet manager's
+/// sweep; since links join members of one partition only, routes stay inside it), and one
+/// that comes back is used again. Every decision is one line through `say` (a reroute names
+/// the poll and the ports lost and back). Thread-safety: owns one thread; the System must
+/// outlive the manager.
 class LinkManager {
  public:
   LinkManager(System& system, std::function<void(const std::string&)> say,
@@ -40,8 +42,8 @@ class LinkManager {
 
  private:
   void run();
-  /// Discovers the fabric, recomputes and programs the routes; says what it did.
-  void reroute(std::size_t ports_up);
+  /// Discovers the fabric, recomputes and programs the routes; says what it did and `change`.
+  void reroute(std::size_t ports_up, const std::string& change);
 
   System& system_;
   std::function<void(const std::string&)> say_;

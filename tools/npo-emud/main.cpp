@@ -29,6 +29,7 @@
 
 #include "common/backend.hpp"
 #include "common/cli.hpp"
+#include "common/json_request.hpp"
 #include "common/output.hpp"
 #include "common/trace.hpp"
 #include "fabric_service.hpp"
@@ -194,12 +195,7 @@ int main(int argc, char** argv) {
   g_json_lines = npo::tools::json_logs(log);
 
   // SIGTERM/SIGINT are taken by sigwait below; block them before any thread starts.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  std::signal(SIGPIPE, SIG_IGN);
+  sigset_t sigs = npo::tools::block_termination_signals();
 
   // One fd per card (HBM memfd, socket) and per client connection: lift the soft limit.
   rlimit rl{};

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "common/json_request.hpp"
 #include "common/line_server.hpp"
 #include "common/output.hpp"
 #include "fabric.hpp"
@@ -26,11 +27,6 @@ void say(const std::string& line) {
   std::fputs(fmt::format("npo-fabric: {}\n", line).c_str(), stdout);
   std::fflush(stdout);
 }
-
-std::string error_reply(const Error& e) {
-  return json{{"error", {{"code", std::string(code_name(e.code()))}, {"message", e.message()}}}}.dump();
-}
-std::string error_reply(Code c, std::string msg) { return error_reply(Error(c, std::move(msg))); }
 
 json partition_json(const Partition& p) {
   json links = json::array();
@@ -66,14 +62,10 @@ json change_json(const PartitionChange& c, double wall_ms) {
 }
 
 std::string handle(PartitionManager& m, std::string_view line) {
-  json req;
+  auto parsed = parse_request(line);
+  if (!parsed) return error_reply(parsed.error());
+  const json& req = *parsed;
   try {
-    req = json::parse(line);
-  } catch (const std::exception& e) {
-    return error_reply(Code::kInvalidArgument, fmt::format("malformed JSON: {}", e.what()));
-  }
-  try {
-    if (!req.is_object() || !req.contains("op")) return error_reply(Code::kInvalidArgument, "no 'op'");
     const auto op = req.at("op").get<std::string>();
     const auto t0 = std::chrono::steady_clock::now();
     auto done = [&](Result<PartitionChange> r) {
@@ -138,12 +130,7 @@ std::string handle(PartitionManager& m, std::string_view line) {
 }
 
 int serve(const ServeOptions& o) {
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  std::signal(SIGPIPE, SIG_IGN);
+  sigset_t sigs = block_termination_signals();
   const auto t0 = std::chrono::steady_clock::now();
   auto remote = emu::RemoteFabric::open(o.emud_dir);
   if (!remote) return fail("npo-fabric", remote.error());

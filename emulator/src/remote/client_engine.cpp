@@ -40,12 +40,17 @@ ClientEngine::~ClientEngine() {
 
 Result<std::unique_ptr<ClientEngine>> ClientEngine::create(EngineLink& link, int state_fd, std::uint32_t card,
                                                            std::uint32_t lock_tag) {
-  auto fs = FabricState::attach(state_fd);
-  if (!fs) return std::unexpected(fs.error());
-  if (card >= (*fs)->cards()) {
+  auto efd = link.engine_fd();
+  if (!efd) return std::unexpected(efd.error());
+  const std::uint64_t want = FabricState::kHeaderBytes + std::uint64_t{card} * sizeof(CardState) + kEngineOffset;
+  if (efd->offset != want) {
+    ::close(efd->fd);
     return fail(Code::kInvalidArgument,
-                fmt::format("ENGINE_SHARE: card {} past the {} cards of the shared state", card, (*fs)->cards()));
+                fmt::format("ENGINE_FD: card {}'s engine pages at {:#x}, not {:#x}", card, efd->offset, want));
   }
+  auto fs = FabricState::attach(state_fd, efd->fd, card);
+  ::close(efd->fd);
+  if (!fs) return std::unexpected(fs.error());
   if (lock_tag == 0) return fail(Code::kInvalidArgument, "ENGINE_SHARE: lock tag 0");
   std::unique_ptr<ClientEngine> e(new ClientEngine(link, std::move(*fs), card, lock_tag));
   e->self_pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, ::getpid(), 0));

@@ -39,6 +39,14 @@ class EngineLink {
   /// HBM_FD round trip for this connection's own card (spec §5.12; other cards are refused,
   /// §5.13). Never called while a queue lock is held.
   virtual Result<Hbm> hbm_fd(std::uint32_t card) = 0;
+  /// The own card's engine pages as ENGINE_FD answers them: the memfd (the caller closes it)
+  /// and its offset in the shared state.
+  struct EngineFd {
+    int fd = -1;
+    std::uint64_t offset = 0;
+  };
+  /// ENGINE_FD round trip (spec §5.12, §5.13). Never called while a queue lock is held.
+  virtual Result<EngineFd> engine_fd() = 0;
   /// An imported window (WINDOW_FD, spec §5.13): its memfd (the caller closes it), HBM offset
   /// and bytes on its card, and whether the fd maps read-write.
   struct WindowFd {
@@ -62,8 +70,9 @@ class EngineLink {
 /// one producer), and batches of one queue take turns with any other process's (QueueLock).
 class ClientEngine final : public EngineHost {
  public:
-  /// Maps the shared engine state `state_fd` (ENGINE_SHARE's reply) and the card's own HBM
-  /// (HBM_FD), for card `card` whose engines lock queues with `lock_tag`. Other cards' windows
+  /// Maps the shared engine state `state_fd` (ENGINE_SHARE's reply) read-only, the card's own
+  /// engine pages (ENGINE_FD) read-write over it, and the card's own HBM (HBM_FD), for card
+  /// `card` whose engines lock queues with `lock_tag`. Other cards' windows
   /// are imported when a remote op first targets them (WINDOW_FD, spec §5.13).
   /// Errors: kInvalidArgument (a state of another layout, a card past it), those of HBM_FD and
   /// mmap.

@@ -24,6 +24,16 @@ Result<EngineLink::Hbm> ConnLink::hbm_fd(std::uint32_t card) {
   return Hbm{r->fd, emud::load<std::uint64_t>(r->body, emud::engine::kHbmReplyFdOffset),
              emud::load<std::uint64_t>(r->body, emud::engine::kHbmReplySize)};
 }
+Result<EngineLink::EngineFd> ConnLink::engine_fd() {
+  std::array<std::byte, emud::engine::kShareBytes> b{};
+  auto r = c_.call(emud::Command::kEngineFd, b);
+  if (!r) return std::unexpected(r.error());
+  if (r->fd < 0 || r->body.size() != emud::engine::kEngineReplyBytes) {
+    if (r->fd >= 0) ::close(r->fd);
+    return fail(Code::kInternal, "emu-remote: malformed ENGINE_FD reply");
+  }
+  return EngineFd{r->fd, emud::load<std::uint64_t>(r->body, emud::engine::kEngineReplyOffset)};
+}
 Result<EngineLink::WindowFd> ConnLink::window_fd(std::uint32_t card, unsigned window, std::uint16_t generation,
                                                  std::uint64_t key) {
   std::array<std::byte, emud::engine::kWindowBytes> b{};

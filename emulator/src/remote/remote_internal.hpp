@@ -30,6 +30,7 @@ class ConnLink final : public EngineLink {
  public:
   explicit ConnLink(Conn& c) : c_(c) {}
   Result<Hbm> hbm_fd(std::uint32_t card) override;
+  Result<EngineFd> engine_fd() override;
   Result<WindowFd> window_fd(std::uint32_t card, unsigned window, std::uint16_t generation, std::uint64_t key) override;
   void post_event(std::uint32_t kind, std::uint32_t queue, std::uint64_t value, std::uint64_t flags) override;
 

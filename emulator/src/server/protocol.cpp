@@ -134,9 +134,11 @@ Result<ParsedCommand> parse_command(std::span<const std::byte> msg, std::size_t 
         return bad("DOORBELL_SHADOW flags and reserved field must be 0");
       break;
     case emud::Command::kEngineShare:
+    case emud::Command::kEngineFd:
       if (load<std::uint32_t>(body, emud::engine::kFlags) != 0 ||
           load<std::uint32_t>(body, emud::engine::kReserved) != 0)
-        return bad("ENGINE_SHARE flags and reserved field must be 0");
+        return bad(fmt::format("{} flags and reserved field must be 0",
+                               c.command == emud::Command::kEngineFd ? "ENGINE_FD" : "ENGINE_SHARE"));
       break;
     case emud::Command::kHbmFd:
       c.target_card = load<std::uint32_t>(body, emud::engine::kHbmCard);

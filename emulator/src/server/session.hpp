@@ -53,6 +53,7 @@ class Session {
   void engine_share(const ParsedCommand& c);
 
   void hbm_fd(const ParsedCommand& c);
+  void engine_fd(const ParsedCommand& c);
   void window_fd(const ParsedCommand& c);
   void hbm_range_fd(const ParsedCommand& c);
 

@@ -93,6 +93,7 @@ void Session::handle(std::span<const std::byte> msg, std::vector<int>& fds) {
     case emud::Command::kDoorbellShadow: return doorbell_shadow(c, fds);
     case emud::Command::kEngineShare: return engine_share(c);
     case emud::Command::kHbmFd: return hbm_fd(c);
+    case emud::Command::kEngineFd: return engine_fd(c);
     case emud::Command::kWindowFd: return window_fd(c);
     case emud::Command::kHbmRangeFd: return hbm_range_fd(c);
     case emud::Command::kEngineEvent: return engine_event(c);

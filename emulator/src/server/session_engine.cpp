@@ -76,6 +76,20 @@ void Session::engine_share(const ParsedCommand& c) {
   srv_.log(fmt::format("card={} pid={}: the owner runs the card's DMA engines", card_, pid_));
 }
 
+void Session::engine_fd(const ParsedCommand& c) {
+  if (engine_tag_ == 0) {
+    return reply_error(c, Error(Code::kFailedPrecondition, "ENGINE_FD: send ENGINE_SHARE first"));
+  }
+  // The connection's own card's engine pages only (spec §5.13): every other byte of the state
+  // it maps read-only, as ENGINE_SHARE handed it.
+  const FabricState& fs = *srv_.emu->impl().fabric_state;
+  std::array<std::byte, emud::engine::kEngineReplyBytes> b{};
+  emud::store<std::uint64_t>(b, emud::engine::kEngineReplyOffset,
+                             FabricState::kHeaderBytes + std::uint64_t{card_} * sizeof(CardState) + kEngineOffset);
+  emud::store<std::uint64_t>(b, emud::engine::kEngineReplySize, kEngineBytes);
+  reply_ok(c, b, fs.engine_fd(card_));
+}
+
 void Session::hbm_fd(const ParsedCommand& c) {
   if (engine_tag_ == 0) {
     return reply_error(c, Error(Code::kFailedPrecondition, "HBM_FD: send ENGINE_SHARE first"));

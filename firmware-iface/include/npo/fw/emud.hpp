@@ -20,8 +20,9 @@ namespace npo::fw::emud {
 inline constexpr std::uint16_t kVersionMajor = 1;
 /// 1: MAILBOX_OBSERVE; 2: DMA_MAP kFlagUnsealed; 3: kFlagProcessMemory; 4: DOORBELL_SHADOW;
 /// 5: ENGINE_SHARE, HBM_FD, ENGINE_EVENT (the owner runs its card's DMA engines);
-/// 6: WINDOW_FD, HBM_FD of the own card only (process isolation, spec §5.13)
-inline constexpr std::uint16_t kVersionMinor = 6;
+/// 6: WINDOW_FD, HBM_FD of the own card only (process isolation, spec §5.13);
+/// 7: ENGINE_SHARE's state read-only, ENGINE_FD (an owner writes its own card's engine state only)
+inline constexpr std::uint16_t kVersionMinor = 7;
 
 /// Largest message either side sends or accepts, header included (spec §1).
 inline constexpr std::uint32_t kMaxMessage = 8192;
@@ -73,6 +74,9 @@ enum class Command : std::uint16_t {
   /// npo-specific (spec §5.13): which memfd holds a range of the owner's own card's HBM now (a
   /// window's while one is open over it), so the owner maps its views of the range from it.
   kHbmRangeFd = 71,
+  /// npo-specific (spec §5.12, §5.13): the memfd of the connection's own card's engine pages
+  /// (its queues' registers and engine counters), the only state the owner maps read-write.
+  kEngineFd = 72,
 };
 
 /// MAILBOX_OBSERVE (spec §5.10): the body is one mailbox request message (mailbox.md §2,
@@ -245,7 +249,9 @@ static_assert(slot_of(regs::queue_reg(32, regs::queue::kSqTail), 32) == kNoSlot)
 // ---- ENGINE_SHARE, HBM_FD, ENGINE_EVENT (spec §5.12) --------------------------------------
 namespace engine {
 // ENGINE_SHARE command body: kShareBytes, both u32 0. Reply body: kShareReplyBytes, the shared
-// engine state attached (a sealed memfd of kReplyStateBytes bytes).
+// engine state attached (a memfd of kReplyStateBytes bytes, sealed F_SEAL_FUTURE_WRITE: it maps
+// read-only). ENGINE_FD's command body is the same (both u32 0); its reply body is
+// kEngineReplyBytes with the card's engine pages attached (a memfd that maps read-write).
 inline constexpr std::size_t kFlags = 0;     ///< command: u32, 0
 inline constexpr std::size_t kReserved = 4;  ///< command: u32, 0
 inline constexpr std::size_t kShareBytes = 8;
@@ -257,6 +263,10 @@ inline constexpr std::size_t kReplyLockTag = 12;     ///< reply: u32 tag the own
 inline constexpr std::size_t kReplyStateBytes = 16;  ///< reply: u64 bytes of the state memfd
 inline constexpr std::size_t kShareReplyBytes = 24;
 static_assert(kReplyStateBytes + 8 == kShareReplyBytes);
+inline constexpr std::size_t kEngineReplyOffset = 0;  ///< reply: u64 offset of the pages in the state memfd
+inline constexpr std::size_t kEngineReplySize = 8;    ///< reply: u64 bytes of the pages (and of the fd)
+inline constexpr std::size_t kEngineReplyBytes = 16;
+static_assert(kEngineReplySize + 8 == kEngineReplyBytes);
 // HBM_FD command body: kHbmBytes. Reply body: kHbmReplyBytes, the card's HBM memfd attached.
 inline constexpr std::size_t kHbmCard = 0;      ///< command: u32 card index
 inline constexpr std::size_t kHbmReserved = 4;  ///< command: u32, 0
@@ -362,6 +372,7 @@ inline void store(std::span<std::byte> b, std::size_t off, T v) noexcept {
     case Command::kEngineEvent: return static_cast<long>(engine::kEventBytes);
     case Command::kWindowFd: return static_cast<long>(engine::kWindowBytes);
     case Command::kHbmRangeFd: return static_cast<long>(engine::kRangeBytes);
+    case Command::kEngineFd: return static_cast<long>(engine::kShareBytes);
   }
   return -1;
 }
