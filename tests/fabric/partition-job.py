@@ -420,7 +420,7 @@ def scenario_isolation(rig):
             time.sleep(3)
         ensure_running(job, "the card removal in B")
         rig.emu_fault("surprise_removal", 10)
-        rig.wait("card 10 removed", lambda: 10 in rig.ports()[1] or "not listed removed", 10)
+        rig.wait("card 10 removed", lambda: 10 in rig.ports()[1] or "not listed removed", 20)
         ensure_running(job, "B was destroyed")
         rig.cli("destroy", "b")
         if "b" in rig.partitions():
@@ -496,6 +496,9 @@ def scenario_spare(rig):
     spare_cards = [c if c != gone else 15 for c in A_CARDS]
     if sorted(rig.partitions().get("a", [])) != sorted(spare_cards):
         raise Fail(f"a is not {sorted(spare_cards)}: {rig.partitions()}")
+    ids = {c["index"]: c["partition"] for c in rig.ask({"op": "cards"})["cards"]}
+    if ids[15] != ids[0] or ids[15] == 0 or ids[gone] != 0:
+        raise Fail(f"partition IDs after the swap: card 0 {ids[0]}, spare 15 {ids[15]}, removed {gone} {ids[gone]}")
     want = {c: {d + 1 for d in spare_cards if d != c} for c in spare_cards}
 
     def repaired():
@@ -538,7 +541,7 @@ def main():
     for name in ("emud", "emu", "fabric", "npo-link", "exporter", "provider-dir", "stress", "test-prog"):
         ap.add_argument(f"--{name}", required=True)
     ap.add_argument("--mpirun", default="mpirun")
-    ap.add_argument("--seconds", type=int, default=40, help="isolation: npo-mpi-stress run time")
+    ap.add_argument("--seconds", type=int, default=45, help="isolation: npo-mpi-stress run time")
     ap.add_argument("--within", type=float, default=10.0, help="spare: bound from the removal to the job's end, s")
     ap.add_argument("--self-check", action="store_true",
                     help="isolation: also take a lane of A's card 0 port 0 (the run must then FAIL with a diff)")
