@@ -301,7 +301,8 @@ def start_job(rig, cards, program):
     until = job.t0 + 60
     while not set(cards) <= rig.emud.owned_cards():
         if job.proc.poll() is not None or time.monotonic() > until:
-            job.kill() if job.proc.poll() is None else None
+            if job.proc.poll() is None:
+                job.kill()
             raise Fail(f"the job (exit {job.proc.returncode}) did not own cards {cards} (owned "
                        f"{sorted(rig.emud.owned_cards())}):\n{job.text()}")
         time.sleep(0.05)
