@@ -489,6 +489,8 @@ def scenario_spare(rig):
     if line is None:
         raise Fail(f"no line of the job's output names card {gone} ('card {gone}' or 'npo{gone}'):\n{out}")
     log(f"job ended with exit {rc} {took:.2f} s after card {gone} was removed; named in: {line.strip()}")
+    said = [l.strip() for l in out.splitlines() if "npo:" in l]
+    log(f"the ranks' npo lines ({len(said)}):\n  " + "\n  ".join(said[:12]))
 
     t0 = time.monotonic()
     out = rig.cli("swap", "a", "--failed", str(gone))
@@ -523,9 +525,13 @@ def scenario_spare(rig):
                   "train_result"):
             if ports0[k][f] != ports1[k][f]:
                 changed.append(f"  card {k[0]} port {k[1]} {f}: {ports0[k][f]} -> {ports1[k][f]}")
+        bad = [[lane["fec"]["uncorrectable"] for lane in ports[k]["lanes"]] for ports in (ports0, ports1)]
+        if bad[0] != bad[1]:
+            changed.append(f"  card {k[0]} port {k[1]} uncorrectable codewords per lane: {bad[0]} -> {bad[1]}")
     if changed:
         raise Fail(f"links not touching card {gone} changed:\n" + "\n".join(changed))
-    log(f"{len(kept)} ports on links not touching card {gone}: state, neighbour, train / up / flap counts unchanged")
+    log(f"{len(kept)} ports on links not touching card {gone}: state, neighbour, lanes, train / up / flap counts, "
+        "uncorrectable codewords unchanged")
 
     job = start_job(rig, spare_cards, [args.test_prog, "--max-bytes", "1048576"])
     try:
