@@ -36,16 +36,22 @@ Result<Topology> discover_topology(System& system) {
   for (std::size_t c = 0; c < system.device_count(); ++c) {
     auto& d = impl_of(system.device(c));
     t.cards.push_back(d.info.fabric_id);
-    for (unsigned p = 0; p < d.info.num_ports; ++p) {
+    // A removed card answers all-ones: it stays a card of the fabric, without links (an island),
+    // so the routes of the cards that remain are still computed around it.
+    if (d.bar0->read32(regs::global::kMagic) == 0xffffffffu) continue;
+    std::map<std::pair<std::uint32_t, unsigned>, End> mine;
+    bool removed = false;
+    for (unsigned p = 0; p < d.info.num_ports && !removed; ++p) {
       const std::uint32_t st = d.bar0->read32(regs::port_reg(p, pr::kStatus));
-      if (st == 0xffffffffu) return fail(Code::kUnavailable, "card removed", {.card = d.info.index, .port = p});
+      removed = st == 0xffffffffu;  // removed between the reads: none of its ports is trusted
       const std::uint64_t nb = d.bar0->read64(regs::port_reg(p, pr::kNeighbor));
-      if (!pr::kNeighborValid.get(nb)) continue;
+      if (removed || !pr::kNeighborValid.get(nb)) continue;
       const unsigned lanes = static_cast<unsigned>(std::popcount(pr::kStatusLanesUp.get(st)));
-      seen[{d.info.fabric_id, p}] =
+      mine[{d.info.fabric_id, p}] =
           End{static_cast<std::uint32_t>(pr::kNeighborFabricId.get(nb)),
               static_cast<unsigned>(pr::kNeighborPort.get(nb)), pr::kStatusLinkUp.get(st) != 0, lanes};
     }
+    if (!removed) seen.merge(mine);
   }
   std::sort(t.cards.begin(), t.cards.end());
   for (const auto& [here, there] : seen) {
@@ -167,9 +173,8 @@ Result<void> program_routes(System& system, const RouteTable& routes) {
   for (std::size_t c = 0; c < system.device_count(); ++c) {
     auto& d = impl_of(system.device(c));
     const std::uint32_t self = d.info.fabric_id;
-    if (d.bar0->read32(regs::global::kMagic) == 0xffffffffu) {
-      return fail(Code::kUnavailable, "card removed", {.card = d.info.index});
-    }
+    // A removed card takes no writes; the others are programmed all the same.
+    if (d.bar0->read32(regs::global::kMagic) == 0xffffffffu) continue;
     for (std::uint32_t dst = 1; dst < regs::kRouteEntries; ++dst) {
       const std::uint16_t mask = dst == self ? 0 : routes.egress_ports(self, dst);
       const std::uint32_t v = mask != 0 ? (regs::route::kPortMask.make(mask) | regs::route::kValid.make(1)) : 0;

@@ -193,6 +193,42 @@ TEST(MultiHop, RoutesAroundADownLinkAfterReprogramming) {
   for (std::size_t j = 1; j < st.size(); ++j) EXPECT_EQ(st[j], OpStatus::kOk) << "card " << j;
 }
 
+// Issue 32 point 5: a removed card stays removed while a spare takes its place, so discovery
+// keeps it as an island (no link) and routing programs the cards that remain around it, instead
+// of failing for the whole fabric (npo-emud --manage-links reroutes through these calls).
+TEST(MultiHop, RoutesAroundARemovedCard) {
+  Torus t(4);
+  ASSERT_TRUE(npo::route_fabric(*t.sys).has_value());
+  ASSERT_TRUE(t.emu->inject({.at_ns = t.emu->now_ns(), .kind = npo::emu::FaultKind::kSurpriseRemoval, .card = 1}));
+  std::this_thread::sleep_for(50ms);
+  ASSERT_TRUE(t.emu->removed(1).value_or(false));
+  auto topo = npo::discover_topology(*t.sys);
+  ASSERT_TRUE(topo.has_value()) << topo.error().to_string();
+  EXPECT_EQ(topo->cards.size(), 16u);
+  unsigned up = 0;
+  for (const auto& l : topo->links) {
+    if (!l.up) continue;
+    ++up;
+    EXPECT_NE(l.a_fabric_id, 2u);
+    EXPECT_NE(l.b_fabric_id, 2u);
+  }
+  EXPECT_EQ(up, 28u);  // 32 links of the 4x4 torus, 4 of them card 1's
+  auto rt = npo::route_fabric(*t.sys);
+  ASSERT_TRUE(rt.has_value()) << rt.error().to_string();
+  EXPECT_EQ(rt->hops(1, 2), -1);
+  EXPECT_EQ(rt->unreachable_pairs(), 30u);  // card 1 to and from each of the 15 others
+  EXPECT_EQ(rt->hops(1, 3), 2);             // card 0 -> card 2 the other way round the x ring
+  EXPECT_EQ(rt->egress_ports(1, 3), 1u << 1);
+  auto& d0 = t.sys->device(0);
+  auto w = npo::export_window(t.sys->device(2), 0, 4096).value();
+  auto q = d0.open_queue({.depth = 16}).value();
+  auto host = npo::allocate_host_memory(d0, 4096).value();
+  ASSERT_TRUE(q->enqueue_remote_write(DmaAddress::host(host->iova()), w->handle(), 0, 4096));
+  const auto c = run(*q, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status, OpStatus::kOk);
+}
+
 TEST(MultiHop, ARoutingLoopIsCutByTheHopLimit) {
   Torus t(4);
   ASSERT_TRUE(npo::route_fabric(*t.sys).has_value());

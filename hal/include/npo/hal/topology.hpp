@@ -85,8 +85,11 @@ class RouteTable {
 
 /// Writes every card's route table (registers.md §8) from `routes`: for each destination
 /// fabric ID the ECMP egress-port set; entries of unreachable destinations are cleared.
-/// After it returns, remote window DMA to any reachable card is forwarded hop by hop.
-/// Errors: kUnavailable (a card was removed). Thread-safety: one caller at a time per System.
+/// After it returns, remote window DMA to any reachable card is forwarded hop by hop. A removed
+/// card (BAR0 reads all-ones) is left alone and the others are programmed (so a fabric manager
+/// keeps routing the cards that remain, e.g. around a removed card replaced by a spare).
+/// Errors: none from the emulator or VFIO today (the Result is kept for backends whose writes
+/// can fail). Thread-safety: one caller at a time per System.
 Result<void> program_routes(System& system, const RouteTable& routes);
 
 /// Writes one route-table entry of `device` (registers.md §8): remote ops for
@@ -103,7 +106,9 @@ Result<RouteTable> route_fabric(System& system);
 /// Reads every port of every card (one pass over BAR0 per card) and builds the graph from the
 /// NEIGHBOR identities that training exchanged. A link is reported once when both ends agree;
 /// a port whose neighbour does not claim it back is still reported (one-sided, up = false).
-/// Errors: kUnavailable (a card was removed). Thread-safety: reads registers only.
+/// A removed card (BAR0 reads all-ones, also when removed during the pass) is listed in `cards`
+/// with no link, so a neighbour's port that still names it is one-sided and routes go around
+/// it. Errors: none from the emulator or VFIO today. Thread-safety: reads registers only.
 Result<Topology> discover_topology(System& system);
 
 }  // namespace npo
