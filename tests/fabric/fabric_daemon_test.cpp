@@ -245,8 +245,20 @@ TEST(FabricDaemon, PartitionsByCliSlurmHooksAndRebuildAfterKill) {
   r = npo_test::run_command(rig.cli("create b --cards 8-11"));
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("ring:4"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("routes inside the partition"), std::string::npos) << "create waits for the routes: " << r.out;
   r = npo_test::run_command(rig.cli("create c --cards 8,12"));
   EXPECT_NE(r.status, 0) << "card 8 is taken: " << r.out;
+  // A refused swap (the spare is in use) leaves the card it names as it was: not failed.
+  const auto listed = run_json(rig.cli("list --json"));
+  r = npo_test::run_command(rig.cli("swap a --failed 0 --spare 8"));
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("card 8 is not a free healthy card"), std::string::npos) << r.out;
+  EXPECT_EQ(run_json(rig.cli("list --json")), listed) << "a refused swap changed nothing";
+  // No card in partition 99: no topology.conf, exit 1.
+  r = npo_test::run_command(kSmi + " topo --format slurm --partition 99 --backend 'emu-remote:" + rig.dir +
+                            "?mode=ro' 2>&1");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("no card is in partition 99"), std::string::npos) << r.out;
 
   auto ids = rig.card_ids();
   ASSERT_EQ(ids.size(), 16u);

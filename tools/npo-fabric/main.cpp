@@ -90,6 +90,11 @@ int call(const std::string& socket, const json& req, bool as_json) {
                 c["added"].size(), c["removed"].size(), ids.empty() ? " none" : ids.c_str());
     std::printf("  switches %.2f ms, links up %.1f ms, total %.1f ms\n", c["switch_ms"].get<double>(),
                 c["links_up_ms"].get<double>(), c["wall_ms"].get<double>());
+    if (c.contains("routes_ms")) {
+      std::printf("  routes inside the partition %.1f ms later\n", c["routes_ms"].get<double>());
+    } else if (c.contains("routes")) {
+      std::printf("  routes: not programmed within 5 s (npo-emud --manage-links programs them)\n");
+    }
     return 0;
   }
   std::puts("ok");

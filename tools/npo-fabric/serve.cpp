@@ -2,10 +2,14 @@
 // npo-fabric serve: the fabric manager daemon over npo-emud's fabric socket.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
+#include <set>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -61,7 +65,39 @@ json change_json(const PartitionChange& c, double wall_ms) {
           {"wall_ms", wall_ms}};
 }
 
-std::string handle(PartitionManager& m, std::string_view line) {
+namespace {
+/// Waits until every card of the partitions holding a card of `touched` routes to exactly the
+/// other live cards of its partition. Returns the wait in ms, or nullopt on timeout.
+std::optional<double> wait_routes(PartitionManager& m, RouteSource& rs, const std::set<std::uint32_t>& touched,
+                                  int timeout_ms) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    bool ok = true;
+    auto cards = rs.cards();
+    if (!cards) return std::nullopt;
+    for (const auto& p : m.list()) {
+      if (std::none_of(p.cards.begin(), p.cards.end(), [&](std::uint32_t c) { return touched.contains(c); })) continue;
+      for (const auto c : p.cards) {
+        if (c >= cards->size() || (*cards)[c].second) continue;  // removed: routed around
+        std::set<std::uint32_t> want;
+        for (const auto o : p.cards) {
+          if (o != c && o < cards->size() && !(*cards)[o].second) want.insert((*cards)[o].first);
+        }
+        auto r = rs.routes(c);
+        if (!r || std::set<std::uint32_t>(r->begin(), r->end()) != want) ok = false;
+        if (!ok) break;
+      }
+      if (!ok) break;
+    }
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (ok) return ms;
+    if (ms > timeout_ms) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+}  // namespace
+
+std::string handle(PartitionManager& m, std::string_view line, RouteSource* routes, int route_timeout_ms) {
   auto parsed = parse_request(line);
   if (!parsed) return error_reply(parsed.error());
   const json& req = *parsed;
@@ -73,7 +109,21 @@ std::string handle(PartitionManager& m, std::string_view line) {
       const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       say(fmt::format("{}: {} switch operations, {} links added, {} removed, {:.1f} ms", r->what, r->changes.size(),
                       r->added.size(), r->removed.size(), ms));
-      return json{{"ok", true}, {"change", change_json(*r, ms)}}.dump();
+      json change = change_json(*r, ms);
+      std::set<std::uint32_t> touched;
+      for (const auto& l : r->added) touched.insert({l.a, l.b});
+      for (const auto& l : r->removed) touched.insert({l.a, l.b});
+      if (routes != nullptr && op != "destroy" && !touched.empty()) {
+        if (const auto w = wait_routes(m, *routes, touched, route_timeout_ms)) {
+          change["routes_ms"] = *w;
+          say(fmt::format("{}: routes inside every touched partition after {:.1f} ms more", r->what, *w));
+        } else {
+          change["routes"] = "pending";
+          say(fmt::format("{}: routes not programmed within {} ms (is npo-emud running with --manage-links?)", r->what,
+                          route_timeout_ms));
+        }
+      }
+      return json{{"ok", true}, {"change", change}}.dump();
     };
     if (op == "list") {
       json parts = json::array(), health = json::object();
@@ -102,16 +152,29 @@ std::string handle(PartitionManager& m, std::string_view line) {
       if (req.contains("spare") && !req.at("spare").is_null()) spare = req.at("spare").get<std::uint32_t>();
       if (req.contains("name")) {
         const auto p = m.find(req.at("name").get<std::string>());
-        if (!p) return error_reply(Code::kNotFound, fmt::format("swap: no partition '{}'", req.at("name").dump()));
+        if (!p)
+          return error_reply(Code::kNotFound,
+                             fmt::format("swap: no partition '{}'", req.at("name").get<std::string>()));
         const auto failed = req.at("failed").get<std::uint32_t>();
         if (std::find(p->cards.begin(), p->cards.end(), failed) == p->cards.end())
           return error_reply(Code::kFailedPrecondition, fmt::format("swap: card {} is not in '{}'", failed, p->name));
       }
       const auto failed = req.at("failed").get<std::uint32_t>();
-      if (m.health(failed) != CardHealth::kFailed) {  // the CLI's swap marks it failed first
+      if (spare) {  // refused before anything is marked
+        const bool in_use = std::ranges::any_of(
+            m.list(), [&](const Partition& p) { return std::ranges::find(p.cards, *spare) != p.cards.end(); });
+        if (*spare >= m.pool_cards() || in_use || m.health(*spare) == CardHealth::kFailed) {
+          return error_reply(Code::kFailedPrecondition,
+                             fmt::format("swap: card {} is not a free healthy card (nothing changed)", *spare));
+        }
+      }
+      const CardHealth before = failed < m.pool_cards() ? m.health(failed) : CardHealth::kHealthy;
+      if (before != CardHealth::kFailed) {  // the CLI's swap marks it failed first
         if (auto r = m.set_health(failed, CardHealth::kFailed); !r) return error_reply(r.error());
       }
-      return done(m.swap(failed, spare));
+      auto r = m.swap(failed, spare);
+      if (!r && before != CardHealth::kFailed) (void)m.set_health(failed, before);  // refused: as it was
+      return done(std::move(r));
     }
     if (op == "health") {
       bool ok = false;
@@ -128,6 +191,33 @@ std::string handle(PartitionManager& m, std::string_view line) {
     return error_reply(Code::kInvalidArgument, fmt::format("bad request: {}", e.what()));
   }
 }
+
+namespace {
+/// RouteSource over npo-emud's fabric socket ({"op":"routes"}, {"op":"cards"}).
+class RemoteRoutes final : public RouteSource {
+ public:
+  explicit RemoteRoutes(emu::RemoteFabric& f) : f_(f) {}
+  Result<std::vector<std::uint32_t>> routes(std::uint32_t card) override {
+    auto line = f_.request(json{{"op", "routes"}, {"card", card}}.dump());
+    if (!line) return std::unexpected(line.error());
+    const json j = json::parse(*line, nullptr, false);
+    if (j.is_discarded() || !j.contains("routes")) return fail(Code::kInternal, "routes: a malformed reply");
+    std::vector<std::uint32_t> out;
+    for (const auto& e : j.at("routes")) out.push_back(e.value("fabric_id", 0u));
+    return out;
+  }
+  Result<std::vector<std::pair<std::uint32_t, bool>>> cards() override {
+    auto c = f_.cards();
+    if (!c) return std::unexpected(c.error());
+    std::vector<std::pair<std::uint32_t, bool>> out;
+    for (const auto& x : *c) out.emplace_back(x.fabric_id, x.removed);
+    return out;
+  }
+
+ private:
+  emu::RemoteFabric& f_;
+};
+}  // namespace
 
 int serve(const ServeOptions& o) {
   sigset_t sigs = block_termination_signals();
@@ -169,8 +259,9 @@ int serve(const ServeOptions& o) {
   const std::filesystem::path sock =
       o.socket.empty() ? std::filesystem::path(o.emud_dir) / "npo-fabric.sock" : std::filesystem::path(o.socket);
   PartitionManager& mgr = **m;
+  RemoteRoutes rsrc(**remote);
   auto server = LineServer::start(
-      sock, [&mgr](std::string_view line) { return handle(mgr, line); }, say);
+      sock, [&mgr, &rsrc](std::string_view line) { return handle(mgr, line, &rsrc); }, say);
   if (!server) return fail("npo-fabric", "CLI socket", server.error());
   say(fmt::format("ready pool_cards={} pool_ports={} socket={} pid={}", mgr.pool_cards(), mgr.pool_ports(),
                   sock.string(), ::getpid()));

@@ -6,12 +6,14 @@
 #include <cstdio>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "common/backend.hpp"
@@ -316,6 +318,17 @@ int topo(npo::System& s, bool json, const std::string& expect, const TopoFormat&
                                            : "topo only reads the links, it does not train them");
   }
   if (tf.format == "slurm") {
+    if (tf.partition) {  // a prolog must not install an empty topology.conf for a partition that is not there
+      std::size_t members = 0;
+      for (std::size_t i = 0; i < s.device_count(); ++i) {
+        members += !s.device(i).info().removed && s.device(i).partition().value_or(0) == *tf.partition ? 1 : 0;
+      }
+      if (members == 0) {
+        fmt::print(stderr, "npo-smi topo: no card is in partition {} (npo-fabric list shows the IDs{})\n",
+                   *tf.partition, *tf.partition == 0 ? "; 0 is the free cards' ID" : "");
+        return 1;
+      }
+    }
     std::fputs(slurm_topology(s, *t, tf.slurm_prefix, tf.slurm_group, tf.partition).c_str(), stdout);
     return 0;
   }
@@ -384,6 +397,18 @@ int topo(npo::System& s, bool json, const std::string& expect, const TopoFormat&
                              "DISCONNECTED ({} of {} ordered card pairs unreachable; diameter {} hops among the "
                              "reachable)",
                              unreachable, n * (n - 1), rt->diameter());
+  // Partitions (registers.md §3.8) are isolated on purpose: say so next to the verdict.
+  std::set<std::uint32_t> parts;
+  for (std::size_t i = 0; i < s.device_count(); ++i) {
+    if (auto p = s.device(i).partition(); p && *p != 0 && !s.device(i).info().removed) parts.insert(*p);
+  }
+  const std::string partitioned =
+      unreachable == 0 || parts.empty()
+          ? std::string()
+          : fmt::format(
+                "\n  the cards are in {} partition{} (IDs {}): pairs across partitions and free cards are "
+                "unreachable by design (npo-fabric list)",
+                parts.size(), parts.size() == 1 ? "" : "s", fmt::join(parts, ", "));
   // A read-only observer (emu-remote mode=ro) trains nothing, with --train too: its writes are
   // dropped, so the bring-up only waited for the links the owner trained. Without --train
   // nothing is trained anywhere: the ports are read as they are.
@@ -393,7 +418,8 @@ int topo(npo::System& s, bool json, const std::string& expect, const TopoFormat&
       : train     ? fmt::format("{} of {} ports with a module trained Up in {:.1f} ms", up.up, up.ports_with_module,
                                 static_cast<double>(up.elapsed_ns) / 1e6)
                   : fmt::format("{} of {} ports with a module Up (read, not trained)", up.up, up.ports_with_module);
-  fmt::print("npo-smi topo  backend {}  {} cards  {} links Up; {}  {}\n\n", s.uri(), n, up_links, training, diameter);
+  fmt::print("npo-smi topo  backend {}  {} cards  {} links Up; {}  {}{}\n\n", s.uri(), n, up_links, training, diameter,
+             partitioned);
   if (n <= 64) {
     const bool compact = n > 16;
     const unsigned w = n > 32 ? 3 : (compact ? 4 : 6);
