@@ -148,7 +148,7 @@ Result<std::unique_ptr<FabricState>> FabricState::attach(int fd_in, int engine_f
     ::munmap(p, size);
     return fail(Code::kOutOfRange, fmt::format("shared engine state: card {} past its {} cards", card, h.cards));
   }
-  auto* at = static_cast<std::byte*>(p) + kHeaderBytes + std::uint64_t{card} * sizeof(CardState) + kEngineOffset;
+  auto* at = static_cast<std::byte*>(p) + engine_offset(card);
   if (::mmap(at, kEngineBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, engine_fd, 0) == MAP_FAILED) {
     const int err = errno;
     ::munmap(p, size);

@@ -183,6 +183,10 @@ class FabricState {
     std::uint64_t total_bytes;
   };
   static constexpr std::uint64_t kHeaderBytes = 4096;
+  /// Byte offset of card `card`'s engine pages in the region (what ENGINE_FD's reply names).
+  static constexpr std::uint64_t engine_offset(std::uint32_t card) noexcept {
+    return kHeaderBytes + std::uint64_t{card} * sizeof(CardState) + kEngineOffset;
+  }
 
   /// A region for `cards` cards (1..2047), zeroed and constructed: in memfds when `shareable`
   /// (npo-emud hands them to clients: 1 + `cards` fds), else in private anonymous memory (an

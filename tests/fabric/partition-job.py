@@ -39,12 +39,10 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 
@@ -66,48 +64,21 @@ class Fail(Exception):
     """A check failed: the message says which and why."""
 
 
-class Background:
+class Background(run_mpi.Collected):
     """A helper daemon (npo-fabric serve, npo-exporter) with its output collected by a thread."""
 
     def __init__(self, cmd, ready, timeout):
-        self.lines = []
-        self.lock = threading.Lock()
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        threading.Thread(target=self._read, daemon=True).start()
-        until = time.monotonic() + timeout
-        while time.monotonic() < until and self.proc.poll() is None:
-            if self.match(ready):
-                return
-            time.sleep(0.05)
+        super().__init__(cmd)
+        if self.wait_for(ready, timeout):
+            return
         out = self.text()
         self.stop()
         raise Fail(f"{os.path.basename(cmd[0])} did not print /{ready}/ within {timeout} s:\n{out}")
 
-    def _read(self):
-        for line in self.proc.stdout:
-            with self.lock:
-                self.lines.append(line.rstrip("\n"))
-
-    def text(self):
-        with self.lock:
-            return "\n".join(self.lines)
-
     def match(self, pattern):
-        with self.lock:
-            for line in self.lines:
-                m = re.search(pattern, line)
-                if m:
-                    return m
-        return None
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        """The first line's match of `pattern`, or None."""
+        found = self.find(pattern)
+        return found[0] if found else None
 
 
 class Rig:

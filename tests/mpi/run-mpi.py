@@ -69,27 +69,15 @@ def log(msg):
     print(f"run-mpi: {msg}", flush=True)
 
 
-class Daemon:
-    """npo-emud in its own temporary socket directory; its output collected by a thread."""
+class Collected:
+    """A background process whose output (stdout and stderr) a thread collects line by line."""
 
-    def __init__(self, emud, topology, ready_timeout, extra_args=()):
-        self.dir = tempfile.mkdtemp(prefix="npo-mpi-emud-")
+    def __init__(self, cmd, **popen):
         self.lines = []
         self.lock = threading.Lock()
-        self.proc = subprocess.Popen([emud, "--topology", topology, "--socket-dir", self.dir, *extra_args],
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
-        deadline = time.monotonic() + ready_timeout
-        while time.monotonic() < deadline:
-            if self.find(r"npo-emud: ready "):
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        out = self.text()
-        self.stop()
-        raise RuntimeError(f"npo-emud did not print 'ready' within {ready_timeout} s:\n{out}")
 
     def _read(self):
         for line in self.proc.stdout:
@@ -104,6 +92,42 @@ class Daemon:
         rx = re.compile(pattern)
         with self.lock:
             return [m for m in (rx.search(l) for l in self.lines) if m]
+
+    def wait_for(self, pattern, timeout):
+        """True once a line matches `pattern`; False after `timeout` s or when the process ended."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.find(pattern):
+                return True
+            if self.proc.poll() is not None:
+                return bool(self.find(pattern))
+            time.sleep(0.05)
+        return False
+
+    def stop(self):
+        """SIGTERM, then SIGKILL after 10 s; returns the exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self.reader.join(timeout=5)
+        return self.proc.returncode
+
+
+class Daemon(Collected):
+    """npo-emud in its own temporary socket directory; its output collected by a thread."""
+
+    def __init__(self, emud, topology, ready_timeout, extra_args=()):
+        self.dir = tempfile.mkdtemp(prefix="npo-mpi-emud-")
+        super().__init__([emud, "--topology", topology, "--socket-dir", self.dir, *extra_args])
+        if self.wait_for(r"npo-emud: ready ", ready_timeout):
+            return
+        out = self.text()
+        self.stop()
+        raise RuntimeError(f"npo-emud did not print 'ready' within {ready_timeout} s:\n{out}")
 
     def owned_cards(self):
         """Cards whose owner is connected now (connect lines minus disconnect lines)."""
@@ -122,16 +146,9 @@ class Daemon:
         return per
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self.reader.join(timeout=5)
+        rc = super().stop()
         shutil.rmtree(self.dir, ignore_errors=True)
-        return self.proc.returncode
+        return rc
 
 
 class Job:

@@ -42,7 +42,7 @@ Result<std::unique_ptr<ClientEngine>> ClientEngine::create(EngineLink& link, int
                                                            std::uint32_t lock_tag) {
   auto efd = link.engine_fd();
   if (!efd) return std::unexpected(efd.error());
-  const std::uint64_t want = FabricState::kHeaderBytes + std::uint64_t{card} * sizeof(CardState) + kEngineOffset;
+  const std::uint64_t want = FabricState::engine_offset(card);
   if (efd->offset != want) {
     ::close(efd->fd);
     return fail(Code::kInvalidArgument,

@@ -12,26 +12,33 @@
 
 namespace npo::emu::remote {
 
+namespace {
+/// A round trip whose reply must carry an fd and a body of `reply_bytes`; the fd is the
+/// caller's. Errors: the daemon's, kInternal (`what`: a malformed reply; no fd is leaked).
+Result<Reply> call_fd(Conn& c, emud::Command cmd, std::span<const std::byte> body, std::size_t reply_bytes,
+                      std::string_view what) {
+  auto r = c.call(cmd, body);
+  if (!r) return std::unexpected(r.error());
+  if (r->fd < 0 || r->body.size() != reply_bytes) {
+    if (r->fd >= 0) ::close(r->fd);
+    return fail(Code::kInternal, fmt::format("emu-remote: malformed reply to {}", what));
+  }
+  return r;
+}
+}  // namespace
+
 Result<EngineLink::Hbm> ConnLink::hbm_fd(std::uint32_t card) {
   std::array<std::byte, emud::engine::kHbmBytes> b{};
   emud::store<std::uint32_t>(b, emud::engine::kHbmCard, card);
-  auto r = c_.call(emud::Command::kHbmFd, b);
+  auto r = call_fd(c_, emud::Command::kHbmFd, b, emud::engine::kHbmReplyBytes, fmt::format("HBM_FD for card {}", card));
   if (!r) return std::unexpected(r.error());
-  if (r->fd < 0 || r->body.size() != emud::engine::kHbmReplyBytes) {
-    if (r->fd >= 0) ::close(r->fd);
-    return fail(Code::kInternal, fmt::format("emu-remote: malformed HBM_FD reply for card {}", card));
-  }
   return Hbm{r->fd, emud::load<std::uint64_t>(r->body, emud::engine::kHbmReplyFdOffset),
              emud::load<std::uint64_t>(r->body, emud::engine::kHbmReplySize)};
 }
 Result<EngineLink::EngineFd> ConnLink::engine_fd() {
   std::array<std::byte, emud::engine::kShareBytes> b{};
-  auto r = c_.call(emud::Command::kEngineFd, b);
+  auto r = call_fd(c_, emud::Command::kEngineFd, b, emud::engine::kEngineReplyBytes, "ENGINE_FD");
   if (!r) return std::unexpected(r.error());
-  if (r->fd < 0 || r->body.size() != emud::engine::kEngineReplyBytes) {
-    if (r->fd >= 0) ::close(r->fd);
-    return fail(Code::kInternal, "emu-remote: malformed ENGINE_FD reply");
-  }
   return EngineFd{r->fd, emud::load<std::uint64_t>(r->body, emud::engine::kEngineReplyOffset)};
 }
 Result<EngineLink::WindowFd> ConnLink::window_fd(std::uint32_t card, unsigned window, std::uint16_t generation,
@@ -41,13 +48,9 @@ Result<EngineLink::WindowFd> ConnLink::window_fd(std::uint32_t card, unsigned wi
   emud::store<std::uint16_t>(b, emud::engine::kWindowIndex, static_cast<std::uint16_t>(window));
   emud::store<std::uint16_t>(b, emud::engine::kWindowGeneration, generation);
   emud::store<std::uint64_t>(b, emud::engine::kWindowKey, key);
-  auto r = c_.call(emud::Command::kWindowFd, b);
+  auto r = call_fd(c_, emud::Command::kWindowFd, b, emud::engine::kWindowReplyBytes,
+                   fmt::format("WINDOW_FD for card {} window {}", card, window));
   if (!r) return std::unexpected(r.error());
-  if (r->fd < 0 || r->body.size() != emud::engine::kWindowReplyBytes) {
-    if (r->fd >= 0) ::close(r->fd);
-    return fail(Code::kInternal,
-                fmt::format("emu-remote: malformed WINDOW_FD reply for card {} window {}", card, window));
-  }
   return WindowFd{
       r->fd, emud::load<std::uint64_t>(r->body, emud::engine::kWindowReplyOffset),
       emud::load<std::uint64_t>(r->body, emud::engine::kWindowReplySize),
@@ -58,12 +61,8 @@ Result<RangeFd> hbm_range_fd(Conn& c, std::uint64_t off, std::uint64_t size) {
   std::array<std::byte, emud::engine::kRangeBytes> b{};
   emud::store<std::uint64_t>(b, emud::engine::kRangeOffset, off);
   emud::store<std::uint64_t>(b, emud::engine::kRangeSize, size);
-  auto r = c.call(emud::Command::kHbmRangeFd, b);
+  auto r = call_fd(c, emud::Command::kHbmRangeFd, b, emud::engine::kRangeReplyBytes, "HBM_RANGE_FD");
   if (!r) return std::unexpected(r.error());
-  if (r->fd < 0 || r->body.size() != emud::engine::kRangeReplyBytes) {
-    if (r->fd >= 0) ::close(r->fd);
-    return fail(Code::kInternal, "emu-remote: malformed HBM_RANGE_FD reply");
-  }
   return RangeFd{
       r->fd, emud::load<std::uint64_t>(r->body, emud::engine::kRangeReplyFdOffset),
       (emud::load<std::uint32_t>(r->body, emud::engine::kRangeReplyFlags) & emud::engine::kRangeWindow) != 0};

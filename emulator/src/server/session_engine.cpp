@@ -84,8 +84,7 @@ void Session::engine_fd(const ParsedCommand& c) {
   // it maps read-only, as ENGINE_SHARE handed it.
   const FabricState& fs = *srv_.emu->impl().fabric_state;
   std::array<std::byte, emud::engine::kEngineReplyBytes> b{};
-  emud::store<std::uint64_t>(b, emud::engine::kEngineReplyOffset,
-                             FabricState::kHeaderBytes + std::uint64_t{card_} * sizeof(CardState) + kEngineOffset);
+  emud::store<std::uint64_t>(b, emud::engine::kEngineReplyOffset, FabricState::engine_offset(card_));
   emud::store<std::uint64_t>(b, emud::engine::kEngineReplySize, kEngineBytes);
   reply_ok(c, b, fs.engine_fd(card_));
 }
